@@ -1,0 +1,1 @@
+//! Example programs live in `examples/`.

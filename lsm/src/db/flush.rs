@@ -1,0 +1,146 @@
+//! Background work: flushing frozen memtables to L0 tables, and the everysec WAL syncer.
+
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{lock, DbInner, SuperVersion};
+use crate::filename;
+use crate::iter::InternalIterator;
+use crate::manifest::{NewFile, VersionEdit};
+use crate::memtable::Memtable;
+use crate::sstable::{TableBuilder, TableOptions};
+use crate::Result;
+
+/// Writes every entry of `iter` to table `number` in `dir`; `None` if there were no entries.
+/// The file is fsynced; on failure it is removed.
+pub(crate) fn build_table(
+    dir: &Path,
+    number: u64,
+    iter: &mut dyn InternalIterator,
+    opts: &TableOptions,
+) -> Result<Option<NewFile>> {
+    iter.seek_to_first()?;
+    if !iter.valid() {
+        return Ok(None);
+    }
+    let path = filename::table_path(dir, number);
+    let result = (|| {
+        let file = std::fs::File::create(&path)?;
+        let mut b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+        while iter.valid() {
+            b.add(iter.key(), iter.value())?;
+            iter.next()?;
+        }
+        let (w, props, size) = b.finish()?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(NewFile {
+            number,
+            size,
+            smallest: props.smallest_key,
+            largest: props.largest_key,
+            smallest_seq: props.smallest_seq,
+            largest_seq: props.largest_seq,
+            num_entries: props.num_entries,
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    result.map(Some)
+}
+
+impl DbInner {
+    /// The flush thread: waits for frozen memtables and writes the oldest to L0, one at a time.
+    pub(super) fn flush_loop(self: Arc<Self>) {
+        loop {
+            {
+                let mut bg = lock(&self.bg);
+                loop {
+                    if bg.shutdown {
+                        return;
+                    }
+                    if !self.is_poisoned.load(Ordering::Acquire) && !self.super_version().imm.is_empty() {
+                        break;
+                    }
+                    bg = self.bg_cv.wait(bg).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            let Some(imm) = self.super_version().imm.last().cloned() else {
+                continue;
+            };
+            if let Err(e) = self.flush_memtable(&imm) {
+                self.poison(e);
+            }
+            let _bg = lock(&self.bg);
+            self.bg_cv.notify_all();
+        }
+    }
+
+    /// Writes `imm` (the oldest frozen memtable) to an L0 table and drops it and its WAL.
+    fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
+        let number = lock(&self.versions).new_file_number();
+        let opts = TableOptions::from_options(&self.opts);
+        let mut iter = imm.iter();
+        let file = build_table(&self.dir, number, &mut iter, &opts)?;
+        let bytes = file.as_ref().map_or(0, |f| f.size);
+        let mut edit =
+            VersionEdit { last_sequence: Some(self.visible_seq.load(Ordering::Acquire)), ..Default::default() };
+        edit.added.extend(file.map(|f| (0, f)));
+        {
+            let mut versions = lock(&self.versions);
+            // WALs older than the next memtable's are now reflected in tables.
+            let next_log = {
+                let sv = self.super_version();
+                let i = sv.imm.iter().position(|m| Arc::ptr_eq(m, imm)).unwrap_or(0);
+                if i == 0 {
+                    sv.mem.wal_number()
+                } else {
+                    sv.imm[i - 1].wal_number()
+                }
+            };
+            edit.log_number = Some(next_log);
+            versions.log_and_apply(edit)?;
+            let version = versions.current();
+            self.set_super_version(|sv| SuperVersion {
+                mem: Arc::clone(&sv.mem),
+                imm: sv.imm.iter().filter(|m| !Arc::ptr_eq(m, imm)).cloned().collect(),
+                version,
+            });
+        }
+        let wal = filename::wal_path(&self.dir, imm.wal_number());
+        if let Err(e) = std::fs::remove_file(&wal) {
+            tracing::warn!(target: "lsm::flush", file = %wal.display(), error = %e, "could not delete flushed WAL");
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_flushed.fetch_add(bytes, Ordering::Relaxed);
+        tracing::debug!(target: "lsm::flush", table = number, bytes, entries = imm.len(), "memtable flushed to L0");
+        Ok(())
+    }
+
+    /// The everysec syncer: fsyncs the active WAL once a second.
+    pub(super) fn sync_loop(self: Arc<Self>) {
+        loop {
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            let mut bg = lock(&self.bg);
+            loop {
+                if bg.shutdown {
+                    return;
+                }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                bg = self.bg_cv.wait_timeout(bg, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            drop(bg);
+            let file = Arc::clone(&lock(&self.wal_file));
+            if let Err(e) = file.sync_data() {
+                self.poison(e.into());
+            }
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The database: open/recover, reads, writes, iterators, flush and close.
+
+mod flush;
+mod open;
+mod write;
+
+use std::fs::File;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+
+use crate::batch::WriteBatch;
+use crate::iter::{BoxedIter, DbIterator, MergingIterator, Range};
+use crate::manifest::{Version, VersionSet};
+use crate::memtable::{Lookup, Memtable};
+use crate::options::{Options, ReadOptions, WriteOptions};
+use crate::snapshot::{Snapshot, SnapshotList};
+use crate::wal::LogWriter;
+use crate::{Error, Result};
+
+/// What readers need, swapped atomically as memtables rotate and flushes land: the active
+/// memtable, the frozen ones (newest first) and the table version.
+#[derive(Debug)]
+pub(crate) struct SuperVersion {
+    pub(crate) mem: Arc<Memtable>,
+    pub(crate) imm: Vec<Arc<Memtable>>,
+    pub(crate) version: Arc<Version>,
+}
+
+/// State only the write leader touches (and `flush`/`close`, which take the same lock).
+#[derive(Debug)]
+struct WalState {
+    log: LogWriter,
+    last_seq: u64,
+}
+
+/// Background-work coordination.
+#[derive(Debug, Default)]
+struct BgState {
+    shutdown: bool,
+}
+
+/// Counters kept by the engine.
+#[derive(Debug, Default)]
+struct Counters {
+    stall_micros: AtomicU64,
+    flushes: AtomicU64,
+    bytes_flushed: AtomicU64,
+}
+
+pub(crate) struct DbInner {
+    dir: PathBuf,
+    opts: Options,
+    versions: Mutex<VersionSet>,
+    sv: RwLock<Arc<SuperVersion>>,
+    queue: Mutex<write::WriteQueue>,
+    queue_cv: Condvar,
+    wal: Mutex<WalState>,
+    /// The active WAL's file, for the everysec syncer.
+    wal_file: Mutex<Arc<File>>,
+    bg: Mutex<BgState>,
+    bg_cv: Condvar,
+    visible_seq: AtomicU64,
+    snapshots: Arc<SnapshotList>,
+    poisoned: Mutex<Option<String>>,
+    is_poisoned: AtomicBool,
+    closed: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    lock_file: Mutex<Option<File>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for DbInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbInner").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (engine state stays
+/// consistent because every critical section either completes or returns an error first).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An open database. Cheap to clone; all clones share one engine, which closes when the last
+/// clone is dropped or [`Db::close`] is called.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = lsm::Db::open(dir.path(), lsm::Options::default())?;
+/// db.put(b"hello", b"world")?;
+/// assert_eq!(db.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+/// db.delete(b"hello")?;
+/// assert_eq!(db.get(b"hello")?, None);
+/// # Ok::<(), lsm::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Db {
+    inner: Arc<DbInner>,
+    _handle: Arc<CloseOnDrop>,
+}
+
+#[derive(Debug)]
+struct CloseOnDrop(Arc<DbInner>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.shutdown() {
+            tracing::warn!(target: "lsm::db", error = %e, "error while closing database");
+        }
+    }
+}
+
+impl Db {
+    /// Opens (or creates) the database in directory `path`, replaying its WALs.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let inner = open::open(path.as_ref(), opts)?;
+        Ok(Db { _handle: Arc::new(CloseOnDrop(Arc::clone(&inner))), inner })
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.get_with(key, &ReadOptions::default())
+    }
+
+    /// The value of `key` with explicit read options (e.g. at a snapshot).
+    pub fn get_with(&self, key: impl AsRef<[u8]>, opts: &ReadOptions) -> Result<Option<Bytes>> {
+        self.inner.check_open()?;
+        let (seq, sv) = self.inner.read_view(opts);
+        let key = key.as_ref();
+        let found = std::iter::once(&sv.mem).chain(sv.imm.iter()).find_map(|m| m.get(key, seq));
+        let found = match found {
+            Some(l) => Some(l),
+            None => sv.version.get(key, seq)?,
+        };
+        Ok(match found {
+            Some(Lookup::Found(v)) => Some(v),
+            Some(Lookup::Deleted) | None => None,
+        })
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(b, &WriteOptions::default())
+    }
+
+    /// Deletes `key` (a no-op if absent).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b, &WriteOptions::default())
+    }
+
+    /// Applies `batch` atomically: after a crash either all of it or none of it is present.
+    pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.inner.write(batch, opts)
+    }
+
+    /// A consistent read view as of now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(self.inner.visible_seq.load(Ordering::Acquire), &self.inner.snapshots)
+    }
+
+    /// Sequence number of the latest acknowledged write.
+    pub fn latest_sequence(&self) -> u64 {
+        self.inner.visible_seq.load(Ordering::Acquire)
+    }
+
+    /// A cursor over the whole database (unpositioned: call a `seek*` first).
+    pub fn iter(&self, opts: &ReadOptions) -> DbIterator {
+        if let Err(e) = self.inner.check_open() {
+            return DbIterator::failed(e);
+        }
+        let (seq, sv) = self.inner.read_view(opts);
+        new_iterator(sv, seq, opts.snapshot.clone())
+    }
+
+    /// The entries with keys in `range`, in key order from either end.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+    /// for k in ["a", "b", "c", "d"] { db.put(k, k).unwrap(); }
+    /// let keys: Vec<_> = db.range(&b"b"[..]..&b"d"[..]).map(|kv| kv.unwrap().0).collect();
+    /// assert_eq!(keys, ["b", "c"]);
+    /// let last = db.range::<&[u8], _>(..).next_back().unwrap().unwrap();
+    /// assert_eq!(last.0, "d");
+    /// ```
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Range {
+        self.range_with(range, &ReadOptions::default())
+    }
+
+    /// [`Db::range`] with explicit read options.
+    pub fn range_with<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, opts: &ReadOptions) -> Range {
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let (lower, upper) = (own(range.start_bound()), own(range.end_bound()));
+        let open = self.inner.check_open();
+        let (seq, sv) = self.inner.read_view(opts);
+        let snapshot = opts.snapshot.clone();
+        let make = Box::new(move || match &open {
+            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone()),
+            Err(e) => DbIterator::failed(e.duplicate()),
+        });
+        Range::new(make, lower, upper)
+    }
+
+    /// The entries whose keys start with `prefix`.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Range {
+        let p = prefix.as_ref().to_vec();
+        match prefix_successor(&p) {
+            Some(end) => self.range(p..end),
+            None => self.range(p..),
+        }
+    }
+
+    /// Freezes the active memtable and waits until every frozen memtable is in a table.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+
+    /// Number of tables in `level` (0 = newest).
+    pub fn num_files_at_level(&self, level: usize) -> usize {
+        lock(&self.inner.versions).current().levels.get(level).map_or(0, Vec::len)
+    }
+
+    /// Microseconds writers have spent stalled waiting for flushes.
+    pub fn stall_micros(&self) -> u64 {
+        self.inner.counters.stall_micros.load(Ordering::Relaxed)
+    }
+
+    /// Closes the database for every clone: stops background work, writes and syncs the WAL,
+    /// releases the directory lock. Later calls on any clone return [`Error::Closed`].
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown()
+    }
+}
+
+/// The smallest key greater than every key starting with `p`, if one exists.
+fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let i = p.iter().rposition(|&b| b != 0xff)?;
+    let mut end = p[..=i].to_vec();
+    end[i] += 1;
+    Some(end)
+}
+
+fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>) -> DbIterator {
+    let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
+    children.push(Box::new(sv.mem.iter()));
+    for m in &sv.imm {
+        children.push(Box::new(m.iter()));
+    }
+    if let Err(e) = sv.version.iterators(&mut children) {
+        return DbIterator::failed(e);
+    }
+    DbIterator::new(MergingIterator::new(children), seq, sv, snapshot)
+}
+
+impl DbInner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.is_poisoned.load(Ordering::Acquire) {
+            let why = lock(&self.poisoned).clone().unwrap_or_default();
+            return Err(Error::Poisoned(why));
+        }
+        Ok(())
+    }
+
+    /// Records a failure that leaves the WAL or tables in an unknown state: every later write
+    /// is refused until the database is reopened (and recovery sorts out what is durable).
+    fn poison(&self, e: Error) -> Error {
+        tracing::error!(target: "lsm::db", error = %e, "write path failed; database is now read-only");
+        let mut p = lock(&self.poisoned);
+        if p.is_none() {
+            *p = Some(e.to_string());
+        }
+        self.is_poisoned.store(true, Ordering::Release);
+        self.bg_cv.notify_all();
+        e
+    }
+
+    /// The sequence number and super version a read uses. The sequence is read first, so every
+    /// write it covers is in the super version read after it.
+    fn read_view(&self, opts: &ReadOptions) -> (u64, Arc<SuperVersion>) {
+        let seq = match &opts.snapshot {
+            Some(s) => s.sequence(),
+            None => self.visible_seq.load(Ordering::Acquire),
+        };
+        (seq, self.super_version())
+    }
+
+    fn super_version(&self) -> Arc<SuperVersion> {
+        Arc::clone(&self.sv.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn set_super_version(&self, f: impl FnOnce(&SuperVersion) -> SuperVersion) {
+        let mut guard = self.sv.write().unwrap_or_else(|e| e.into_inner());
+        let next = f(&guard);
+        *guard = Arc::new(next);
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        lock(&self.bg).shutdown = true;
+        self.bg_cv.notify_all();
+        self.queue_cv.notify_all();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            let _ = t.join();
+        }
+        let result = {
+            let mut w = lock(&self.wal);
+            w.log.write_pending().and_then(|_| w.log.sync()).map_err(Error::from)
+        };
+        lock(&self.lock_file).take();
+        tracing::debug!(target: "lsm::db", dir = %self.dir.display(), "closed");
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_successor_cases() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_successor(b"\xff\xff"), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

@@ -1,0 +1,221 @@
+//! Opening a database: lock the directory, recover the manifest, replay WALs newer than the
+//! manifest's log number into L0 tables, start a new WAL and manifest, remove obsolete files.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+use super::flush::build_table;
+use super::{BgState, Counters, DbInner, SuperVersion, WalState};
+use crate::batch::WriteBatch;
+use crate::filename::{self, FileKind};
+use crate::manifest::{VersionEdit, VersionSet};
+use crate::memtable::Memtable;
+use crate::options::{Options, SyncMode, WalRecoveryMode};
+use crate::snapshot::SnapshotList;
+use crate::sstable::TableOptions;
+use crate::wal::{LogReader, LogWriter};
+use crate::{Error, Result};
+
+pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
+    opts.validate()?;
+    if !dir.exists() {
+        if !opts.create_if_missing {
+            return Err(Error::InvalidArgument(format!("{} does not exist (create_if_missing is off)", dir.display())));
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    let lock_file = File::options().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+    match lock_file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+    }
+    let exists = dir.join("CURRENT").exists();
+    let mut versions = if exists {
+        if opts.error_if_exists {
+            return Err(Error::InvalidArgument(format!(
+                "database {} already exists (error_if_exists is on)",
+                dir.display()
+            )));
+        }
+        VersionSet::recover(dir, opts.max_manifest_file_size)?
+    } else {
+        if !opts.create_if_missing {
+            return Err(Error::InvalidArgument(format!("no database in {} (create_if_missing is off)", dir.display())));
+        }
+        VersionSet::new(dir, opts.max_manifest_file_size)
+    };
+
+    let files = filename::list(dir)?;
+    for (kind, _) in &files {
+        if let FileKind::Wal(n) | FileKind::Table(n) | FileKind::Manifest(n) | FileKind::Temp(n) = kind {
+            versions.mark_file_number_used(*n);
+        }
+    }
+    let mut wals: Vec<u64> = files
+        .iter()
+        .filter_map(|(k, _)| match k {
+            FileKind::Wal(n) if *n >= versions.log_number() => Some(*n),
+            _ => None,
+        })
+        .collect();
+    wals.sort_unstable();
+
+    let mut edit = VersionEdit::default();
+    let mut last_seq = versions.last_sequence();
+    let table_opts = TableOptions::from_options(&opts);
+    let mut mem = Arc::new(Memtable::new(0));
+    for (i, &n) in wals.iter().enumerate() {
+        let is_last = i + 1 == wals.len();
+        let stop = replay_wal(dir, n, is_last, &opts, &mut mem, &mut last_seq, &mut |m| {
+            flush_recovered(dir, &mut versions, m, &table_opts, &mut edit)
+        })?;
+        if stop {
+            break;
+        }
+    }
+    flush_recovered(dir, &mut versions, &mem, &table_opts, &mut edit)?;
+
+    let wal_number = versions.new_file_number();
+    let log = LogWriter::create(&filename::wal_path(dir, wal_number), wal_number)?;
+    edit.log_number = Some(wal_number);
+    edit.last_sequence = Some(last_seq);
+    // A recovered version set has no manifest writer yet, so this starts a new, compact manifest
+    // (dropping any torn tail of the old one) that holds the recovered state plus `edit`.
+    versions.log_and_apply(edit)?;
+    remove_obsolete_files(dir, &versions)?;
+
+    let version = versions.current();
+    tracing::info!(
+        target: "lsm::db",
+        dir = %dir.display(),
+        last_seq,
+        tables = version.files().count(),
+        replayed_wals = wals.len(),
+        "database open"
+    );
+    let inner = Arc::new(DbInner {
+        dir: dir.to_path_buf(),
+        versions: Mutex::new(versions),
+        sv: RwLock::new(Arc::new(SuperVersion { mem: Arc::new(Memtable::new(wal_number)), imm: Vec::new(), version })),
+        queue: Mutex::default(),
+        queue_cv: Condvar::new(),
+        wal_file: Mutex::new(log.file()),
+        wal: Mutex::new(WalState { log, last_seq }),
+        bg: Mutex::new(BgState::default()),
+        bg_cv: Condvar::new(),
+        visible_seq: AtomicU64::new(last_seq),
+        snapshots: Arc::new(SnapshotList::default()),
+        poisoned: Mutex::new(None),
+        is_poisoned: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        threads: Mutex::new(Vec::new()),
+        lock_file: Mutex::new(Some(lock_file)),
+        counters: Counters::default(),
+        opts,
+    });
+    let mut threads = Vec::new();
+    let flusher = Arc::clone(&inner);
+    threads.push(std::thread::Builder::new().name("lsm-flush".into()).spawn(move || flusher.flush_loop())?);
+    if inner.opts.sync_mode == SyncMode::EverySec {
+        let syncer = Arc::clone(&inner);
+        threads.push(std::thread::Builder::new().name("lsm-wal-sync".into()).spawn(move || syncer.sync_loop())?);
+    }
+    *super::lock(&inner.threads) = threads;
+    Ok(inner)
+}
+
+/// Replays WAL `n` into `mem`, calling `flush` whenever `mem` fills up. Returns `true` when
+/// recovery must stop here (point-in-time recovery hit damage).
+fn replay_wal(
+    dir: &Path,
+    n: u64,
+    is_last: bool,
+    opts: &Options,
+    mem: &mut Arc<Memtable>,
+    last_seq: &mut u64,
+    flush: &mut dyn FnMut(&Arc<Memtable>) -> Result<()>,
+) -> Result<bool> {
+    let path = filename::wal_path(dir, n);
+    let data = std::fs::read(&path)?;
+    let mut reader = LogReader::new(&data);
+    let mut records = 0u64;
+    while let Some(rec) = reader.next_record() {
+        let batch = WriteBatch::from_bytes(rec.payload.into_owned())
+            .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
+        mem.apply(&batch)?;
+        if !batch.is_empty() {
+            *last_seq = (*last_seq).max(batch.sequence() + u64::from(batch.len()) - 1);
+        }
+        records += 1;
+        if mem.approximate_size() >= opts.write_buffer_size {
+            flush(mem)?;
+            *mem = Arc::new(Memtable::new(0));
+        }
+    }
+    let Some(d) = reader.damage() else {
+        tracing::debug!(target: "lsm::wal", file = %path.display(), records, "WAL replayed");
+        return Ok(false);
+    };
+    let tolerate = match opts.wal_recovery_mode {
+        WalRecoveryMode::AbsoluteConsistency => false,
+        WalRecoveryMode::TolerateCorruptedTail => is_last && !d.valid_data_after,
+        WalRecoveryMode::PointInTime => true,
+    };
+    if !tolerate {
+        return Err(Error::corruption(&path, d.offset, d.reason.clone()));
+    }
+    tracing::warn!(
+        target: "lsm::wal",
+        file = %path.display(),
+        offset = d.offset,
+        dropped_bytes = data.len() as u64 - d.offset,
+        reason = %d.reason,
+        "truncating damaged WAL tail"
+    );
+    let f = File::options().write(true).open(&path)?;
+    f.set_len(d.offset)?;
+    f.sync_all()?;
+    Ok(true)
+}
+
+/// Writes a recovered memtable to an L0 table, recorded in `edit`.
+fn flush_recovered(
+    dir: &Path,
+    versions: &mut VersionSet,
+    mem: &Arc<Memtable>,
+    opts: &TableOptions,
+    edit: &mut VersionEdit,
+) -> Result<()> {
+    if mem.is_empty() {
+        return Ok(());
+    }
+    let number = versions.new_file_number();
+    let mut iter = mem.iter();
+    if let Some(f) = build_table(dir, number, &mut iter, opts)? {
+        edit.added.push((0, f));
+    }
+    Ok(())
+}
+
+/// Removes WALs already in tables, tables no version lists, old manifests and temp files.
+fn remove_obsolete_files(dir: &Path, versions: &VersionSet) -> Result<()> {
+    let version = versions.current();
+    let live: std::collections::HashSet<u64> = version.files().map(|(_, f)| f.number).collect();
+    for (kind, path) in filename::list(dir)? {
+        let obsolete = match kind {
+            FileKind::Wal(n) => n < versions.log_number(),
+            FileKind::Table(n) => !live.contains(&n),
+            FileKind::Manifest(n) => Some(n) != versions.manifest_number(),
+            FileKind::Temp(_) => true,
+            FileKind::Current | FileKind::Lock => false,
+        };
+        if obsolete {
+            tracing::debug!(target: "lsm::db", file = %path.display(), "removing obsolete file");
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}

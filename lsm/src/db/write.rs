@@ -1,0 +1,208 @@
+//! The write path: group commit, memtable rotation and write stalls.
+//!
+//! Writers queue their batches. The writer at the head of the queue becomes the leader: it
+//! takes a group of queued batches, assigns consecutive sequence numbers, writes them to the WAL
+//! with one `write` (and one fsync if any of them asked for it), inserts them into the memtable,
+//! publishes the new sequence number and wakes the group. Followers just wait.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{lock, DbInner, WalState};
+use crate::batch::WriteBatch;
+use crate::filename;
+use crate::memtable::Memtable;
+use crate::options::{SyncMode, WriteOptions};
+use crate::wal::LogWriter;
+use crate::{Error, Result};
+
+/// A group never grows past this many bytes (unless its first batch alone is bigger).
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+#[derive(Debug)]
+struct Pending {
+    ticket: u64,
+    batch: WriteBatch,
+    sync: bool,
+}
+
+/// Writers waiting for their batch to be committed.
+#[derive(Debug, Default)]
+pub(super) struct WriteQueue {
+    next_ticket: u64,
+    pending: VecDeque<Pending>,
+    leader_active: bool,
+    /// Every ticket up to this one is committed (or failed, see `errors`).
+    done_through: u64,
+    errors: HashMap<u64, Error>,
+}
+
+impl WriteQueue {
+    fn take_group(&mut self) -> Vec<Pending> {
+        let mut group = Vec::new();
+        let mut bytes = 0;
+        let first_size = self.pending.front().map_or(0, |p| p.batch.size_in_bytes());
+        // A small first batch does not wait behind a megabyte of others (LevelDB's rule).
+        let limit = if first_size <= 128 << 10 { first_size + (128 << 10) } else { MAX_GROUP_BYTES };
+        while let Some(p) = self.pending.front() {
+            let size = p.batch.size_in_bytes();
+            if !group.is_empty() && bytes + size > limit {
+                break;
+            }
+            bytes += size;
+            group.extend(self.pending.pop_front());
+        }
+        group
+    }
+}
+
+impl DbInner {
+    pub(super) fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.check_writable()?;
+        let sync = opts.sync || self.opts.sync_mode == SyncMode::Always;
+        let mut q = lock(&self.queue);
+        q.next_ticket += 1;
+        let ticket = q.next_ticket;
+        q.pending.push_back(Pending { ticket, batch, sync });
+        loop {
+            if q.done_through >= ticket {
+                return q.errors.remove(&ticket).map_or(Ok(()), Err);
+            }
+            if !q.leader_active && q.pending.front().map(|p| p.ticket) == Some(ticket) {
+                q.leader_active = true;
+                let mut group = q.take_group();
+                drop(q);
+                let result = self.write_group(&mut group);
+                q = lock(&self.queue);
+                if let Err(e) = result {
+                    for p in &group {
+                        q.errors.insert(p.ticket, e.duplicate());
+                    }
+                }
+                q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
+                q.leader_active = false;
+                self.queue_cv.notify_all();
+                continue;
+            }
+            q = self.queue_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The leader's work for one group.
+    fn write_group(&self, group: &mut [Pending]) -> Result<()> {
+        let mut w = lock(&self.wal);
+        self.make_room(&mut w, false)?;
+        let mut seq = w.last_seq;
+        let mut sync = false;
+        for p in group.iter_mut() {
+            sync |= p.sync;
+            if p.batch.is_empty() {
+                continue;
+            }
+            p.batch.set_sequence(seq + 1);
+            seq += u64::from(p.batch.len());
+            w.log.add_record(p.batch.as_bytes());
+        }
+        if seq > crate::key::MAX_SEQUENCE {
+            return Err(self.poison(Error::InvalidArgument("sequence numbers exhausted".into())));
+        }
+        if let Err(e) = w.log.write_pending() {
+            return Err(self.poison(e.into()));
+        }
+        if sync {
+            if let Err(e) = w.log.sync() {
+                return Err(self.poison(e.into()));
+            }
+        }
+        let mem = Arc::clone(&self.super_version().mem);
+        for p in group.iter() {
+            mem.apply(&p.batch)?;
+        }
+        w.last_seq = seq;
+        self.visible_seq.store(seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes sure the active memtable has room, rotating it (and stalling while too many frozen
+    /// memtables wait for flushing). With `force`, rotates any non-empty memtable.
+    pub(super) fn make_room(&self, w: &mut WalState, force: bool) -> Result<()> {
+        let mut stalled_since: Option<Instant> = None;
+        let result = loop {
+            if let Err(e) = self.check_writable() {
+                break Err(e);
+            }
+            let (mem_size, mem_empty, imm_count) = {
+                let sv = self.super_version();
+                (sv.mem.approximate_size(), sv.mem.is_empty(), sv.imm.len())
+            };
+            if mem_empty || (!force && mem_size < self.opts.write_buffer_size) {
+                break Ok(());
+            }
+            if imm_count + 1 >= self.opts.max_write_buffer_number {
+                if stalled_since.is_none() {
+                    stalled_since = Some(Instant::now());
+                    tracing::debug!(target: "lsm::write", imm_count, "write stall: waiting for a memtable flush");
+                }
+                let bg = lock(&self.bg);
+                if bg.shutdown {
+                    break Err(Error::Closed);
+                }
+                if self.super_version().imm.len() == imm_count && !self.is_poisoned.load(Ordering::Acquire) {
+                    let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(100));
+                }
+                continue;
+            }
+            if let Err(e) = self.rotate(w) {
+                break Err(self.poison(e));
+            }
+            break Ok(());
+        };
+        if let Some(t) = stalled_since {
+            self.counters.stall_micros.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Freezes the active memtable and starts a new one with a new WAL.
+    fn rotate(&self, w: &mut WalState) -> Result<()> {
+        let number = lock(&self.versions).new_file_number();
+        let log = LogWriter::create(&filename::wal_path(&self.dir, number), number)?;
+        w.log.write_pending()?;
+        if self.opts.sync_mode != SyncMode::Never {
+            w.log.sync()?;
+        }
+        *lock(&self.wal_file) = log.file();
+        w.log = log;
+        self.set_super_version(|sv| {
+            let mut imm = Vec::with_capacity(sv.imm.len() + 1);
+            imm.push(Arc::clone(&sv.mem));
+            imm.extend(sv.imm.iter().cloned());
+            super::SuperVersion { mem: Arc::new(Memtable::new(number)), imm, version: Arc::clone(&sv.version) }
+        });
+        tracing::debug!(target: "lsm::wal", wal = number, "memtable frozen, new WAL started");
+        let _bg = lock(&self.bg);
+        self.bg_cv.notify_all();
+        Ok(())
+    }
+
+    pub(super) fn flush(&self) -> Result<()> {
+        self.check_writable()?;
+        {
+            let mut w = lock(&self.wal);
+            self.make_room(&mut w, true)?;
+        }
+        let mut bg = lock(&self.bg);
+        loop {
+            self.check_writable()?;
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            if self.super_version().imm.is_empty() {
+                return Ok(());
+            }
+            bg = self.bg_cv.wait_timeout(bg, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The user-facing cursor: one entry per user key, as of a sequence number, without tombstones.
+//!
+//! The logic follows LevelDB's `DBIter`: moving forward, the inner cursor sits on the entry being
+//! returned; moving backward, it sits just before all entries of the returned key, whose value is
+//! kept in `saved_key` / `saved_value`.
+
+use std::sync::Arc;
+
+use super::{InternalIterator, MergingIterator};
+use crate::db::SuperVersion;
+use crate::key::{self, ValueKind};
+use crate::snapshot::Snapshot;
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Forward,
+    Reverse,
+}
+
+/// A cursor over the database as of one sequence number.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+/// db.put(b"a", b"1").unwrap();
+/// db.put(b"b", b"2").unwrap();
+/// let mut it = db.iter(&lsm::ReadOptions::default());
+/// it.seek(b"a").unwrap();
+/// assert_eq!((it.key(), it.value()), (&b"a"[..], &b"1"[..]));
+/// it.next().unwrap();
+/// assert_eq!(it.key(), b"b");
+/// ```
+pub struct DbIterator {
+    iter: MergingIterator,
+    seq: u64,
+    direction: Direction,
+    valid: bool,
+    saved_key: Vec<u8>,
+    saved_value: Vec<u8>,
+    status: Option<Error>,
+    // Keep the memtables and table files this cursor reads alive, and the snapshot registered.
+    _sv: Option<Arc<SuperVersion>>,
+    _snapshot: Option<Snapshot>,
+}
+
+impl std::fmt::Debug for DbIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbIterator").field("seq", &self.seq).field("valid", &self.valid).finish()
+    }
+}
+
+impl DbIterator {
+    pub(crate) fn new(iter: MergingIterator, seq: u64, sv: Arc<SuperVersion>, snapshot: Option<Snapshot>) -> Self {
+        DbIterator {
+            iter,
+            seq,
+            direction: Direction::Forward,
+            valid: false,
+            saved_key: Vec::new(),
+            saved_value: Vec::new(),
+            status: None,
+            _sv: Some(sv),
+            _snapshot: snapshot,
+        }
+    }
+
+    /// A cursor that could not be built; every positioning call returns `err`.
+    pub(crate) fn failed(err: Error) -> Self {
+        DbIterator {
+            iter: MergingIterator::new(Vec::new()),
+            seq: 0,
+            direction: Direction::Forward,
+            valid: false,
+            saved_key: Vec::new(),
+            saved_value: Vec::new(),
+            status: Some(err),
+            _sv: None,
+            _snapshot: None,
+        }
+    }
+
+    /// True when positioned on an entry.
+    pub fn valid(&self) -> bool {
+        self.valid
+    }
+
+    /// The current key. Panics if not [`valid`](Self::valid).
+    pub fn key(&self) -> &[u8] {
+        assert!(self.valid, "DbIterator::key on an invalid cursor");
+        match self.direction {
+            Direction::Forward => key::user_key(self.iter.key()),
+            Direction::Reverse => &self.saved_key,
+        }
+    }
+
+    /// The current value. Panics if not [`valid`](Self::valid).
+    pub fn value(&self) -> &[u8] {
+        assert!(self.valid, "DbIterator::value on an invalid cursor");
+        match self.direction {
+            Direction::Forward => self.iter.value(),
+            Direction::Reverse => &self.saved_value,
+        }
+    }
+
+    /// The error that stopped this cursor, if any.
+    pub fn status(&self) -> Result<()> {
+        self.status.as_ref().map_or(Ok(()), |e| Err(e.duplicate()))
+    }
+
+    /// Runs a positioning step; the first error sticks (the cursor stays failed).
+    fn run(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if let Some(e) = &self.status {
+            return Err(e.duplicate());
+        }
+        let r = f(self);
+        if let Err(e) = &r {
+            self.valid = false;
+            self.status = Some(e.duplicate());
+        }
+        r
+    }
+
+    /// Positions at the first key.
+    pub fn seek_to_first(&mut self) -> Result<()> {
+        self.run(|s| {
+            s.direction = Direction::Forward;
+            s.saved_key.clear();
+            s.iter.seek_to_first()?;
+            s.find_next_user_entry(false)
+        })
+    }
+
+    /// Positions at the last key.
+    pub fn seek_to_last(&mut self) -> Result<()> {
+        self.run(|s| {
+            s.direction = Direction::Reverse;
+            s.saved_value.clear();
+            s.iter.seek_to_last()?;
+            s.find_prev_user_entry()
+        })
+    }
+
+    /// Positions at the first key `>= target`.
+    pub fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.run(|s| {
+            s.direction = Direction::Forward;
+            s.saved_key.clear();
+            s.iter.seek(&key::seek_key(target, s.seq))?;
+            s.find_next_user_entry(false)
+        })
+    }
+
+    /// Positions at the last key `<= target`.
+    pub fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.run(|s| {
+            s.direction = Direction::Reverse;
+            s.saved_value.clear();
+            // The last internal key for `target` is its oldest version: sequence 0, kind Delete.
+            s.iter.seek_for_prev(&key::make_internal_key(target, 0, ValueKind::Delete))?;
+            s.find_prev_user_entry()
+        })
+    }
+
+    /// Moves to the next key.
+    #[allow(clippy::should_implement_trait)] // a cursor step, not an `Iterator`; see `Db::range`
+    pub fn next(&mut self) -> Result<()> {
+        if !self.valid {
+            return Ok(());
+        }
+        self.run(|s| {
+            if s.direction == Direction::Reverse {
+                s.direction = Direction::Forward;
+                // The inner cursor is just before the entries of `saved_key`: step into them; the
+                // skipping below then passes them.
+                if s.iter.valid() {
+                    s.iter.next()?;
+                } else {
+                    s.iter.seek_to_first()?;
+                }
+            } else {
+                s.saved_key.clear();
+                s.saved_key.extend_from_slice(key::user_key(s.iter.key()));
+                s.iter.next()?;
+            }
+            s.find_next_user_entry(true)
+        })
+    }
+
+    /// Moves to the previous key.
+    pub fn prev(&mut self) -> Result<()> {
+        if !self.valid {
+            return Ok(());
+        }
+        self.run(|s| {
+            if s.direction == Direction::Forward {
+                // Step back past every entry of the current key.
+                s.saved_key.clear();
+                s.saved_key.extend_from_slice(key::user_key(s.iter.key()));
+                loop {
+                    s.iter.prev()?;
+                    if !s.iter.valid() {
+                        s.valid = false;
+                        s.saved_key.clear();
+                        s.saved_value.clear();
+                        return Ok(());
+                    }
+                    if key::user_key(s.iter.key()) < s.saved_key.as_slice() {
+                        break;
+                    }
+                }
+                s.direction = Direction::Reverse;
+            }
+            s.find_prev_user_entry()
+        })
+    }
+
+    /// Forward: stops on the newest visible Put of a key not hidden by a newer tombstone or
+    /// (when `skipping`) equal to `saved_key`.
+    fn find_next_user_entry(&mut self, mut skipping: bool) -> Result<()> {
+        while self.iter.valid() {
+            let p = key::parse(self.iter.key())
+                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            if p.seq <= self.seq {
+                match p.kind {
+                    ValueKind::Delete => {
+                        self.saved_key.clear();
+                        self.saved_key.extend_from_slice(p.user_key);
+                        skipping = true;
+                    }
+                    ValueKind::Put => {
+                        if !(skipping && p.user_key <= self.saved_key.as_slice()) {
+                            self.valid = true;
+                            self.saved_key.clear();
+                            return Ok(());
+                        }
+                    }
+                    ValueKind::RangeDelete => {}
+                }
+            }
+            self.iter.next()?;
+        }
+        self.saved_key.clear();
+        self.valid = false;
+        Ok(())
+    }
+
+    /// Backward: collects the newest visible version of the key before the inner cursor.
+    fn find_prev_user_entry(&mut self) -> Result<()> {
+        let mut value_kind = ValueKind::Delete;
+        while self.iter.valid() {
+            let p = key::parse(self.iter.key())
+                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            if p.seq <= self.seq && p.kind != ValueKind::RangeDelete {
+                if value_kind != ValueKind::Delete && p.user_key < self.saved_key.as_slice() {
+                    break; // the entries of `saved_key` are done; its newest version is saved
+                }
+                value_kind = p.kind;
+                if p.kind == ValueKind::Delete {
+                    self.saved_key.clear();
+                    self.saved_value.clear();
+                } else {
+                    self.saved_key.clear();
+                    self.saved_key.extend_from_slice(p.user_key);
+                    self.saved_value.clear();
+                    self.saved_value.extend_from_slice(self.iter.value());
+                }
+            }
+            self.iter.prev()?;
+        }
+        if value_kind == ValueKind::Delete {
+            self.valid = false;
+            self.saved_key.clear();
+            self.saved_value.clear();
+            self.direction = Direction::Forward;
+        } else {
+            self.valid = true;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! `Iterator + DoubleEndedIterator` over a key range, built on two [`DbIterator`] cursors.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::DbIterator;
+use crate::Result;
+
+/// The entries of a key range, from either end; see [`crate::Db::range`].
+///
+/// Both ends read the same snapshot. The back cursor is created on the first `next_back`.
+pub struct Range {
+    make: Box<dyn Fn() -> DbIterator + Send>,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    front: Option<DbIterator>,
+    back: Option<DbIterator>,
+    /// Last keys handed out from each end; the ends stop when they would cross.
+    front_last: Option<Vec<u8>>,
+    back_last: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Range")
+            .field("lower", &self.lower)
+            .field("upper", &self.upper)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl Range {
+    pub(crate) fn new(make: Box<dyn Fn() -> DbIterator + Send>, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Self {
+        Range { make, lower, upper, front: None, back: None, front_last: None, back_last: None, done: false }
+    }
+}
+
+fn below_upper(upper: &Bound<Vec<u8>>, k: &[u8]) -> bool {
+    {
+        match upper {
+            Bound::Included(u) => k <= u.as_slice(),
+            Bound::Excluded(u) => k < u.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+}
+
+fn above_lower(lower: &Bound<Vec<u8>>, k: &[u8]) -> bool {
+    {
+        match lower {
+            Bound::Included(l) => k >= l.as_slice(),
+            Bound::Excluded(l) => k > l.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+}
+
+impl Range {
+    fn advance_front(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+        let it = match self.front.as_mut() {
+            Some(it) => {
+                it.next()?;
+                it
+            }
+            None => {
+                let mut it = (self.make)();
+                match &self.lower {
+                    Bound::Included(k) | Bound::Excluded(k) => it.seek(k)?,
+                    Bound::Unbounded => it.seek_to_first()?,
+                }
+                if let Bound::Excluded(k) = &self.lower {
+                    if it.valid() && it.key() == k.as_slice() {
+                        it.next()?;
+                    }
+                }
+                self.front.insert(it)
+            }
+        };
+        if !it.valid() {
+            return Ok(None);
+        }
+        let (k, v) = (it.key(), it.value());
+        if !below_upper(&self.upper, k) || self.back_last.as_deref().is_some_and(|b| k >= b) {
+            return Ok(None);
+        }
+        self.front_last = Some(k.to_vec());
+        Ok(Some((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))))
+    }
+
+    fn advance_back(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+        let it = match self.back.as_mut() {
+            Some(it) => {
+                it.prev()?;
+                it
+            }
+            None => {
+                let mut it = (self.make)();
+                match &self.upper {
+                    Bound::Included(k) | Bound::Excluded(k) => it.seek_for_prev(k)?,
+                    Bound::Unbounded => it.seek_to_last()?,
+                }
+                if let Bound::Excluded(k) = &self.upper {
+                    if it.valid() && it.key() == k.as_slice() {
+                        it.prev()?;
+                    }
+                }
+                self.back.insert(it)
+            }
+        };
+        if !it.valid() {
+            return Ok(None);
+        }
+        let (k, v) = (it.key(), it.value());
+        if !above_lower(&self.lower, k) || self.front_last.as_deref().is_some_and(|f| k <= f) {
+            return Ok(None);
+        }
+        self.back_last = Some(k.to_vec());
+        Ok(Some((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))))
+    }
+
+    fn finish(&mut self, r: Result<Option<(Bytes, Bytes)>>) -> Option<Result<(Bytes, Bytes)>> {
+        match r {
+            Ok(Some(kv)) => Some(Ok(kv)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Iterator for Range {
+    type Item = Result<(Bytes, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.advance_front();
+        self.finish(r)
+    }
+}
+
+impl DoubleEndedIterator for Range {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.advance_back();
+        self.finish(r)
+    }
+}

@@ -1,0 +1,51 @@
+//! `lsm`: the log-structured merge-tree storage engine under Shale.
+//!
+//! An embedded, persistent, ordered key-value store in the family of LevelDB and RocksDB:
+//! writes go to a write-ahead log and a skip-list memtable, memtables are flushed to immutable
+//! block-based sorted tables (with bloom filters and snappy/zstd compression), and reads merge
+//! the memtables and tables newest first.
+//!
+//! ```
+//! use lsm::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let db = Db::open(dir.path(), Options::default())?;
+//!
+//! db.put(b"user:1", b"ada")?;
+//! let mut batch = WriteBatch::new();
+//! batch.put(b"user:2", b"grace").put(b"user:3", b"barbara").delete(b"user:1");
+//! db.write(batch, &WriteOptions::synced())?;
+//!
+//! let snapshot = db.snapshot();
+//! db.put(b"user:2", b"hopper")?;
+//! assert_eq!(db.get(b"user:2")?.as_deref(), Some(&b"hopper"[..]));
+//! assert_eq!(db.get_with(b"user:2", &ReadOptions::new().snapshot(&snapshot))?.as_deref(), Some(&b"grace"[..]));
+//!
+//! let users: Vec<_> = db.prefix(b"user:").map(|kv| kv.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+//! assert_eq!(users, [&b"user:2"[..], &b"user:3"[..]]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The on-disk formats are described in `FORMAT.md` next to this crate's `Cargo.toml`.
+
+pub mod batch;
+mod coding;
+mod db;
+mod error;
+pub mod filename;
+pub mod iter;
+pub mod key;
+pub mod manifest;
+pub mod memtable;
+mod options;
+mod snapshot;
+pub mod sstable;
+pub mod wal;
+
+pub use batch::WriteBatch;
+pub use bytes::Bytes;
+pub use db::Db;
+pub use error::{Error, Result};
+pub use iter::{DbIterator, Range};
+pub use options::{Compression, Options, ReadOptions, SyncMode, WalRecoveryMode, WriteOptions};
+pub use snapshot::Snapshot;

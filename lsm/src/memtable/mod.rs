@@ -1,0 +1,217 @@
+//! The memtable: recent writes in a lock-free skip list, ordered by internal key.
+//!
+//! Writers insert concurrently with readers (`crossbeam_skiplist::SkipMap`); only the write
+//! leader inserts, so inserts are in sequence order. When the approximate size reaches
+//! `write_buffer_size` the memtable is frozen and a background thread flushes it to an L0 table.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use crossbeam_skiplist::map::Entry;
+use crossbeam_skiplist::SkipMap;
+
+use crate::batch::WriteBatch;
+use crate::iter::InternalIterator;
+use crate::key::{self, InternalKey, InternalKeyRef, ValueKind};
+use crate::Result;
+
+/// Bytes charged per entry beyond key and value: skip-list node, tower and allocation headers.
+const ENTRY_OVERHEAD: usize = 48;
+
+/// A sorted in-memory table of recent writes.
+#[derive(Debug)]
+pub struct Memtable {
+    map: SkipMap<InternalKey, Bytes>,
+    size: AtomicUsize,
+    /// The WAL file that holds this memtable's writes.
+    wal_number: u64,
+    largest_seq: AtomicU64,
+}
+
+/// What a memtable (or a table) knows about a key at a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The newest visible version is this value.
+    Found(Bytes),
+    /// The newest visible version is a tombstone.
+    Deleted,
+}
+
+impl Memtable {
+    /// An empty memtable whose writes are logged in WAL `wal_number`.
+    pub fn new(wal_number: u64) -> Self {
+        Memtable { map: SkipMap::new(), size: AtomicUsize::new(0), wal_number, largest_seq: AtomicU64::new(0) }
+    }
+
+    /// The WAL holding this memtable's writes.
+    pub fn wal_number(&self) -> u64 {
+        self.wal_number
+    }
+
+    /// Approximate bytes used.
+    pub fn approximate_size(&self) -> usize {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// True when nothing was inserted.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Number of entries (versions, not distinct keys).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Largest sequence number inserted.
+    pub fn largest_seq(&self) -> u64 {
+        self.largest_seq.load(Ordering::Relaxed)
+    }
+
+    /// Inserts one record.
+    pub fn insert(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8]) {
+        let ikey = key::make_internal_key(user_key, seq, kind);
+        self.size.fetch_add(ikey.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+        self.map.insert(InternalKey(ikey.into_boxed_slice()), Bytes::copy_from_slice(value));
+        self.largest_seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Inserts every update of `batch`, numbered from the batch's sequence number.
+    pub fn apply(&self, batch: &WriteBatch) -> Result<()> {
+        for (seq, e) in (batch.sequence()..).zip(batch.iter()) {
+            let e = e?;
+            self.insert(seq, e.kind, e.key, e.value);
+        }
+        Ok(())
+    }
+
+    /// The newest version of `user_key` with sequence number `<= seq`.
+    pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
+        let target = key::seek_key(user_key, seq);
+        let entry = self.map.lower_bound(Bound::Included(InternalKeyRef::new(&target)))?;
+        let parsed = key::parse(&entry.key().0)?;
+        if parsed.user_key != user_key {
+            return None;
+        }
+        match parsed.kind {
+            ValueKind::Put => Some(Lookup::Found(entry.value().clone())),
+            ValueKind::Delete => Some(Lookup::Deleted),
+            ValueKind::RangeDelete => None,
+        }
+    }
+
+    /// A cursor over the memtable; it keeps the memtable alive.
+    pub fn iter(self: &Arc<Self>) -> MemIter {
+        MemIter { entry: None, _mem: Arc::clone(self) }
+    }
+}
+
+/// Cursor over a memtable.
+pub struct MemIter {
+    // Declared before `_mem` so it is dropped first: the entry borrows the skip list that `_mem`
+    // keeps alive.
+    entry: Option<Entry<'static, InternalKey, Bytes>>,
+    _mem: Arc<Memtable>,
+}
+
+impl std::fmt::Debug for MemIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemIter").field("valid", &self.entry.is_some()).finish()
+    }
+}
+
+impl MemIter {
+    fn map(&self) -> &'static SkipMap<InternalKey, Bytes> {
+        let map: *const SkipMap<InternalKey, Bytes> = &self._mem.map;
+        // SAFETY: the skip list lives inside an `Arc<Memtable>` that this iterator owns and that
+        // is never moved out of its allocation; every `Entry` borrowing it is stored in `self.entry`,
+        // which is dropped before `_mem`. The `'static` lifetime never escapes this struct.
+        unsafe { &*map }
+    }
+}
+
+impl InternalIterator for MemIter {
+    fn valid(&self) -> bool {
+        self.entry.is_some()
+    }
+    fn key(&self) -> &[u8] {
+        self.entry.as_ref().map_or(&[], |e| &e.key().0)
+    }
+    fn value(&self) -> &[u8] {
+        self.entry.as_ref().map_or(&[], |e| e.value())
+    }
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.entry = self.map().front();
+        Ok(())
+    }
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.entry = self.map().back();
+        Ok(())
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.entry = self.map().lower_bound(Bound::Included(InternalKeyRef::new(target)));
+        Ok(())
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.entry = self.map().upper_bound(Bound::Included(InternalKeyRef::new(target)));
+        Ok(())
+    }
+    fn next(&mut self) -> Result<()> {
+        self.entry = self.entry.take().and_then(|e| e.next());
+        Ok(())
+    }
+    fn prev(&mut self) -> Result<()> {
+        self.entry = self.entry.take().and_then(|e| e.prev());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_sees_newest_version_at_snapshot() {
+        let m = Memtable::new(1);
+        m.insert(1, ValueKind::Put, b"k", b"v1");
+        m.insert(2, ValueKind::Put, b"k", b"v2");
+        m.insert(3, ValueKind::Delete, b"k", b"");
+        m.insert(4, ValueKind::Put, b"k2", b"x");
+        assert_eq!(m.get(b"k", 1), Some(Lookup::Found(Bytes::from_static(b"v1"))));
+        assert_eq!(m.get(b"k", 2), Some(Lookup::Found(Bytes::from_static(b"v2"))));
+        assert_eq!(m.get(b"k", 3), Some(Lookup::Deleted));
+        assert_eq!(m.get(b"k", 0), None);
+        assert_eq!(m.get(b"j", 9), None);
+        assert_eq!(m.get(b"k2", 3), None);
+        assert_eq!(m.largest_seq(), 4);
+        assert!(m.approximate_size() > 0);
+    }
+
+    #[test]
+    fn iterator_walks_both_ways() {
+        let m = Arc::new(Memtable::new(1));
+        for (i, k) in ["b", "a", "c"].iter().enumerate() {
+            m.insert(i as u64 + 1, ValueKind::Put, k.as_bytes(), b"v");
+        }
+        m.insert(9, ValueKind::Put, b"b", b"new");
+        let mut it = m.iter();
+        it.seek_to_first().unwrap();
+        let mut seen = Vec::new();
+        while it.valid() {
+            let p = key::parse(it.key()).unwrap();
+            seen.push((String::from_utf8(p.user_key.to_vec()).unwrap(), p.seq));
+            it.next().unwrap();
+        }
+        assert_eq!(seen, [("a".into(), 2), ("b".into(), 9), ("b".into(), 1), ("c".into(), 3)]);
+        it.seek_for_prev(&key::seek_key(b"bb", 100)).unwrap();
+        assert_eq!(key::parse(it.key()).unwrap().seq, 1);
+        it.prev().unwrap();
+        assert_eq!(it.value(), b"new");
+        it.seek_to_last().unwrap();
+        assert_eq!(key::user_key(it.key()), b"c");
+        it.next().unwrap();
+        assert!(!it.valid());
+    }
+}

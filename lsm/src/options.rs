@@ -1,0 +1,247 @@
+//! Options for opening a database, reading and writing.
+
+use crate::snapshot::Snapshot;
+
+/// Block compression codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Compression {
+    /// Blocks stored raw.
+    None = 0,
+    /// Snappy (`snap` crate). Needs the `snappy` feature.
+    Snappy = 1,
+    /// Zstandard (`zstd` crate). Needs the `zstd` feature.
+    Zstd = 2,
+}
+
+impl Compression {
+    /// Decodes the on-disk codec byte.
+    pub fn from_u8(b: u8) -> Option<Compression> {
+        match b {
+            0 => Some(Compression::None),
+            1 => Some(Compression::Snappy),
+            2 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The codec's name as db_bench and the server's config spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Snappy => "snappy",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    /// True when this build can read and write the codec.
+    pub fn is_available(self) -> bool {
+        match self {
+            Compression::None => true,
+            Compression::Snappy => cfg!(feature = "snappy"),
+            Compression::Zstd => cfg!(feature = "zstd"),
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "no" => Ok(Compression::None),
+            "snappy" => Ok(Compression::Snappy),
+            "zstd" => Ok(Compression::Zstd),
+            other => Err(crate::Error::InvalidArgument(format!("unknown compression '{other}' (none, snappy, zstd)"))),
+        }
+    }
+}
+
+/// When the WAL is fsynced (the server maps Redis's `appendfsync` onto this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Every write group is fsynced before it is acknowledged (`appendfsync always`).
+    Always,
+    /// A background thread fsyncs once a second (`appendfsync everysec`); writes asking for
+    /// [`WriteOptions::sync`] are still fsynced before they return.
+    EverySec,
+    /// Only writes asking for [`WriteOptions::sync`] are fsynced (`appendfsync no`).
+    Never,
+}
+
+/// What recovery does with a damaged WAL record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalRecoveryMode {
+    /// A bad or partial record at the very end of the newest WAL (a torn write) is cut off with a
+    /// warning; damage anywhere before that is an error. The default.
+    TolerateCorruptedTail,
+    /// Any damage is an error, even a torn tail.
+    AbsoluteConsistency,
+    /// Recover up to the first damaged record and drop everything after it.
+    PointInTime,
+}
+
+/// Options for [`crate::Db::open`]. Every setter states its default.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub(crate) create_if_missing: bool,
+    pub(crate) error_if_exists: bool,
+    pub(crate) write_buffer_size: usize,
+    pub(crate) max_write_buffer_number: usize,
+    pub(crate) block_size: usize,
+    pub(crate) block_restart_interval: usize,
+    pub(crate) compression: Compression,
+    pub(crate) zstd_level: i32,
+    pub(crate) bloom_bits_per_key: u32,
+    pub(crate) sync_mode: SyncMode,
+    pub(crate) wal_recovery_mode: WalRecoveryMode,
+    pub(crate) max_manifest_file_size: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let compression = if cfg!(feature = "snappy") { Compression::Snappy } else { Compression::None };
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            write_buffer_size: 64 << 20,
+            max_write_buffer_number: 2,
+            block_size: 4096,
+            block_restart_interval: 16,
+            compression,
+            zstd_level: 3,
+            bloom_bits_per_key: 10,
+            sync_mode: SyncMode::EverySec,
+            wal_recovery_mode: WalRecoveryMode::TolerateCorruptedTail,
+            max_manifest_file_size: 64 << 20,
+        }
+    }
+}
+
+impl Options {
+    /// Create the directory and a new database when none exists (default `true`).
+    #[must_use]
+    pub fn create_if_missing(mut self, v: bool) -> Self {
+        self.create_if_missing = v;
+        self
+    }
+    /// Fail to open when a database already exists (default `false`).
+    #[must_use]
+    pub fn error_if_exists(mut self, v: bool) -> Self {
+        self.error_if_exists = v;
+        self
+    }
+    /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, minimum 4 KiB).
+    #[must_use]
+    pub fn write_buffer_size(mut self, bytes: usize) -> Self {
+        self.write_buffer_size = bytes.max(4096);
+        self
+    }
+    /// Memtables (active plus frozen) before writers stall waiting for a flush (default 2, min 2).
+    #[must_use]
+    pub fn max_write_buffer_number(mut self, n: usize) -> Self {
+        self.max_write_buffer_number = n.max(2);
+        self
+    }
+    /// Target uncompressed size of a data block (default 4 KiB).
+    #[must_use]
+    pub fn block_size(mut self, bytes: usize) -> Self {
+        self.block_size = bytes.max(64);
+        self
+    }
+    /// Entries between restart points in a data block (default 16).
+    #[must_use]
+    pub fn block_restart_interval(mut self, n: usize) -> Self {
+        self.block_restart_interval = n.max(1);
+        self
+    }
+    /// Codec for new data blocks (default snappy when compiled in, else none).
+    #[must_use]
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.compression = c;
+        self
+    }
+    /// zstd level for new blocks (default 3).
+    #[must_use]
+    pub fn zstd_level(mut self, level: i32) -> Self {
+        self.zstd_level = level;
+        self
+    }
+    /// Bloom filter bits per key; 0 disables filters (default 10, about 1 % false positives).
+    #[must_use]
+    pub fn bloom_bits_per_key(mut self, bits: u32) -> Self {
+        self.bloom_bits_per_key = bits;
+        self
+    }
+    /// WAL fsync policy (default [`SyncMode::EverySec`]).
+    #[must_use]
+    pub fn sync_mode(mut self, mode: SyncMode) -> Self {
+        self.sync_mode = mode;
+        self
+    }
+    /// How recovery treats damaged WAL records (default [`WalRecoveryMode::TolerateCorruptedTail`]).
+    #[must_use]
+    pub fn wal_recovery_mode(mut self, mode: WalRecoveryMode) -> Self {
+        self.wal_recovery_mode = mode;
+        self
+    }
+    /// Size at which the manifest is rewritten as one snapshot record (default 64 MiB).
+    #[must_use]
+    pub fn max_manifest_file_size(mut self, bytes: u64) -> Self {
+        self.max_manifest_file_size = bytes.max(1024);
+        self
+    }
+
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        if !self.compression.is_available() {
+            let feature = if self.compression == Compression::Snappy { "snappy" } else { "zstd" };
+            return Err(crate::Error::CodecUnavailable(self.compression.name(), feature));
+        }
+        Ok(())
+    }
+}
+
+/// Options for one read or iterator.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Read as of this snapshot instead of the latest state.
+    pub snapshot: Option<Snapshot>,
+    /// Keep blocks read by this operation in the block cache (default `true`; bulk scans may
+    /// turn it off).
+    pub fill_cache: bool,
+    /// Verify block checksums (default `true`; blocks are always verified the first time
+    /// they are read from disk, this only matters for blocks read in place).
+    pub verify_checksums: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReadOptions {
+    /// Defaults: latest state, fill the cache, verify checksums.
+    pub fn new() -> Self {
+        ReadOptions { snapshot: None, fill_cache: true, verify_checksums: true }
+    }
+    /// Reads as of `snapshot`.
+    #[must_use]
+    pub fn snapshot(mut self, snapshot: &Snapshot) -> Self {
+        self.snapshot = Some(snapshot.clone());
+        self
+    }
+}
+
+/// Options for one write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Fsync the WAL before returning, whatever the database's [`SyncMode`] (default `false`).
+    pub sync: bool,
+}
+
+impl WriteOptions {
+    /// A write that is durable when it returns.
+    pub fn synced() -> Self {
+        WriteOptions { sync: true }
+    }
+}

@@ -1,0 +1,194 @@
+//! Writing a table.
+
+use std::io::Write;
+
+use super::block::BlockBuilder;
+use super::bloom;
+use super::format::{block_trailer, compress_block, BlockHandle, Footer, TableProperties};
+use super::{META_FILTER, META_PROPERTIES};
+use crate::key::{self, ValueKind};
+use crate::options::{Compression, Options};
+use crate::{Error, Result};
+
+/// Settings a table is built with.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    /// Target uncompressed data block size.
+    pub block_size: usize,
+    /// Entries between restart points.
+    pub restart_interval: usize,
+    /// Codec for data blocks.
+    pub compression: Compression,
+    /// zstd level.
+    pub zstd_level: i32,
+    /// Bloom bits per key (0 = no filter).
+    pub bloom_bits_per_key: u32,
+}
+
+impl TableOptions {
+    /// The table settings of a database's options.
+    pub fn from_options(o: &Options) -> Self {
+        TableOptions {
+            block_size: o.block_size,
+            restart_interval: o.block_restart_interval,
+            compression: o.compression,
+            zstd_level: o.zstd_level,
+            bloom_bits_per_key: o.bloom_bits_per_key,
+        }
+    }
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self::from_options(&Options::default())
+    }
+}
+
+/// Streams sorted internal keys into a table.
+#[derive(Debug)]
+pub struct TableBuilder<W: Write> {
+    w: W,
+    offset: u64,
+    opts: TableOptions,
+    data: BlockBuilder,
+    index: BlockBuilder,
+    /// The last flushed data block, waiting for the next key to pick its index separator.
+    pending_index: Option<BlockHandle>,
+    last_key: Vec<u8>,
+    hashes: Vec<u64>,
+    props: TableProperties,
+    scratch: Vec<u8>,
+}
+
+impl<W: Write> TableBuilder<W> {
+    /// Starts a table written to `w`.
+    pub fn new(w: W, opts: TableOptions) -> Result<Self> {
+        if !opts.compression.is_available() {
+            let feature = if opts.compression == Compression::Snappy { "snappy" } else { "zstd" };
+            return Err(Error::CodecUnavailable(opts.compression.name(), feature));
+        }
+        let props =
+            TableProperties { compression: opts.compression as u8, smallest_seq: u64::MAX, ..Default::default() };
+        Ok(TableBuilder {
+            w,
+            offset: 0,
+            data: BlockBuilder::new(opts.restart_interval),
+            index: BlockBuilder::new(1),
+            opts,
+            pending_index: None,
+            last_key: Vec::new(),
+            hashes: Vec::new(),
+            props,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Number of entries added.
+    pub fn num_entries(&self) -> u64 {
+        self.props.num_entries
+    }
+
+    /// Bytes written so far plus the data block being built.
+    pub fn estimated_file_size(&self) -> u64 {
+        self.offset + self.data.estimated_size() as u64
+    }
+
+    /// Adds an entry. Internal keys must be strictly increasing.
+    pub fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        let parsed = key::parse(ikey).ok_or_else(|| Error::InvalidArgument("malformed internal key".into()))?;
+        if self.props.num_entries > 0 && key::compare(&self.last_key, ikey) != std::cmp::Ordering::Less {
+            return Err(Error::InvalidArgument("table keys must be added in increasing order".into()));
+        }
+        if let Some(handle) = self.pending_index.take() {
+            let sep = key::shortest_separator(&self.last_key, ikey);
+            let mut h = Vec::new();
+            handle.encode_to(&mut h);
+            self.index.add(&sep, &h);
+        }
+        if self.opts.bloom_bits_per_key > 0
+            && (self.props.num_entries == 0 || key::user_key(&self.last_key) != parsed.user_key)
+        {
+            self.hashes.push(bloom::hash_key(parsed.user_key));
+        }
+        if self.props.num_entries == 0 {
+            self.props.smallest_key = ikey.to_vec();
+        }
+        self.props.num_entries += 1;
+        if parsed.kind == ValueKind::Delete {
+            self.props.num_deletions += 1;
+        }
+        self.props.raw_key_size += ikey.len() as u64;
+        self.props.raw_value_size += value.len() as u64;
+        self.props.smallest_seq = self.props.smallest_seq.min(parsed.seq);
+        self.props.largest_seq = self.props.largest_seq.max(parsed.seq);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(ikey);
+        self.data.add(ikey, value);
+        if self.data.estimated_size() >= self.opts.block_size {
+            self.flush_data_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_data_block(&mut self) -> Result<()> {
+        if self.data.is_empty() {
+            return Ok(());
+        }
+        let raw = self.data.finish();
+        let handle = self.write_block(&raw, self.opts.compression)?;
+        self.props.num_data_blocks += 1;
+        self.props.data_size += handle.size + super::format::BLOCK_TRAILER_LEN as u64;
+        self.pending_index = Some(handle);
+        Ok(())
+    }
+
+    fn write_block(&mut self, raw: &[u8], codec: Compression) -> Result<BlockHandle> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let used = compress_block(raw, codec, self.opts.zstd_level, &mut scratch)?;
+        let contents: &[u8] = if used == Compression::None { raw } else { &scratch };
+        let handle = BlockHandle { offset: self.offset, size: contents.len() as u64 };
+        self.w.write_all(contents)?;
+        self.w.write_all(&block_trailer(used, contents))?;
+        self.offset += (contents.len() + super::format::BLOCK_TRAILER_LEN) as u64;
+        self.scratch = scratch;
+        Ok(handle)
+    }
+
+    /// Writes the filter, properties, meta-index, index and footer. Returns the writer, the
+    /// table's properties and its size in bytes.
+    pub fn finish(mut self) -> Result<(W, TableProperties, u64)> {
+        self.flush_data_block()?;
+        if let Some(handle) = self.pending_index.take() {
+            let sep = key::short_successor(&self.last_key);
+            let mut h = Vec::new();
+            handle.encode_to(&mut h);
+            self.index.add(&sep, &h);
+        }
+        self.props.largest_key = self.last_key.clone();
+        if self.props.num_entries == 0 {
+            self.props.smallest_seq = 0;
+        }
+        let mut meta = BlockBuilder::new(1);
+        // Meta-index entries in byte order: "lsm.bloom" < "lsm.properties".
+        if self.opts.bloom_bits_per_key > 0 {
+            let filter = bloom::build(&self.hashes, self.opts.bloom_bits_per_key);
+            let h = self.write_block(&filter, Compression::None)?;
+            let mut enc = Vec::new();
+            h.encode_to(&mut enc);
+            meta.add(META_FILTER, &enc);
+        }
+        let props = self.props.encode();
+        let h = self.write_block(&props, Compression::None)?;
+        let mut enc = Vec::new();
+        h.encode_to(&mut enc);
+        meta.add(META_PROPERTIES, &enc);
+        let meta_raw = meta.finish();
+        let metaindex = self.write_block(&meta_raw, Compression::None)?;
+        let index_raw = self.index.finish();
+        let index = self.write_block(&index_raw, Compression::None)?;
+        self.w.write_all(&Footer { metaindex, index }.encode())?;
+        self.offset += super::format::FOOTER_LEN as u64;
+        self.w.flush()?;
+        Ok((self.w, self.props, self.offset))
+    }
+}

@@ -1,0 +1,24 @@
+//! Block-based sorted string tables.
+//!
+//! ```text
+//! [data block 1] … [data block N] [filter block] [properties block] [meta-index block] [index block] [footer]
+//! ```
+//! See `lsm/FORMAT.md` for the byte layout of every piece.
+
+pub mod block;
+pub mod bloom;
+mod builder;
+pub mod format;
+mod table;
+
+pub use builder::{TableBuilder, TableOptions};
+pub use format::TableProperties;
+pub use table::{Table, TableIter};
+
+/// Meta-index key of the bloom filter block.
+pub(crate) const META_FILTER: &[u8] = b"lsm.bloom";
+/// Meta-index key of the properties block.
+pub(crate) const META_PROPERTIES: &[u8] = b"lsm.properties";
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! Reading a table through a memory map.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::block::{Block, BlockIter, BlockOrigin};
+use super::bloom;
+use super::format::{read_block, BlockHandle, Footer, TableProperties};
+use super::{META_FILTER, META_PROPERTIES};
+use crate::iter::InternalIterator;
+use crate::key::{self, ValueKind};
+use crate::memtable::Lookup;
+use crate::{Error, Result};
+
+/// An open table: the file's bytes (memory-mapped), its index block and bloom filter pinned.
+#[derive(Debug)]
+pub struct Table {
+    data: Bytes,
+    path: Arc<Path>,
+    index: Block,
+    filter: Option<Bytes>,
+    props: TableProperties,
+}
+
+impl Table {
+    /// Maps the file at `path` and checks its footer, index, filter and properties.
+    pub fn open(path: &Path) -> Result<Arc<Table>> {
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        if len < super::format::FOOTER_LEN as u64 {
+            return Err(Error::corruption(path, 0, format!("file of {len} bytes is too short to be a table")));
+        }
+        // SAFETY: table files are immutable once written and renamed into place; the engine never
+        // writes to or truncates a live table, so the mapping's contents do not change under us.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Self::from_bytes(Bytes::from_owner(map), path)
+    }
+
+    /// Opens a table held in memory (tests and benchmarks).
+    pub fn from_bytes(data: Bytes, path: &Path) -> Result<Arc<Table>> {
+        let footer = Footer::decode(&data, path)?;
+        let path: Arc<Path> = Arc::from(path);
+        let load = |h: BlockHandle| -> Result<Block> {
+            let bytes = read_block(&data, h, &path)?;
+            Block::new(bytes, BlockOrigin { file: Arc::clone(&path), offset: h.offset })
+        };
+        let index = load(footer.index)?;
+        let meta = load(footer.metaindex)?;
+        let (mut filter, mut props) = (None, None);
+        let mut it = meta.iter();
+        it.seek_to_first()?;
+        while it.valid() {
+            let h = BlockHandle::decode(it.value()).ok_or_else(|| {
+                Error::corruption(path.to_path_buf(), footer.metaindex.offset, "bad meta-index handle")
+            })?;
+            match it.key() {
+                META_FILTER => filter = Some(read_block(&data, h, &path)?),
+                META_PROPERTIES => {
+                    let raw = read_block(&data, h, &path)?;
+                    props = Some(
+                        TableProperties::decode(&raw)
+                            .ok_or_else(|| Error::corruption(path.to_path_buf(), h.offset, "bad properties block"))?,
+                    );
+                }
+                _ => {}
+            }
+            it.next()?;
+        }
+        let props = props.ok_or_else(|| {
+            Error::corruption(path.to_path_buf(), footer.metaindex.offset, "table has no properties block")
+        })?;
+        Ok(Arc::new(Table { data, path, index, filter, props }))
+    }
+
+    /// The table's properties.
+    pub fn properties(&self) -> &TableProperties {
+        &self.props
+    }
+
+    #[cfg(test)]
+    pub(crate) fn data_for_test(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// The table's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// True unless the bloom filter proves `user_key` is absent.
+    pub fn may_contain(&self, key_hash: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| bloom::may_contain(f, key_hash))
+    }
+
+    fn read_data_block(&self, handle_bytes: &[u8]) -> Result<Block> {
+        let h = BlockHandle::decode(handle_bytes)
+            .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "bad block handle in index"))?;
+        let bytes = read_block(&self.data, h, &self.path)?;
+        Block::new(bytes, BlockOrigin { file: Arc::clone(&self.path), offset: h.offset })
+    }
+
+    /// The newest version of `user_key` with sequence number `<= seq`, if this table has one.
+    /// `key_hash` is [`bloom::hash_key`] of `user_key`, computed once per lookup by the caller.
+    pub fn get(self: &Arc<Self>, user_key: &[u8], seq: u64, key_hash: u64) -> Result<Option<Lookup>> {
+        if !self.may_contain(key_hash) {
+            return Ok(None);
+        }
+        let target = key::seek_key(user_key, seq);
+        let mut it = self.iter();
+        it.seek(&target)?;
+        if !it.valid() {
+            return Ok(None);
+        }
+        let p = key::parse(it.key())
+            .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "malformed internal key"))?;
+        if p.user_key != user_key {
+            return Ok(None);
+        }
+        Ok(match p.kind {
+            ValueKind::Put => Some(Lookup::Found(it.value_bytes())),
+            ValueKind::Delete => Some(Lookup::Deleted),
+            ValueKind::RangeDelete => None,
+        })
+    }
+
+    /// A cursor over the whole table.
+    pub fn iter(self: &Arc<Self>) -> TableIter {
+        TableIter { index: self.index.iter(), data: None, table: Arc::clone(self) }
+    }
+}
+
+/// Two-level cursor: the index block picks a data block, the data block's cursor walks it.
+#[derive(Debug)]
+pub struct TableIter {
+    table: Arc<Table>,
+    index: BlockIter,
+    data: Option<BlockIter>,
+}
+
+impl TableIter {
+    /// The current value as a zero-copy slice.
+    pub fn value_bytes(&self) -> Bytes {
+        self.data.as_ref().map(BlockIter::value_bytes).unwrap_or_default()
+    }
+
+    fn load_data_block(&mut self) -> Result<()> {
+        self.data = None;
+        if self.index.valid() {
+            let block = self.table.read_data_block(self.index.value())?;
+            self.data = Some(block.iter());
+        }
+        Ok(())
+    }
+
+    fn data_valid(&self) -> bool {
+        self.data.as_ref().is_some_and(|d| d.valid())
+    }
+
+    fn skip_empty_blocks_forward(&mut self) -> Result<()> {
+        while !self.data_valid() {
+            if !self.index.valid() {
+                self.data = None;
+                return Ok(());
+            }
+            self.index.next()?;
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek_to_first()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_empty_blocks_backward(&mut self) -> Result<()> {
+        while !self.data_valid() {
+            if !self.index.valid() {
+                self.data = None;
+                return Ok(());
+            }
+            self.index.prev()?;
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek_to_last()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn guard(&mut self, r: Result<()>) -> Result<()> {
+        if r.is_err() {
+            self.data = None;
+        }
+        r
+    }
+}
+
+impl InternalIterator for TableIter {
+    fn valid(&self) -> bool {
+        self.data_valid()
+    }
+    fn key(&self) -> &[u8] {
+        self.data.as_ref().map_or(&[], |d| d.key())
+    }
+    fn value(&self) -> &[u8] {
+        self.data.as_ref().map_or(&[], |d| d.value())
+    }
+    fn seek_to_first(&mut self) -> Result<()> {
+        let r = (|| {
+            self.index.seek_to_first()?;
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek_to_first()?;
+            }
+            self.skip_empty_blocks_forward()
+        })();
+        self.guard(r)
+    }
+    fn seek_to_last(&mut self) -> Result<()> {
+        let r = (|| {
+            self.index.seek_to_last()?;
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek_to_last()?;
+            }
+            self.skip_empty_blocks_backward()
+        })();
+        self.guard(r)
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        let r = (|| {
+            self.index.seek(target)?;
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek(target)?;
+            }
+            self.skip_empty_blocks_forward()
+        })();
+        self.guard(r)
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        let r = (|| {
+            // The first block whose separator is >= target holds the last key <= target, or the
+            // key is in the block before it.
+            self.index.seek(target)?;
+            if !self.index.valid() {
+                self.index.seek_to_last()?;
+            }
+            self.load_data_block()?;
+            if let Some(d) = self.data.as_mut() {
+                d.seek_for_prev(target)?;
+            }
+            self.skip_empty_blocks_backward()
+        })();
+        self.guard(r)
+    }
+    fn next(&mut self) -> Result<()> {
+        let r = (|| {
+            if let Some(d) = self.data.as_mut() {
+                d.next()?;
+            }
+            self.skip_empty_blocks_forward()
+        })();
+        self.guard(r)
+    }
+    fn prev(&mut self) -> Result<()> {
+        let r = (|| {
+            if let Some(d) = self.data.as_mut() {
+                d.prev()?;
+            }
+            self.skip_empty_blocks_backward()
+        })();
+        self.guard(r)
+    }
+}

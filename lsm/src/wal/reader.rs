@@ -1,0 +1,166 @@
+//! Reading records back from a log, telling a torn tail apart from damage in the middle.
+
+use std::borrow::Cow;
+
+use super::{FragmentType, BLOCK_SIZE, HEADER_SIZE};
+use crate::coding::{checksum, read_u32};
+
+/// A complete record read from a log.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// Offset of the record's first fragment.
+    pub offset: u64,
+    /// Offset just past the record's last fragment.
+    pub end: u64,
+    /// The payload (borrowed when the record was one fragment).
+    pub payload: Cow<'a, [u8]>,
+}
+
+/// Where and why reading stopped before the end of the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Offset of the first byte that could not be used (the end of the last good record).
+    pub offset: u64,
+    /// What was wrong.
+    pub reason: String,
+    /// Whether a well-formed record starts somewhere after the damage. When it does, the damage
+    /// is not a torn tail but corruption inside the log.
+    pub valid_data_after: bool,
+}
+
+/// Reads records from the bytes of a whole log file.
+#[derive(Debug)]
+pub struct LogReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Offset after the last complete record returned.
+    good_end: usize,
+    damage: Option<Damage>,
+}
+
+enum Fragment<'a> {
+    Ok { kind: FragmentType, payload: &'a [u8], start: usize },
+    Eof,
+    Bad(String),
+}
+
+impl<'a> LogReader<'a> {
+    /// Reads from the start of `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        LogReader { data, pos: 0, good_end: 0, damage: None }
+    }
+
+    /// Offset just past the last complete record returned so far.
+    pub fn good_end(&self) -> u64 {
+        self.good_end as u64
+    }
+
+    /// Why reading stopped early, if it did (available once `next_record` returned `None`).
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
+    /// The next complete record, or `None` at the end of the data or at the first damage.
+    pub fn next_record(&mut self) -> Option<Record<'a>> {
+        if self.damage.is_some() {
+            return None;
+        }
+        let mut assembled: Option<(usize, Vec<u8>)> = None;
+        loop {
+            match self.next_fragment() {
+                Fragment::Eof => {
+                    if assembled.is_some() {
+                        self.fail("record cut off by end of file");
+                    }
+                    return None;
+                }
+                Fragment::Bad(reason) => {
+                    self.fail(&reason);
+                    return None;
+                }
+                Fragment::Ok { kind, payload, start } => match (kind, assembled.as_mut()) {
+                    (FragmentType::Full, None) => {
+                        self.good_end = self.pos;
+                        return Some(Record {
+                            offset: start as u64,
+                            end: self.pos as u64,
+                            payload: Cow::Borrowed(payload),
+                        });
+                    }
+                    (FragmentType::First, None) => assembled = Some((start, payload.to_vec())),
+                    (FragmentType::Middle, Some((_, buf))) => buf.extend_from_slice(payload),
+                    (FragmentType::Last, Some(_)) => {
+                        let (offset, mut buf) = assembled.take().unwrap_or_default();
+                        buf.extend_from_slice(payload);
+                        self.good_end = self.pos;
+                        return Some(Record { offset: offset as u64, end: self.pos as u64, payload: Cow::Owned(buf) });
+                    }
+                    (k, _) => {
+                        self.fail(&format!("unexpected {k:?} fragment"));
+                        return None;
+                    }
+                },
+            }
+        }
+    }
+
+    fn fail(&mut self, reason: &str) {
+        let valid_data_after = has_valid_fragment_after(self.data, self.good_end);
+        self.damage = Some(Damage { offset: self.good_end as u64, reason: reason.to_string(), valid_data_after });
+    }
+
+    fn next_fragment(&mut self) -> Fragment<'a> {
+        loop {
+            let left_in_block = BLOCK_SIZE - self.pos % BLOCK_SIZE;
+            if left_in_block < HEADER_SIZE {
+                // Block trailer padding.
+                self.pos += left_in_block;
+                continue;
+            }
+            if self.pos >= self.data.len() {
+                return Fragment::Eof;
+            }
+            let start = self.pos;
+            let Some(header) = self.data.get(start..start + HEADER_SIZE) else {
+                return Fragment::Bad("truncated fragment header".into());
+            };
+            let stored = read_u32(header, 0).unwrap_or(0);
+            let len = usize::from(u16::from_le_bytes([header[4], header[5]]));
+            let type_byte = header[6];
+            if HEADER_SIZE + len > left_in_block {
+                return Fragment::Bad(format!("fragment length {len} crosses a block boundary"));
+            }
+            let Some(payload) = self.data.get(start + HEADER_SIZE..start + HEADER_SIZE + len) else {
+                return Fragment::Bad("fragment cut off by end of file".into());
+            };
+            let Some(kind) = FragmentType::from_u8(type_byte) else {
+                return Fragment::Bad(format!("unknown fragment type {type_byte}"));
+            };
+            if checksum(type_byte, payload) != stored {
+                return Fragment::Bad("fragment checksum mismatch".into());
+            }
+            self.pos = start + HEADER_SIZE + len;
+            return Fragment::Ok { kind, payload, start };
+        }
+    }
+}
+
+/// True if any well-formed FULL or FIRST fragment starts at a block boundary, or right after
+/// another well-formed fragment, anywhere after `from`. Used to decide whether damage is a torn
+/// tail (nothing valid follows) or corruption in the middle of the log.
+fn has_valid_fragment_after(data: &[u8], from: usize) -> bool {
+    let mut block_start = (from / BLOCK_SIZE + 1) * BLOCK_SIZE;
+    while block_start < data.len() {
+        let mut r = LogReader { data, pos: block_start, good_end: block_start, damage: None };
+        // Fragments at the start of a block may be the tail of a record that began earlier.
+        loop {
+            match r.next_fragment() {
+                Fragment::Ok { kind: FragmentType::Full | FragmentType::First, .. } => return true,
+                Fragment::Ok { .. } => continue,
+                Fragment::Eof | Fragment::Bad(_) => break,
+            }
+        }
+        block_start += BLOCK_SIZE;
+    }
+    false
+}

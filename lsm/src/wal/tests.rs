@@ -1,0 +1,100 @@
+use super::*;
+
+fn write_log(records: &[Vec<u8>]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let mut w = LogWriter::create(&path, 1).unwrap();
+    for r in records {
+        w.add_record(r);
+    }
+    w.write_pending().unwrap();
+    assert_eq!(w.size(), std::fs::metadata(&path).unwrap().len());
+    std::fs::read(&path).unwrap()
+}
+
+fn read_all(data: &[u8]) -> (Vec<Vec<u8>>, Option<Damage>) {
+    let mut r = LogReader::new(data);
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record() {
+        out.push(rec.payload.into_owned());
+    }
+    (out, r.damage().cloned())
+}
+
+fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+#[test]
+fn records_round_trip_across_block_boundaries() {
+    // Sizes chosen to produce FULL, FIRST/MIDDLE/LAST and records ending right at block edges.
+    let sizes =
+        [0, 1, 100, BLOCK_SIZE - HEADER_SIZE, BLOCK_SIZE, 3 * BLOCK_SIZE + 5, 10, BLOCK_SIZE - 2 * HEADER_SIZE - 3, 7];
+    let records: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| payload(i, n)).collect();
+    let data = write_log(&records);
+    let (got, damage) = read_all(&data);
+    assert_eq!(damage, None);
+    assert_eq!(got, records);
+}
+
+#[test]
+fn header_never_starts_in_block_trailer() {
+    // A first record leaving exactly 6 bytes in the block forces padding.
+    let first = payload(0, BLOCK_SIZE - HEADER_SIZE - 6);
+    let data = write_log(&[first.clone(), b"second".to_vec()]);
+    assert_eq!(&data[BLOCK_SIZE - 6..BLOCK_SIZE], &[0; 6]);
+    let (got, damage) = read_all(&data);
+    assert_eq!(damage, None);
+    assert_eq!(got, vec![first, b"second".to_vec()]);
+}
+
+#[test]
+fn every_cut_keeps_exactly_the_complete_records_before_it() {
+    let records: Vec<_> = (0..40).map(|i| payload(i, (i * 997) % 5000)).collect();
+    let data = write_log(&records);
+    let mut ends = Vec::new();
+    let mut r = LogReader::new(&data);
+    while let Some(rec) = r.next_record() {
+        ends.push(rec.end as usize);
+    }
+    for cut in (0..data.len()).step_by(97).chain([data.len()]) {
+        let (got, damage) = read_all(&data[..cut]);
+        let complete = ends.iter().filter(|&&e| e <= cut).count();
+        assert_eq!(got.len(), complete, "cut at {cut}");
+        assert_eq!(got, records[..complete].to_vec());
+        if let Some(d) = damage {
+            assert!(!d.valid_data_after, "a cut is a torn tail: {d:?}");
+            assert_eq!(d.offset as usize, ends.get(complete.wrapping_sub(1)).copied().unwrap_or(0));
+        }
+    }
+}
+
+#[test]
+fn damage_in_the_middle_is_told_apart_from_a_torn_tail() {
+    let records: Vec<_> = (0..30).map(|i| payload(i, 3000)).collect();
+    let mut data = write_log(&records);
+    data[HEADER_SIZE + 10] ^= 0x55; // inside the first record's payload
+    let (got, damage) = read_all(&data);
+    assert!(got.is_empty());
+    let d = damage.expect("damage reported");
+    assert_eq!(d.offset, 0);
+    assert!(d.reason.contains("checksum"), "{d:?}");
+    assert!(d.valid_data_after, "later blocks hold good records");
+}
+
+#[test]
+fn garbage_never_panics() {
+    let mut seed = 0x1234_5678u64;
+    for len in [0usize, 1, 6, 7, 8, 100, BLOCK_SIZE + 3] {
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let (got, _) = read_all(&data);
+        assert!(got.len() <= 1);
+    }
+}
