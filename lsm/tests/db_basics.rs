@@ -1,0 +1,265 @@
+//! Everyday behaviour of `Db`: reads and writes, snapshots, iterators, reopen, locking.
+
+use std::sync::Arc;
+
+use lsm::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
+
+fn small() -> Options {
+    Options::default().write_buffer_size(16 << 10).block_size(512)
+}
+
+#[test]
+fn put_get_delete_and_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    assert_eq!(db.get(b"missing").unwrap(), None);
+    db.put(b"k", b"v1").unwrap();
+    db.put(b"k", b"v2").unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v2"[..]));
+    db.delete(b"k").unwrap();
+    assert_eq!(db.get(b"k").unwrap(), None);
+    db.put(b"", b"empty key works").unwrap();
+    assert_eq!(db.get(b"").unwrap().as_deref(), Some(&b"empty key works"[..]));
+    let big = vec![7u8; 300_000]; // larger than a WAL block and a memtable
+    db.put(b"big", &big).unwrap();
+    assert_eq!(db.get(b"big").unwrap().as_deref(), Some(&big[..]));
+    db.flush().unwrap();
+    assert_eq!(db.get(b"big").unwrap().as_deref(), Some(&big[..]));
+    assert_eq!(db.get(b"k").unwrap(), None, "tombstone survives flush");
+}
+
+#[test]
+fn batches_are_atomic_and_numbered() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    let before = db.latest_sequence();
+    let mut b = WriteBatch::new();
+    b.put(b"a", b"1").put(b"b", b"2").delete(b"a");
+    db.write(b, &WriteOptions::synced()).unwrap();
+    assert_eq!(db.latest_sequence(), before + 3);
+    assert_eq!(db.get(b"a").unwrap(), None);
+    assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    db.write(WriteBatch::new(), &WriteOptions::default()).unwrap();
+    assert_eq!(db.latest_sequence(), before + 3, "an empty batch takes no sequence number");
+}
+
+#[test]
+fn data_and_sequence_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seq;
+    {
+        let db = Db::open(dir.path(), small()).unwrap();
+        for i in 0..5000u32 {
+            db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+        }
+        for i in (0..5000u32).step_by(3) {
+            db.delete(format!("key{i:05}")).unwrap();
+        }
+        seq = db.latest_sequence();
+        assert!(db.num_files_at_level(0) > 1, "small buffers produce many L0 tables");
+    }
+    for _ in 0..2 {
+        let db = Db::open(dir.path(), small()).unwrap();
+        assert_eq!(db.latest_sequence(), seq);
+        for i in 0..5000u32 {
+            let want = (i % 3 != 0).then(|| format!("value{i}").into_bytes());
+            assert_eq!(db.get(format!("key{i:05}")).unwrap().map(|b| b.to_vec()), want, "key {i}");
+        }
+        assert_eq!(db.prefix(b"key").count(), 5000 - 1667);
+        db.put(b"after-reopen", b"x").unwrap();
+        assert_eq!(db.latest_sequence(), seq + 1);
+        seq += 1;
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn snapshots_see_a_frozen_view_across_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    for i in 0..100u32 {
+        db.put(format!("k{i:03}"), b"old").unwrap();
+    }
+    let snap = db.snapshot();
+    for i in 0..100u32 {
+        if i % 2 == 0 {
+            db.put(format!("k{i:03}"), b"new").unwrap();
+        } else {
+            db.delete(format!("k{i:03}")).unwrap();
+        }
+    }
+    db.put(b"k999", b"added later").unwrap();
+    db.flush().unwrap();
+    let at = ReadOptions::new().snapshot(&snap);
+    for i in 0..100u32 {
+        assert_eq!(db.get_with(format!("k{i:03}"), &at).unwrap().as_deref(), Some(&b"old"[..]));
+    }
+    assert_eq!(db.get_with(b"k999", &at).unwrap(), None);
+    let old: Vec<_> = db.range_with::<&[u8], _>(.., &at).map(|r| r.unwrap()).collect();
+    assert_eq!(old.len(), 100);
+    assert!(old.iter().all(|(_, v)| v == "old"));
+    assert_eq!(db.range::<&[u8], _>(..).count(), 51);
+}
+
+#[test]
+fn cursor_seeks_and_changes_direction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    for k in ["b", "d", "f", "h"] {
+        db.put(k, k.to_uppercase()).unwrap();
+    }
+    db.flush().unwrap();
+    db.put(b"d", b"D2").unwrap();
+    db.delete(b"f").unwrap();
+    let mut it = db.iter(&ReadOptions::default());
+    it.seek(b"c").unwrap();
+    assert_eq!((it.key(), it.value()), (&b"d"[..], &b"D2"[..]));
+    it.next().unwrap();
+    assert_eq!(it.key(), b"h", "f is deleted");
+    it.prev().unwrap();
+    assert_eq!(it.key(), b"d");
+    it.prev().unwrap();
+    assert_eq!(it.key(), b"b");
+    it.prev().unwrap();
+    assert!(!it.valid());
+    it.seek_for_prev(b"g").unwrap();
+    assert_eq!(it.key(), b"d");
+    it.seek_for_prev(b"d").unwrap();
+    assert_eq!(it.key(), b"d");
+    it.next().unwrap();
+    assert_eq!(it.key(), b"h");
+    it.next().unwrap();
+    assert!(!it.valid());
+    it.seek_to_last().unwrap();
+    assert_eq!(it.key(), b"h");
+    it.seek(b"z").unwrap();
+    assert!(!it.valid());
+    it.status().unwrap();
+}
+
+#[test]
+fn range_and_prefix_from_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    for i in 0..20u32 {
+        db.put(format!("a{i:02}"), b"").unwrap();
+        db.put(format!("b{i:02}"), b"").unwrap();
+    }
+    fn keys(r: impl Iterator<Item = lsm::Result<(lsm::Bytes, lsm::Bytes)>>) -> Vec<String> {
+        r.map(|kv| String::from_utf8(kv.unwrap().0.to_vec()).unwrap()).collect()
+    }
+    assert_eq!(keys(db.prefix(b"b")).len(), 20);
+    assert_eq!(keys(db.range(&b"a05"[..]..&b"a08"[..])), ["a05", "a06", "a07"]);
+    assert_eq!(keys(db.range(&b"a05"[..]..=&b"a08"[..]).rev()), ["a08", "a07", "a06", "a05"]);
+    // Meeting in the middle yields every key exactly once.
+    let mut r = db.prefix(b"a");
+    let mut seen = Vec::new();
+    loop {
+        match (r.next(), r.next_back()) {
+            (None, None) => break,
+            (f, b) => seen.extend(f.into_iter().chain(b).map(|kv| kv.unwrap().0)),
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 20);
+    use std::ops::Bound::{Excluded, Unbounded};
+    let r = db.range::<&[u8], _>((Excluded(&b"b17"[..]), Unbounded));
+    assert_eq!(keys(r), ["b18", "b19"]);
+}
+
+#[test]
+fn concurrent_writers_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000u32 {
+                    let sync = i % 100 == 0;
+                    let mut b = WriteBatch::new();
+                    b.put(format!("t{t}-{i:05}"), format!("{t}:{i}"));
+                    db.write(b, &WriteOptions { sync }).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(db.latest_sequence(), 16_000);
+    assert_eq!(db.range::<&[u8], _>(..).count(), 16_000);
+    for t in 0..8 {
+        assert_eq!(db.get(format!("t{t}-01999")).unwrap().as_deref(), Some(format!("{t}:1999").as_bytes()));
+    }
+}
+
+#[test]
+fn second_open_of_a_directory_is_refused_until_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert!(matches!(Db::open(dir.path(), Options::default()), Err(Error::Locked(_))));
+    let clone = db.clone();
+    db.close().unwrap();
+    assert!(matches!(clone.put(b"x", b"y"), Err(Error::Closed)));
+    assert!(matches!(clone.get(b"x"), Err(Error::Closed)));
+    let again = Db::open(dir.path(), Options::default()).unwrap();
+    drop(again);
+    drop(clone);
+    Db::open(dir.path(), Options::default()).unwrap();
+}
+
+#[test]
+fn open_flags_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    assert!(Db::open(&path, Options::default().create_if_missing(false)).is_err());
+    drop(Db::open(&path, Options::default()).unwrap());
+    assert!(matches!(Db::open(&path, Options::default().error_if_exists(true)), Err(Error::InvalidArgument(_))));
+    drop(Db::open(&path, Options::default().create_if_missing(false)).unwrap());
+}
+
+#[test]
+fn every_codec_round_trips_and_mixes_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let codecs = [lsm::Compression::None, lsm::Compression::Snappy, lsm::Compression::Zstd];
+    for (round, c) in codecs.into_iter().filter(|c| c.is_available()).enumerate() {
+        let db = Db::open(dir.path(), small().compression(c)).unwrap();
+        for i in 0..2000u32 {
+            db.put(format!("r{round}-{i:05}"), format!("value {i} {}", "abc".repeat(10))).unwrap();
+        }
+        db.flush().unwrap();
+        for r in 0..=round {
+            assert_eq!(db.prefix(format!("r{r}-")).count(), 2000, "{c:?} reads round {r}");
+        }
+    }
+}
+
+#[test]
+fn readers_run_while_writers_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("stable{i:04}"), i.to_string()).unwrap();
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                db.put(format!("churn{}", i % 5000), vec![b'x'; 100]).unwrap();
+                i += 1;
+            }
+        })
+    };
+    for round in 0..30 {
+        let n = db.prefix(b"stable").filter(|kv| kv.is_ok()).count();
+        assert_eq!(n, 1000, "round {round}");
+        assert_eq!(db.get(b"stable0500").unwrap().as_deref(), Some(&b"500"[..]));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(db.num_files_at_level(0) > 0);
+}

@@ -1,0 +1,239 @@
+//! Model-based test: random operations against the engine and against a `BTreeMap`, with small
+//! memtables so flushes and many L0 tables happen, snapshots, cursors in both directions and
+//! reopens. Every read must agree with the model.
+//!
+//! `PROPTEST_CASES` scales the number of cases (default 48).
+
+use std::collections::BTreeMap;
+
+use lsm::{Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOptions};
+use proptest::prelude::*;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Debug, Clone)]
+enum CursorOp {
+    First,
+    Last,
+    Seek(Vec<u8>),
+    SeekForPrev(Vec<u8>),
+    Next,
+    Prev,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>),
+    Get(Vec<u8>),
+    Scan { reverse: bool },
+    Range(Vec<u8>, Vec<u8>, bool),
+    Cursor(Vec<CursorOp>),
+    TakeSnapshot,
+    ReadSnapshot(usize, Vec<u8>),
+    ScanSnapshot(usize),
+    Flush,
+    Reopen,
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        8 => (0u8..40).prop_map(|i| format!("k{i:02}").into_bytes()),
+        1 => Just(Vec::new()),
+        1 => proptest::collection::vec(any::<u8>(), 1..4),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => proptest::collection::vec(any::<u8>(), 0..40),
+        1 => (0usize..3000).prop_map(|n| vec![b'x'; n]),
+    ]
+}
+
+fn cursor_op() -> impl Strategy<Value = CursorOp> {
+    prop_oneof![
+        1 => Just(CursorOp::First),
+        1 => Just(CursorOp::Last),
+        2 => key().prop_map(CursorOp::Seek),
+        2 => key().prop_map(CursorOp::SeekForPrev),
+        4 => Just(CursorOp::Next),
+        4 => Just(CursorOp::Prev),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        20 => (key(), value()).prop_map(|(k, v)| Op::Put(k, v)),
+        6 => key().prop_map(Op::Delete),
+        4 => proptest::collection::vec((key(), proptest::option::of(value())), 0..8).prop_map(Op::Batch),
+        8 => key().prop_map(Op::Get),
+        2 => any::<bool>().prop_map(|reverse| Op::Scan { reverse }),
+        2 => (key(), key(), any::<bool>()).prop_map(|(a, b, r)| Op::Range(a, b, r)),
+        4 => proptest::collection::vec(cursor_op(), 1..12).prop_map(Op::Cursor),
+        2 => Just(Op::TakeSnapshot),
+        3 => (any::<usize>(), key()).prop_map(|(i, k)| Op::ReadSnapshot(i, k)),
+        1 => any::<usize>().prop_map(Op::ScanSnapshot),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn options() -> Options {
+    Options::default().write_buffer_size(8 << 10).block_size(256).block_restart_interval(4)
+}
+
+fn scan(db: &Db, opts: &ReadOptions, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let r = db.range_with::<&[u8], _>(.., opts);
+    let kv = |x: lsm::Result<(lsm::Bytes, lsm::Bytes)>| {
+        let (k, v) = x.unwrap();
+        (k.to_vec(), v.to_vec())
+    };
+    if reverse {
+        r.rev().map(kv).collect()
+    } else {
+        r.map(kv).collect()
+    }
+}
+
+fn model_scan(m: &Model, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let v: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if reverse {
+        v.into_iter().rev().collect()
+    } else {
+        v
+    }
+}
+
+fn check_cursor(db: &Db, model: &Model, ops: &[CursorOp]) {
+    let mut it = db.iter(&ReadOptions::default());
+    let mut pos: Option<Vec<u8>> = None;
+    for op in ops {
+        match op {
+            CursorOp::First => {
+                it.seek_to_first().unwrap();
+                pos = model.keys().next().cloned();
+            }
+            CursorOp::Last => {
+                it.seek_to_last().unwrap();
+                pos = model.keys().next_back().cloned();
+            }
+            CursorOp::Seek(k) => {
+                it.seek(k).unwrap();
+                pos = model.range(k.clone()..).next().map(|(k, _)| k.clone());
+            }
+            CursorOp::SeekForPrev(k) => {
+                it.seek_for_prev(k).unwrap();
+                pos = model.range(..=k.clone()).next_back().map(|(k, _)| k.clone());
+            }
+            CursorOp::Next => {
+                it.next().unwrap();
+                if let Some(p) = &pos {
+                    use std::ops::Bound::{Excluded, Unbounded};
+                    pos = model.range::<Vec<u8>, _>((Excluded(p.clone()), Unbounded)).next().map(|(k, _)| k.clone());
+                }
+            }
+            CursorOp::Prev => {
+                it.prev().unwrap();
+                if let Some(p) = &pos {
+                    pos = model.range(..p.clone()).next_back().map(|(k, _)| k.clone());
+                }
+            }
+        }
+        assert_eq!(it.valid(), pos.is_some(), "after {op:?} (ops {ops:?})");
+        if let Some(p) = &pos {
+            assert_eq!(it.key(), p.as_slice(), "after {op:?} (ops {ops:?})");
+            assert_eq!(it.value(), model[p].as_slice());
+        }
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Db::open(dir.path(), options()).unwrap();
+    let mut model = Model::new();
+    let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            Op::Delete(k) => {
+                db.delete(&k).unwrap();
+                model.remove(&k);
+            }
+            Op::Batch(entries) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in entries {
+                    match v {
+                        Some(v) => {
+                            b.put(&k, &v);
+                            model.insert(k, v);
+                        }
+                        None => {
+                            b.delete(&k);
+                            model.remove(&k);
+                        }
+                    }
+                }
+                db.write(b, &WriteOptions::default()).unwrap();
+            }
+            Op::Get(k) => assert_eq!(db.get(&k).unwrap().map(|b| b.to_vec()), model.get(&k).cloned(), "get {k:?}"),
+            Op::Scan { reverse } => {
+                assert_eq!(scan(&db, &ReadOptions::default(), reverse), model_scan(&model, reverse))
+            }
+            Op::Range(a, b, reverse) => {
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                let got: Vec<Vec<u8>> = if reverse {
+                    db.range(lo.clone()..hi.clone()).rev().map(|kv| kv.unwrap().0.to_vec()).collect()
+                } else {
+                    db.range(lo.clone()..hi.clone()).map(|kv| kv.unwrap().0.to_vec()).collect()
+                };
+                let mut want: Vec<Vec<u8>> = model.range(lo..hi).map(|(k, _)| k.clone()).collect();
+                if reverse {
+                    want.reverse();
+                }
+                assert_eq!(got, want);
+            }
+            Op::Cursor(ops) => check_cursor(&db, &model, &ops),
+            Op::TakeSnapshot => snaps.push((db.snapshot(), model.clone())),
+            Op::ReadSnapshot(i, k) => {
+                if let Some((s, m)) = (!snaps.is_empty()).then(|| &snaps[i % snaps.len()]) {
+                    let got = db.get_with(&k, &ReadOptions::new().snapshot(s)).unwrap();
+                    assert_eq!(got.map(|b| b.to_vec()), m.get(&k).cloned(), "snapshot read {k:?}");
+                }
+            }
+            Op::ScanSnapshot(i) => {
+                if let Some((s, m)) = (!snaps.is_empty()).then(|| &snaps[i % snaps.len()]) {
+                    assert_eq!(scan(&db, &ReadOptions::new().snapshot(s), i % 2 == 0), model_scan(m, i % 2 == 0));
+                }
+            }
+            Op::Flush => db.flush().unwrap(),
+            Op::Reopen => {
+                snaps.clear();
+                drop(db);
+                db = Db::open(dir.path(), options()).unwrap();
+            }
+        }
+    }
+    assert_eq!(scan(&db, &ReadOptions::default(), false), model_scan(&model, false));
+    snaps.clear();
+    drop(db);
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_eq!(scan(&db, &ReadOptions::default(), true), model_scan(&model, true), "after final reopen");
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_btreemap_model(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops);
+    }
+}
