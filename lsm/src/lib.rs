@@ -29,7 +29,9 @@
 //! The on-disk formats are described in `FORMAT.md` next to this crate's `Cargo.toml`.
 
 pub mod batch;
+pub mod cache;
 mod coding;
+pub mod compaction;
 mod db;
 mod error;
 pub mod filename;
@@ -44,7 +46,8 @@ pub mod wal;
 
 pub use batch::WriteBatch;
 pub use bytes::Bytes;
-pub use db::Db;
+pub use compaction::{CompactionFilter, Decision};
+pub use db::{Db, LevelStats, LiveFile, Stats};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
 pub use options::{Compression, Options, ReadOptions, SyncMode, WalRecoveryMode, WriteOptions};

@@ -1,5 +1,8 @@
 //! Options for opening a database, reading and writing.
 
+use std::sync::Arc;
+
+use crate::compaction::CompactionFilter;
 use crate::snapshot::Snapshot;
 
 /// Block compression codec.
@@ -95,6 +98,27 @@ pub struct Options {
     pub(crate) sync_mode: SyncMode,
     pub(crate) wal_recovery_mode: WalRecoveryMode,
     pub(crate) max_manifest_file_size: u64,
+    pub(crate) level0_file_num_compaction_trigger: usize,
+    pub(crate) level0_slowdown_writes_trigger: usize,
+    pub(crate) level0_stop_writes_trigger: usize,
+    pub(crate) max_bytes_for_level_base: u64,
+    pub(crate) max_bytes_for_level_multiplier: u64,
+    pub(crate) target_file_size_base: u64,
+    pub(crate) max_background_compactions: usize,
+    pub(crate) disable_auto_compactions: bool,
+    pub(crate) block_cache_size: usize,
+    pub(crate) max_open_files: usize,
+    pub(crate) compaction_filter: Option<FilterHandle>,
+}
+
+/// A user compaction filter, shared by every compaction.
+#[derive(Clone)]
+pub(crate) struct FilterHandle(pub(crate) Arc<dyn CompactionFilter>);
+
+impl std::fmt::Debug for FilterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompactionFilter({})", self.0.name())
+    }
 }
 
 impl Default for Options {
@@ -113,6 +137,17 @@ impl Default for Options {
             sync_mode: SyncMode::EverySec,
             wal_recovery_mode: WalRecoveryMode::TolerateCorruptedTail,
             max_manifest_file_size: 64 << 20,
+            level0_file_num_compaction_trigger: 4,
+            level0_slowdown_writes_trigger: 20,
+            level0_stop_writes_trigger: 36,
+            max_bytes_for_level_base: 256 << 20,
+            max_bytes_for_level_multiplier: 10,
+            target_file_size_base: 64 << 20,
+            max_background_compactions: 1,
+            disable_auto_compactions: false,
+            block_cache_size: 64 << 20,
+            max_open_files: 1000,
+            compaction_filter: None,
         }
     }
 }
@@ -188,6 +223,74 @@ impl Options {
     #[must_use]
     pub fn max_manifest_file_size(mut self, bytes: u64) -> Self {
         self.max_manifest_file_size = bytes.max(1024);
+        self
+    }
+
+    /// L0 tables that trigger an L0→L1 compaction (default 4).
+    #[must_use]
+    pub fn level0_file_num_compaction_trigger(mut self, n: usize) -> Self {
+        self.level0_file_num_compaction_trigger = n.max(1);
+        self
+    }
+    /// L0 tables at which each write group is delayed by 1 ms (default 20).
+    #[must_use]
+    pub fn level0_slowdown_writes_trigger(mut self, n: usize) -> Self {
+        self.level0_slowdown_writes_trigger = n.max(1);
+        self
+    }
+    /// L0 tables at which writes wait for compaction (default 36).
+    #[must_use]
+    pub fn level0_stop_writes_trigger(mut self, n: usize) -> Self {
+        self.level0_stop_writes_trigger = n.max(2);
+        self
+    }
+    /// Target size of L1; each deeper level is `max_bytes_for_level_multiplier` times bigger
+    /// (default 256 MiB).
+    #[must_use]
+    pub fn max_bytes_for_level_base(mut self, bytes: u64) -> Self {
+        self.max_bytes_for_level_base = bytes.max(4096);
+        self
+    }
+    /// Size ratio between adjacent levels (default 10).
+    #[must_use]
+    pub fn max_bytes_for_level_multiplier(mut self, m: u64) -> Self {
+        self.max_bytes_for_level_multiplier = m.max(2);
+        self
+    }
+    /// Size at which compaction starts a new output table (default 64 MiB).
+    #[must_use]
+    pub fn target_file_size_base(mut self, bytes: u64) -> Self {
+        self.target_file_size_base = bytes.max(1024);
+        self
+    }
+    /// Background compaction threads (default 1; a flush thread runs beside them).
+    #[must_use]
+    pub fn max_background_compactions(mut self, n: usize) -> Self {
+        self.max_background_compactions = n.max(1);
+        self
+    }
+    /// Turn off background compaction; `compact_range` still works (default `false`).
+    #[must_use]
+    pub fn disable_auto_compactions(mut self, v: bool) -> Self {
+        self.disable_auto_compactions = v;
+        self
+    }
+    /// Bytes of decompressed blocks kept in the block cache (default 64 MiB).
+    #[must_use]
+    pub fn block_cache_size(mut self, bytes: usize) -> Self {
+        self.block_cache_size = bytes;
+        self
+    }
+    /// Tables kept open (memory-mapped with index and filter loaded) at once (default 1000).
+    #[must_use]
+    pub fn max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n.max(1);
+        self
+    }
+    /// A filter every compaction runs over the newest version of each key (default none).
+    #[must_use]
+    pub fn compaction_filter(mut self, filter: Arc<dyn CompactionFilter>) -> Self {
+        self.compaction_filter = Some(FilterHandle(filter));
         self
     }
 

@@ -1,6 +1,7 @@
 //! Model-based test: random operations against the engine and against a `BTreeMap`, with small
-//! memtables so flushes and many L0 tables happen, snapshots, cursors in both directions and
-//! reopens. Every read must agree with the model.
+//! memtables and level targets so flushes and compactions (background and manual) happen while
+//! snapshots are held, cursors in both directions and reopens. Every read must agree with the
+//! model.
 //!
 //! `PROPTEST_CASES` scales the number of cases (default 48).
 
@@ -34,6 +35,7 @@ enum Op {
     ReadSnapshot(usize, Vec<u8>),
     ScanSnapshot(usize),
     Flush,
+    Compact(Option<(Vec<u8>, Vec<u8>)>),
     Reopen,
 }
 
@@ -76,12 +78,22 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), key()).prop_map(|(i, k)| Op::ReadSnapshot(i, k)),
         1 => any::<usize>().prop_map(Op::ScanSnapshot),
         1 => Just(Op::Flush),
+        1 => proptest::option::of((key(), key())).prop_map(Op::Compact),
         1 => Just(Op::Reopen),
     ]
 }
 
 fn options() -> Options {
-    Options::default().write_buffer_size(8 << 10).block_size(256).block_restart_interval(4)
+    // Tiny memtables, tables and level targets: flushes, L0 compactions and deep levels all
+    // happen within a few hundred operations.
+    Options::default()
+        .write_buffer_size(8 << 10)
+        .block_size(256)
+        .block_restart_interval(4)
+        .level0_file_num_compaction_trigger(2)
+        .max_bytes_for_level_base(16 << 10)
+        .max_bytes_for_level_multiplier(3)
+        .target_file_size_base(4 << 10)
 }
 
 fn scan(db: &Db, opts: &ReadOptions, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -211,6 +223,10 @@ fn run(ops: Vec<Op>) {
                 }
             }
             Op::Flush => db.flush().unwrap(),
+            Op::Compact(range) => match range {
+                Some((a, b)) => db.compact_range(a.clone().min(b.clone())..=a.max(b)).unwrap(),
+                None => db.compact_range::<&[u8], _>(..).unwrap(),
+            },
             Op::Reopen => {
                 snaps.clear();
                 drop(db);

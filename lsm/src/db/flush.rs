@@ -75,8 +75,7 @@ impl DbInner {
             if let Err(e) = self.flush_memtable(&imm) {
                 self.poison(e);
             }
-            let _bg = lock(&self.bg);
-            self.bg_cv.notify_all();
+            self.signal_work();
         }
     }
 

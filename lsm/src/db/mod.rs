@@ -1,8 +1,12 @@
 //! The database: open/recover, reads, writes, iterators, flush and close.
 
+mod compact;
 mod flush;
 mod open;
+mod stats;
 mod write;
+
+pub use stats::{LevelStats, Stats};
 
 use std::fs::File;
 use std::ops::{Bound, RangeBounds};
@@ -14,6 +18,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 
 use crate::batch::WriteBatch;
+use crate::cache::{ReadCounters, TableCache};
 use crate::iter::{BoxedIter, DbIterator, MergingIterator, Range};
 use crate::manifest::{Version, VersionSet};
 use crate::memtable::{Lookup, Memtable};
@@ -42,6 +47,9 @@ struct WalState {
 #[derive(Debug, Default)]
 struct BgState {
     shutdown: bool,
+    /// Bumped whenever a flush or compaction changes the tree, so idle compaction threads
+    /// re-check for work without missing a wake-up.
+    work_gen: u64,
 }
 
 /// Counters kept by the engine.
@@ -50,6 +58,9 @@ struct Counters {
     stall_micros: AtomicU64,
     flushes: AtomicU64,
     bytes_flushed: AtomicU64,
+    compactions: AtomicU64,
+    compaction_bytes_read: AtomicU64,
+    compaction_bytes_written: AtomicU64,
 }
 
 pub(crate) struct DbInner {
@@ -72,6 +83,8 @@ pub(crate) struct DbInner {
     threads: Mutex<Vec<JoinHandle<()>>>,
     lock_file: Mutex<Option<File>>,
     counters: Counters,
+    read_counters: Arc<ReadCounters>,
+    tables: Arc<TableCache>,
 }
 
 impl std::fmt::Debug for DbInner {
@@ -138,6 +151,7 @@ impl Db {
         let (seq, sv) = self.inner.read_view(opts);
         let key = key.as_ref();
         let found = std::iter::once(&sv.mem).chain(sv.imm.iter()).find_map(|m| m.get(key, seq));
+        // (Point lookups always fill the block cache; `fill_cache` matters for scans.)
         let found = match found {
             Some(l) => Some(l),
             None => sv.version.get(key, seq)?,
@@ -183,7 +197,7 @@ impl Db {
             return DbIterator::failed(e);
         }
         let (seq, sv) = self.inner.read_view(opts);
-        new_iterator(sv, seq, opts.snapshot.clone())
+        new_iterator(sv, seq, opts.snapshot.clone(), opts.fill_cache)
     }
 
     /// The entries with keys in `range`, in key order from either end.
@@ -212,8 +226,9 @@ impl Db {
         let open = self.inner.check_open();
         let (seq, sv) = self.inner.read_view(opts);
         let snapshot = opts.snapshot.clone();
+        let fill_cache = opts.fill_cache;
         let make = Box::new(move || match &open {
-            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone()),
+            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fill_cache),
             Err(e) => DbIterator::failed(e.duplicate()),
         });
         Range::new(make, lower, upper)
@@ -233,14 +248,49 @@ impl Db {
         self.inner.flush()
     }
 
+    /// Compacts every table overlapping the user-key `range` down to the bottom level (after a
+    /// flush), dropping everything no reader can see. `..` compacts the whole database.
+    pub fn compact_range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<()> {
+        self.inner.check_writable()?;
+        let bound = |b: Bound<&K>| match b {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref().to_vec()),
+            Bound::Unbounded => None,
+        };
+        let (lo, hi) = (bound(range.start_bound()), bound(range.end_bound()));
+        self.inner.compact_range(lo.as_deref(), hi.as_deref())
+    }
+
     /// Number of tables in `level` (0 = newest).
     pub fn num_files_at_level(&self, level: usize) -> usize {
         lock(&self.inner.versions).current().levels.get(level).map_or(0, Vec::len)
     }
 
-    /// Microseconds writers have spent stalled waiting for flushes.
-    pub fn stall_micros(&self) -> u64 {
-        self.inner.counters.stall_micros.load(Ordering::Relaxed)
+    /// Every live table, L0 first (newest first), then each level in key order.
+    pub fn live_files(&self) -> Vec<LiveFile> {
+        let v = self.inner.super_version().version.clone();
+        v.files()
+            .map(|(level, f)| LiveFile {
+                level,
+                number: f.number,
+                size: f.size,
+                smallest_key: crate::key::user_key(&f.smallest).to_vec(),
+                largest_key: crate::key::user_key(&f.largest).to_vec(),
+                smallest_seq: f.smallest_seq,
+                largest_seq: f.largest_seq,
+                entries: f.num_entries,
+            })
+            .collect()
+    }
+
+    /// The engine's counters and level shape.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// A named property: `lsm.stats` (human-readable summary), `lsm.levelstats`,
+    /// `lsm.num-files-at-level<N>`, `lsm.estimate-live-data-size`, `lsm.num-immutable-mem-table`.
+    pub fn property(&self, name: &str) -> Option<String> {
+        self.inner.property(name)
     }
 
     /// Closes the database for every clone: stops background work, writes and syncs the WAL,
@@ -248,6 +298,27 @@ impl Db {
     pub fn close(self) -> Result<()> {
         self.inner.shutdown()
     }
+}
+
+/// A live table, as [`Db::live_files`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveFile {
+    /// Level (0 = newest, overlapping).
+    pub level: usize,
+    /// File number (`NNNNNN.sst`).
+    pub number: u64,
+    /// Bytes on disk.
+    pub size: u64,
+    /// Smallest user key.
+    pub smallest_key: Vec<u8>,
+    /// Largest user key.
+    pub largest_key: Vec<u8>,
+    /// Smallest sequence number.
+    pub smallest_seq: u64,
+    /// Largest sequence number.
+    pub largest_seq: u64,
+    /// Entries (all versions and tombstones).
+    pub entries: u64,
 }
 
 /// The smallest key greater than every key starting with `p`, if one exists.
@@ -258,13 +329,13 @@ fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
     Some(end)
 }
 
-fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>) -> DbIterator {
+fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fill_cache: bool) -> DbIterator {
     let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
     children.push(Box::new(sv.mem.iter()));
     for m in &sv.imm {
         children.push(Box::new(m.iter()));
     }
-    if let Err(e) = sv.version.iterators(&mut children) {
+    if let Err(e) = sv.version.iterators(&mut children, fill_cache) {
         return DbIterator::failed(e);
     }
     DbIterator::new(MergingIterator::new(children), seq, sv, snapshot)

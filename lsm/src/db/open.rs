@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use super::flush::build_table;
 use super::{BgState, Counters, DbInner, SuperVersion, WalState};
 use crate::batch::WriteBatch;
+use crate::cache::{BlockCache, ReadCounters, TableCache};
 use crate::filename::{self, FileKind};
 use crate::manifest::{VersionEdit, VersionSet};
 use crate::memtable::Memtable;
@@ -32,6 +33,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
         Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
     }
+    let read_counters = Arc::new(ReadCounters::default());
+    let block_cache = Arc::new(BlockCache::new(opts.block_cache_size, Arc::clone(&read_counters)));
+    let tables = Arc::new(TableCache::new(dir.to_path_buf(), opts.max_open_files, block_cache));
     let exists = dir.join("CURRENT").exists();
     let mut versions = if exists {
         if opts.error_if_exists {
@@ -40,12 +44,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
                 dir.display()
             )));
         }
-        VersionSet::recover(dir, opts.max_manifest_file_size)?
+        VersionSet::recover(dir, opts.max_manifest_file_size, Some(Arc::clone(&tables)))?
     } else {
         if !opts.create_if_missing {
             return Err(Error::InvalidArgument(format!("no database in {} (create_if_missing is off)", dir.display())));
         }
-        VersionSet::new(dir, opts.max_manifest_file_size)
+        VersionSet::new(dir, opts.max_manifest_file_size, Some(Arc::clone(&tables)))
     };
 
     let files = filename::list(dir)?;
@@ -114,11 +118,23 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         threads: Mutex::new(Vec::new()),
         lock_file: Mutex::new(Some(lock_file)),
         counters: Counters::default(),
+        read_counters,
+        tables,
         opts,
     });
     let mut threads = Vec::new();
     let flusher = Arc::clone(&inner);
     threads.push(std::thread::Builder::new().name("lsm-flush".into()).spawn(move || flusher.flush_loop())?);
+    if !inner.opts.disable_auto_compactions {
+        for i in 0..inner.opts.max_background_compactions {
+            let compactor = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("lsm-compact-{i}"))
+                    .spawn(move || compactor.compaction_loop())?,
+            );
+        }
+    }
     if inner.opts.sync_mode == SyncMode::EverySec {
         let syncer = Arc::clone(&inner);
         threads.push(std::thread::Builder::new().name("lsm-wal-sync".into()).spawn(move || syncer.sync_loop())?);

@@ -129,14 +129,41 @@ impl DbInner {
     /// memtables wait for flushing). With `force`, rotates any non-empty memtable.
     pub(super) fn make_room(&self, w: &mut WalState, force: bool) -> Result<()> {
         let mut stalled_since: Option<Instant> = None;
+        let mut slowed_down = false;
+        let compacting = !self.opts.disable_auto_compactions;
         let result = loop {
             if let Err(e) = self.check_writable() {
                 break Err(e);
             }
-            let (mem_size, mem_empty, imm_count) = {
+            let (mem_size, mem_empty, imm_count, l0) = {
                 let sv = self.super_version();
-                (sv.mem.approximate_size(), sv.mem.is_empty(), sv.imm.len())
+                (sv.mem.approximate_size(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
             };
+            if compacting
+                && l0 >= self.opts.level0_slowdown_writes_trigger
+                && l0 < self.opts.level0_stop_writes_trigger
+                && !slowed_down
+            {
+                // Too many L0 tables: give compaction a millisecond of head start, once per group.
+                slowed_down = true;
+                stalled_since.get_or_insert_with(Instant::now);
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            if compacting && l0 >= self.opts.level0_stop_writes_trigger {
+                if stalled_since.is_none() {
+                    stalled_since = Some(Instant::now());
+                    tracing::warn!(target: "lsm::write", l0, "write stop: too many L0 tables, waiting for compaction");
+                }
+                let bg = lock(&self.bg);
+                if bg.shutdown {
+                    break Err(Error::Closed);
+                }
+                if self.super_version().version.num_files(0) >= self.opts.level0_stop_writes_trigger {
+                    let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(100));
+                }
+                continue;
+            }
             if mem_empty || (!force && mem_size < self.opts.write_buffer_size) {
                 break Ok(());
             }
@@ -182,8 +209,7 @@ impl DbInner {
             super::SuperVersion { mem: Arc::new(Memtable::new(number)), imm, version: Arc::clone(&sv.version) }
         });
         tracing::debug!(target: "lsm::wal", wal = number, "memtable frozen, new WAL started");
-        let _bg = lock(&self.bg);
-        self.bg_cv.notify_all();
+        self.signal_work();
         Ok(())
     }
 

@@ -5,10 +5,12 @@
 //! [`Range`] adapts that cursor to `Iterator + DoubleEndedIterator` at the edge.
 
 mod db_iter;
+mod level;
 mod merge;
 mod range;
 
 pub use db_iter::DbIterator;
+pub use level::LevelIter;
 pub(crate) use merge::MergingIterator;
 pub use range::Range;
 

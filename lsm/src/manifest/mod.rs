@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub use edit::{NewFile, VersionEdit, NUM_LEVELS};
 pub use version::{FileMeta, Version};
 
+use crate::cache::TableCache;
 use crate::filename::{self, sync_dir};
 use crate::wal::{LogReader, LogWriter};
 use crate::{Error, Result};
@@ -28,12 +29,20 @@ pub struct VersionSet {
     log_number: u64,
     manifest: Option<LogWriter>,
     max_manifest_size: u64,
+    tables: Option<Arc<TableCache>>,
+    /// Per level, the largest key of the last table compacted from it (round robin).
+    pub(crate) compact_pointers: Vec<Vec<u8>>,
+    /// Tables inputs of a running compaction.
+    pub(crate) busy: std::collections::HashSet<u64>,
 }
 
 impl VersionSet {
     /// An empty set for a new database (nothing written yet; call [`Self::write_new_manifest`]).
-    pub fn new(dir: &Path, max_manifest_size: u64) -> Self {
+    pub fn new(dir: &Path, max_manifest_size: u64, tables: Option<Arc<TableCache>>) -> Self {
         VersionSet {
+            tables,
+            compact_pointers: vec![Vec::new(); NUM_LEVELS],
+            busy: Default::default(),
             dir: dir.to_path_buf(),
             current: Arc::new(Version::default()),
             next_file_number: 2,
@@ -45,7 +54,7 @@ impl VersionSet {
     }
 
     /// Reads `CURRENT` and replays the manifest it names.
-    pub fn recover(dir: &Path, max_manifest_size: u64) -> Result<Self> {
+    pub fn recover(dir: &Path, max_manifest_size: u64, tables: Option<Arc<TableCache>>) -> Result<Self> {
         let current_path = dir.join("CURRENT");
         let name = std::fs::read_to_string(&current_path)?;
         let name = name.strip_suffix('\n').unwrap_or(&name);
@@ -54,7 +63,7 @@ impl VersionSet {
         };
         let path = dir.join(name);
         let data = std::fs::read(&path)?;
-        let mut set = VersionSet::new(dir, max_manifest_size);
+        let mut set = VersionSet::new(dir, max_manifest_size, tables);
         let mut version = Version::default();
         let mut reader = LogReader::new(&data);
         let (mut saw_next, mut saw_log) = (false, false);
@@ -64,7 +73,8 @@ impl VersionSet {
             saw_next |= edit.next_file_number.is_some();
             saw_log |= edit.log_number.is_some();
             set.absorb(&edit);
-            apply(&mut version, &edit, dir).map_err(|reason| Error::corruption(&path, rec.offset, reason))?;
+            apply(&mut version, &edit, dir, &set.tables)
+                .map_err(|reason| Error::corruption(&path, rec.offset, reason))?;
         }
         if let Some(d) = reader.damage() {
             if d.valid_data_after {
@@ -130,22 +140,36 @@ impl VersionSet {
             edit.last_sequence = Some(s.max(self.last_sequence));
         }
         let mut version = (*self.current).clone();
-        apply(&mut version, &edit, &self.dir).map_err(Error::InvalidArgument)?;
+        apply(&mut version, &edit, &self.dir, &self.tables).map_err(Error::InvalidArgument)?;
         version.sort_levels();
+        // Tables deleted by this edit (and not moved to another level) go once unreferenced.
+        let obsolete: Vec<Arc<FileMeta>> = self
+            .current
+            .files()
+            .filter(|(_, f)| {
+                edit.deleted.iter().any(|&(_, n)| n == f.number)
+                    && !edit.added.iter().any(|(_, a)| a.number == f.number)
+            })
+            .map(|(_, f)| Arc::clone(f))
+            .collect();
         let too_big = self.manifest.as_ref().is_none_or(|m| m.size() >= self.max_manifest_size);
-        if too_big {
-            self.absorb(&edit);
-            self.current = Arc::new(version);
-            return self.write_new_manifest();
-        }
         if !edit.added.is_empty() {
             // New tables' directory entries must be durable before the manifest names them.
             sync_dir(&self.dir)?;
         }
-        let m = self.manifest.as_mut().ok_or(Error::Closed)?;
-        m.append(&edit.encode(), true)?;
-        self.absorb(&edit);
-        self.current = Arc::new(version);
+        if too_big {
+            self.absorb(&edit);
+            self.current = Arc::new(version);
+            self.write_new_manifest()?;
+        } else {
+            let m = self.manifest.as_mut().ok_or(Error::Closed)?;
+            m.append(&edit.encode(), true)?;
+            self.absorb(&edit);
+            self.current = Arc::new(version);
+        }
+        for f in obsolete {
+            f.mark_obsolete();
+        }
         Ok(())
     }
 
@@ -180,20 +204,22 @@ impl VersionSet {
 }
 
 /// Applies `edit` to `v` (unsorted). Errors describe an edit that does not fit the version.
-fn apply(v: &mut Version, edit: &VersionEdit, dir: &Path) -> Result<(), String> {
+fn apply(v: &mut Version, edit: &VersionEdit, dir: &Path, tables: &Option<Arc<TableCache>>) -> Result<(), String> {
+    let mut moved = std::collections::HashMap::new();
     for &(level, number) in &edit.deleted {
         let files = &mut v.levels[level];
-        let before = files.len();
-        files.retain(|f| f.number != number);
-        if files.len() == before {
+        let Some(i) = files.iter().position(|f| f.number == number) else {
             return Err(format!("edit deletes table {number} which is not in level {level}"));
-        }
+        };
+        moved.insert(number, files.remove(i));
     }
     for (level, f) in &edit.added {
         if v.files().any(|(_, g)| g.number == f.number) {
             return Err(format!("edit adds table {} twice", f.number));
         }
-        v.levels[*level].push(Arc::new(FileMeta::new(dir, f)));
+        // A table moved between levels keeps its shared metadata (and its open handle).
+        let meta = moved.remove(&f.number).unwrap_or_else(|| Arc::new(FileMeta::new(dir, f, tables.clone())));
+        v.levels[*level].push(meta);
     }
     Ok(())
 }
@@ -232,7 +258,7 @@ mod tests {
     #[test]
     fn edits_survive_recovery_and_rotation() {
         let dir = tempfile::tempdir().unwrap();
-        let mut set = VersionSet::new(dir.path(), 1024);
+        let mut set = VersionSet::new(dir.path(), 1024, None);
         set.write_new_manifest().unwrap();
         for i in 0..50u64 {
             let n = set.new_file_number();
@@ -246,7 +272,7 @@ mod tests {
             set.log_and_apply(e).unwrap();
         }
         let live: Vec<u64> = set.current().levels[0].iter().map(|f| f.number).collect();
-        let recovered = VersionSet::recover(dir.path(), 1024).unwrap();
+        let recovered = VersionSet::recover(dir.path(), 1024, None).unwrap();
         assert_eq!(recovered.current().levels[0].iter().map(|f| f.number).collect::<Vec<_>>(), live);
         assert_eq!(recovered.last_sequence(), 490);
         assert!(recovered.next_file_number > *live.iter().max().unwrap());
@@ -262,7 +288,7 @@ mod tests {
     #[test]
     fn torn_manifest_tail_is_ignored_but_damage_inside_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let mut set = VersionSet::new(dir.path(), 1 << 30);
+        let mut set = VersionSet::new(dir.path(), 1 << 30, None);
         set.write_new_manifest().unwrap();
         for _ in 0..3 {
             let n = set.new_file_number();
@@ -271,7 +297,7 @@ mod tests {
         let path = filename::manifest_path(dir.path(), set.manifest_number().unwrap());
         let data = std::fs::read(&path).unwrap();
         std::fs::write(&path, &data[..data.len() - 3]).unwrap();
-        assert_eq!(VersionSet::recover(dir.path(), 1 << 30).unwrap().current().num_files(0), 2);
+        assert_eq!(VersionSet::recover(dir.path(), 1 << 30, None).unwrap().current().num_files(0), 2);
         let mut bad = data.clone();
         bad[10] ^= 1;
         bad.resize(40 * 1024, 0); // the damaged first record is followed by a good block
@@ -283,13 +309,13 @@ mod tests {
         bad.truncate(32 * 1024);
         bad.extend_from_slice(&w);
         std::fs::write(&path, &bad).unwrap();
-        assert!(VersionSet::recover(dir.path(), 1 << 30).unwrap_err().is_corruption());
+        assert!(VersionSet::recover(dir.path(), 1 << 30, None).unwrap_err().is_corruption());
     }
 
     #[test]
     fn bad_current_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("CURRENT"), "000001.sst\n").unwrap();
-        assert!(VersionSet::recover(dir.path(), 1024).unwrap_err().is_corruption());
+        assert!(VersionSet::recover(dir.path(), 1024, None).unwrap_err().is_corruption());
     }
 }

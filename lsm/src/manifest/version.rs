@@ -1,9 +1,11 @@
 //! A `Version`: the immutable set of live tables, level by level.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::edit::{NewFile, NUM_LEVELS};
+use crate::cache::TableCache;
 use crate::iter::BoxedIter;
 use crate::key;
 use crate::memtable::Lookup;
@@ -28,12 +30,33 @@ pub struct FileMeta {
     /// Entries.
     pub num_entries: u64,
     path: PathBuf,
-    table: OnceLock<Arc<Table>>,
+    tables: Option<Arc<TableCache>>,
+    /// Set once no future version lists this table: the file is deleted when the last version
+    /// (and so the last reader) holding it lets go.
+    obsolete: AtomicBool,
+}
+
+impl Drop for FileMeta {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            if let Some(t) = &self.tables {
+                t.evict(self.number);
+            }
+            match std::fs::remove_file(&self.path) {
+                Ok(()) => {
+                    tracing::debug!(target: "lsm::compaction", file = %self.path.display(), "deleted obsolete table")
+                }
+                Err(e) => {
+                    tracing::warn!(target: "lsm::compaction", file = %self.path.display(), error = %e, "could not delete obsolete table")
+                }
+            }
+        }
+    }
 }
 
 impl FileMeta {
-    /// The metadata of `f`, a table in `dir`.
-    pub fn new(dir: &Path, f: &NewFile) -> FileMeta {
+    /// The metadata of `f`, a table in `dir`, opened through `tables` when given.
+    pub fn new(dir: &Path, f: &NewFile, tables: Option<Arc<TableCache>>) -> FileMeta {
         FileMeta {
             number: f.number,
             size: f.size,
@@ -43,8 +66,14 @@ impl FileMeta {
             largest_seq: f.largest_seq,
             num_entries: f.num_entries,
             path: crate::filename::table_path(dir, f.number),
-            table: OnceLock::new(),
+            tables,
+            obsolete: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the table for deletion once no version holds it.
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
     }
 
     /// The manifest record for this file.
@@ -60,13 +89,12 @@ impl FileMeta {
         }
     }
 
-    /// The open table, opened on first use and kept while the file is live.
+    /// The open table, from the table cache.
     pub fn table(&self) -> Result<Arc<Table>> {
-        if let Some(t) = self.table.get() {
-            return Ok(Arc::clone(t));
+        match &self.tables {
+            Some(t) => t.get(self.number),
+            None => Table::open(&self.path),
         }
-        let t = Table::open(&self.path)?;
-        Ok(Arc::clone(self.table.get_or_init(|| t)))
     }
 
     /// True if `user_key` lies within this file's key range.
@@ -108,7 +136,7 @@ impl Version {
             }
         }
         for level in &self.levels[1..] {
-            // First file whose largest key is >= user_key.
+            // First file whose largest key is >= user_key (files in a level never share a user key).
             let i = level.partition_point(|f| key::user_key(&f.largest) < user_key);
             if let Some(f) = level.get(i) {
                 if f.covers(user_key) {
@@ -121,10 +149,15 @@ impl Version {
         Ok(None)
     }
 
-    /// One cursor per table, newest first.
-    pub fn iterators(&self, out: &mut Vec<BoxedIter>) -> Result<()> {
-        for (_, f) in self.files() {
-            out.push(Box::new(f.table()?.iter()));
+    /// One cursor per L0 table (newest first), then one concatenating cursor per deeper level.
+    pub fn iterators(&self, out: &mut Vec<BoxedIter>, fill_cache: bool) -> Result<()> {
+        for f in &self.levels[0] {
+            out.push(Box::new(f.table()?.iter_with(fill_cache)));
+        }
+        for level in &self.levels[1..] {
+            if !level.is_empty() {
+                out.push(Box::new(crate::iter::LevelIter::new(level.clone(), fill_cache)));
+            }
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use super::block::{Block, BlockIter, BlockOrigin};
 use super::bloom;
 use super::format::{read_block, BlockHandle, Footer, TableProperties};
 use super::{META_FILTER, META_PROPERTIES};
+use crate::cache::BlockCache;
 use crate::iter::InternalIterator;
 use crate::key::{self, ValueKind};
 use crate::memtable::Lookup;
@@ -19,14 +20,21 @@ use crate::{Error, Result};
 pub struct Table {
     data: Bytes,
     path: Arc<Path>,
+    number: u64,
     index: Block,
     filter: Option<Bytes>,
     props: TableProperties,
+    cache: Option<Arc<BlockCache>>,
 }
 
 impl Table {
     /// Maps the file at `path` and checks its footer, index, filter and properties.
     pub fn open(path: &Path) -> Result<Arc<Table>> {
+        Self::open_cached(path, 0, None)
+    }
+
+    /// [`Table::open`] for table `number`, reading compressed blocks through `cache`.
+    pub fn open_cached(path: &Path, number: u64, cache: Option<Arc<BlockCache>>) -> Result<Arc<Table>> {
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         if len < super::format::FOOTER_LEN as u64 {
@@ -35,11 +43,15 @@ impl Table {
         // SAFETY: table files are immutable once written and renamed into place; the engine never
         // writes to or truncates a live table, so the mapping's contents do not change under us.
         let map = unsafe { memmap2::Mmap::map(&file)? };
-        Self::from_bytes(Bytes::from_owner(map), path)
+        Self::load(Bytes::from_owner(map), path, number, cache)
     }
 
     /// Opens a table held in memory (tests and benchmarks).
     pub fn from_bytes(data: Bytes, path: &Path) -> Result<Arc<Table>> {
+        Self::load(data, path, 0, None)
+    }
+
+    fn load(data: Bytes, path: &Path, number: u64, cache: Option<Arc<BlockCache>>) -> Result<Arc<Table>> {
         let footer = Footer::decode(&data, path)?;
         let path: Arc<Path> = Arc::from(path);
         let load = |h: BlockHandle| -> Result<Block> {
@@ -71,7 +83,7 @@ impl Table {
         let props = props.ok_or_else(|| {
             Error::corruption(path.to_path_buf(), footer.metaindex.offset, "table has no properties block")
         })?;
-        Ok(Arc::new(Table { data, path, index, filter, props }))
+        Ok(Arc::new(Table { data, path, number, index, filter, props, cache }))
     }
 
     /// The table's properties.
@@ -96,14 +108,36 @@ impl Table {
 
     /// True unless the bloom filter proves `user_key` is absent.
     pub fn may_contain(&self, key_hash: u64) -> bool {
-        self.filter.as_ref().is_none_or(|f| bloom::may_contain(f, key_hash))
+        let Some(f) = &self.filter else { return true };
+        let maybe = bloom::may_contain(f, key_hash);
+        if let Some(c) = &self.cache {
+            let c = c.counters();
+            c.bloom_checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !maybe {
+                c.bloom_useful.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        maybe
     }
 
-    fn read_data_block(&self, handle_bytes: &[u8]) -> Result<Block> {
+    /// Reads a data block: raw blocks in place from the map, compressed ones through the cache.
+    fn read_data_block(&self, handle_bytes: &[u8], fill_cache: bool) -> Result<Block> {
         let h = BlockHandle::decode(handle_bytes)
             .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "bad block handle in index"))?;
+        let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
+        let codec_at = h.offset.checked_add(h.size).and_then(|e| usize::try_from(e).ok());
+        let compressed = codec_at.and_then(|at| self.data.get(at)).is_some_and(|&c| c != 0);
+        let cache = self.cache.as_ref().filter(|_| compressed);
+        if let Some(cache) = cache {
+            if let Some(b) = cache.get(self.number, h.offset, fill_cache) {
+                return Block::new(b, origin);
+            }
+        }
         let bytes = read_block(&self.data, h, &self.path)?;
-        Block::new(bytes, BlockOrigin { file: Arc::clone(&self.path), offset: h.offset })
+        if let Some(cache) = cache.filter(|_| fill_cache) {
+            cache.insert(self.number, h.offset, bytes.clone());
+        }
+        Block::new(bytes, origin)
     }
 
     /// The newest version of `user_key` with sequence number `<= seq`, if this table has one.
@@ -115,6 +149,7 @@ impl Table {
         let target = key::seek_key(user_key, seq);
         let mut it = self.iter();
         it.seek(&target)?;
+        // (Blocks read by point lookups are cached: a second lookup nearby is likely.)
         if !it.valid() {
             return Ok(None);
         }
@@ -132,7 +167,12 @@ impl Table {
 
     /// A cursor over the whole table.
     pub fn iter(self: &Arc<Self>) -> TableIter {
-        TableIter { index: self.index.iter(), data: None, table: Arc::clone(self) }
+        self.iter_with(true)
+    }
+
+    /// A cursor that caches the compressed blocks it reads only if `fill_cache`.
+    pub fn iter_with(self: &Arc<Self>, fill_cache: bool) -> TableIter {
+        TableIter { index: self.index.iter(), data: None, table: Arc::clone(self), fill_cache }
     }
 }
 
@@ -142,6 +182,7 @@ pub struct TableIter {
     table: Arc<Table>,
     index: BlockIter,
     data: Option<BlockIter>,
+    fill_cache: bool,
 }
 
 impl TableIter {
@@ -153,7 +194,7 @@ impl TableIter {
     fn load_data_block(&mut self) -> Result<()> {
         self.data = None;
         if self.index.valid() {
-            let block = self.table.read_data_block(self.index.value())?;
+            let block = self.table.read_data_block(self.index.value(), self.fill_cache)?;
             self.data = Some(block.iter());
         }
         Ok(())

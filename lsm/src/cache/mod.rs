@@ -1,0 +1,125 @@
+//! Caches: a sharded block cache bounded in bytes, and a table cache bounding open tables.
+
+mod lru;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+pub use lru::Lru;
+
+use crate::sstable::Table;
+use crate::Result;
+
+const SHARDS: usize = 16;
+
+/// Engine-wide read counters, shared by the caches and every open table.
+#[derive(Debug, Default)]
+pub struct ReadCounters {
+    /// Block reads served by the block cache.
+    pub block_cache_hits: AtomicU64,
+    /// Compressed blocks read and decompressed.
+    pub block_cache_misses: AtomicU64,
+    /// Bloom filter probes.
+    pub bloom_checks: AtomicU64,
+    /// Probes that proved a key absent (a table read avoided).
+    pub bloom_useful: AtomicU64,
+}
+
+/// Decompressed blocks keyed by `(file number, block offset)`, in 16 LRU shards bounded in bytes.
+/// Uncompressed blocks are read in place from the memory map and never cached.
+#[derive(Debug)]
+pub struct BlockCache {
+    shards: Vec<Mutex<Lru<(u64, u64), Bytes>>>,
+    counters: Arc<ReadCounters>,
+}
+
+impl BlockCache {
+    /// A cache of about `capacity` bytes.
+    pub fn new(capacity: usize, counters: Arc<ReadCounters>) -> Self {
+        let per = capacity / SHARDS;
+        BlockCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect(), counters }
+    }
+
+    fn shard(&self, key: (u64, u64)) -> &Mutex<Lru<(u64, u64), Bytes>> {
+        let h = xxhash_rust::xxh3::xxh3_64(&[key.0.to_le_bytes(), key.1.to_le_bytes()].concat());
+        &self.shards[(h as usize) % SHARDS]
+    }
+
+    /// The cached block; with `count`, the lookup is counted as a hit or a miss (background
+    /// readers such as compaction pass `false` so the ratio describes user reads).
+    pub fn get(&self, file: u64, offset: u64, count: bool) -> Option<Bytes> {
+        let got = self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).get(&(file, offset));
+        if count {
+            let c = if got.is_some() { &self.counters.block_cache_hits } else { &self.counters.block_cache_misses };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Caches a decompressed block.
+    pub fn insert(&self, file: u64, offset: u64, block: Bytes) {
+        let charge = block.len() + 64;
+        self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).insert((file, offset), block, charge);
+    }
+
+    /// Bytes held.
+    pub fn usage(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
+    }
+
+    /// The counters this cache updates.
+    pub fn counters(&self) -> &Arc<ReadCounters> {
+        &self.counters
+    }
+}
+
+/// Open tables by file number, at most `max_open_files` of them (least recently used closed
+/// first). Each open table holds a memory map, its index block and its bloom filter.
+#[derive(Debug)]
+pub struct TableCache {
+    dir: PathBuf,
+    tables: Mutex<Lru<u64, Arc<Table>>>,
+    block_cache: Arc<BlockCache>,
+}
+
+impl TableCache {
+    /// A cache of tables in `dir`.
+    pub fn new(dir: PathBuf, max_open_files: usize, block_cache: Arc<BlockCache>) -> Self {
+        TableCache { dir, tables: Mutex::new(Lru::new(max_open_files.max(1))), block_cache }
+    }
+
+    /// The open table `number`, opening it if needed.
+    pub fn get(&self, number: u64) -> Result<Arc<Table>> {
+        if let Some(t) = self.tables.lock().unwrap_or_else(|e| e.into_inner()).get(&number) {
+            return Ok(t);
+        }
+        // Opened outside the lock: opening maps the file and reads its index and filter.
+        let path = crate::filename::table_path(&self.dir, number);
+        let t = Table::open_cached(&path, number, Some(Arc::clone(&self.block_cache)))?;
+        self.tables.lock().unwrap_or_else(|e| e.into_inner()).insert(number, Arc::clone(&t), 1);
+        Ok(t)
+    }
+
+    /// Forgets table `number` (its file is being deleted).
+    pub fn evict(&self, number: u64) {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner()).remove(&number);
+    }
+
+    /// Number of open tables.
+    pub fn len(&self) -> usize {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when no table is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The block cache tables read through.
+    pub fn block_cache(&self) -> &Arc<BlockCache> {
+        &self.block_cache
+    }
+}

@@ -1,0 +1,246 @@
+//! Running one compaction: merge the inputs, drop what no reader can see, write new tables.
+//!
+//! What is dropped, for each user key (newest version first):
+//! - a version shadowed by a newer one that every snapshot able to see it would see instead
+//!   (both fall in the same *stripe* between consecutive live snapshots);
+//! - a tombstone visible to every snapshot when no deeper level can hold the key;
+//! - what the user's [`CompactionFilter`] removes (it sees only versions no snapshot can see,
+//!   and a removal becomes a tombstone so older versions below stay hidden).
+//!
+//! Outputs are cut at `target_file_size` and before overlapping more than ten target sizes of
+//! grandparent data, always at a user-key boundary so that no two tables of a level share a key.
+
+use std::borrow::Cow;
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::picker::{Choice, PickerConfig};
+use super::{CompactionFilter, Decision};
+use crate::filename;
+use crate::iter::{BoxedIter, InternalIterator, LevelIter, MergingIterator};
+use crate::key::{self, ValueKind};
+use crate::manifest::{FileMeta, NewFile, Version, VersionEdit, NUM_LEVELS};
+use crate::sstable::{TableBuilder, TableOptions};
+use crate::{Error, Result};
+
+/// What a compaction needs besides its [`Choice`].
+pub(crate) struct JobContext<'a> {
+    pub dir: &'a Path,
+    /// The version the choice was made from.
+    pub version: &'a Version,
+    /// Live snapshot sequence numbers, ascending.
+    pub snapshots: &'a [u64],
+    pub table_opts: TableOptions,
+    pub cfg: &'a PickerConfig,
+    pub filter: Option<&'a dyn CompactionFilter>,
+    pub new_file_number: &'a dyn Fn() -> u64,
+}
+
+/// The outcome of a compaction.
+#[derive(Debug, Default)]
+pub(crate) struct JobResult {
+    pub edit: VersionEdit,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub entries_in: u64,
+    pub entries_dropped: u64,
+}
+
+/// Runs `choice`.
+pub(crate) fn run(choice: &Choice, cx: &JobContext<'_>) -> Result<JobResult> {
+    let mut res = JobResult::default();
+    for f in &choice.inputs {
+        res.edit.deleted.push((choice.level, f.number));
+    }
+    for f in &choice.next_inputs {
+        res.edit.deleted.push((choice.output_level, f.number));
+    }
+    if choice.trivial_move {
+        for f in &choice.inputs {
+            res.edit.added.push((choice.output_level, f.to_new_file()));
+        }
+        return Ok(res);
+    }
+    res.bytes_read = choice.input_bytes();
+    let mut out = Outputs { cx, files: Vec::new(), current: None };
+    let result = merge_into(choice, cx, &mut out, &mut res);
+    if let Err(e) = result {
+        out.abandon();
+        return Err(e);
+    }
+    out.finish_current()?;
+    res.bytes_written = out.files.iter().map(|f| f.size).sum();
+    res.edit.added.extend(out.files.into_iter().map(|f| (choice.output_level, f)));
+    Ok(res)
+}
+
+fn input_iterator(choice: &Choice) -> Result<MergingIterator> {
+    let mut children: Vec<BoxedIter> = Vec::new();
+    if choice.level == 0 {
+        for f in &choice.inputs {
+            children.push(Box::new(f.table()?.iter_with(false)));
+        }
+    } else {
+        children.push(Box::new(LevelIter::new(choice.inputs.clone(), false)));
+    }
+    if !choice.next_inputs.is_empty() {
+        children.push(Box::new(LevelIter::new(choice.next_inputs.clone(), false)));
+    }
+    Ok(MergingIterator::new(children))
+}
+
+fn merge_into(choice: &Choice, cx: &JobContext<'_>, out: &mut Outputs<'_, '_>, res: &mut JobResult) -> Result<()> {
+    let mut it = input_iterator(choice)?;
+    it.seek_to_first()?;
+    let mut grandparents = GrandparentTracker::new(&choice.grandparents, cx.cfg.max_grandparent_overlap());
+    let deeper = Deeper::new(cx.version, choice.output_level);
+    let mut current_key: Option<Vec<u8>> = None;
+    let mut last_stripe: Option<usize> = None;
+    while it.valid() {
+        let ikey = it.key();
+        res.entries_in += 1;
+        let p = key::parse(ikey)
+            .ok_or_else(|| Error::corruption(cx.dir, 0, "malformed internal key in compaction input"))?;
+        if current_key.as_deref() != Some(p.user_key) {
+            let cut = grandparents.should_stop_before(ikey);
+            if out.current_size() >= cx.cfg.target_file_size || cut {
+                out.finish_current()?;
+            }
+            current_key = Some(p.user_key.to_vec());
+            last_stripe = None;
+        }
+        // Snapshots see entries with seq <= their own; the stripe is the first snapshot that can.
+        let stripe = cx.snapshots.partition_point(|&s| s < p.seq);
+        if last_stripe == Some(stripe) {
+            res.entries_dropped += 1;
+            it.next()?;
+            continue;
+        }
+        last_stripe = Some(stripe);
+        let mut kind = p.kind;
+        let mut value = Cow::Borrowed(it.value());
+        if kind == ValueKind::Put && stripe == cx.snapshots.len() {
+            if let Some(f) = cx.filter {
+                match f.filter(choice.output_level, p.user_key, &value) {
+                    Decision::Keep => {}
+                    Decision::Remove => {
+                        kind = ValueKind::Delete;
+                        value = Cow::Borrowed(&[]);
+                    }
+                    Decision::ChangeValue(v) => value = Cow::Owned(v),
+                }
+            }
+        }
+        if kind == ValueKind::Delete && stripe == 0 && !deeper.may_contain(p.user_key) {
+            res.entries_dropped += 1;
+            it.next()?;
+            continue;
+        }
+        if kind == p.kind {
+            out.add(ikey, &value)?;
+        } else {
+            out.add(&key::make_internal_key(p.user_key, p.seq, kind), &value)?;
+        }
+        it.next()?;
+    }
+    Ok(())
+}
+
+/// The levels below the output level, to tell whether a key may have older versions there.
+struct Deeper<'a> {
+    levels: Vec<&'a [Arc<FileMeta>]>,
+}
+
+impl<'a> Deeper<'a> {
+    fn new(v: &'a Version, output_level: usize) -> Self {
+        Deeper { levels: (output_level + 1..NUM_LEVELS).map(|l| v.levels[l].as_slice()).collect() }
+    }
+
+    fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.levels.iter().any(|files| {
+            let i = files.partition_point(|f| key::user_key(&f.largest) < user_key);
+            files.get(i).is_some_and(|f| f.covers(user_key))
+        })
+    }
+}
+
+/// LevelDB's `ShouldStopBefore`: counts grandparent bytes the current output overlaps.
+struct GrandparentTracker<'a> {
+    files: &'a [Arc<FileMeta>],
+    index: usize,
+    overlapped: u64,
+    seen_key: bool,
+    limit: u64,
+}
+
+impl<'a> GrandparentTracker<'a> {
+    fn new(files: &'a [Arc<FileMeta>], limit: u64) -> Self {
+        GrandparentTracker { files, index: 0, overlapped: 0, seen_key: false, limit }
+    }
+
+    fn should_stop_before(&mut self, ikey: &[u8]) -> bool {
+        while self.index < self.files.len() && key::compare(ikey, &self.files[self.index].largest).is_gt() {
+            if self.seen_key {
+                self.overlapped += self.files[self.index].size;
+            }
+            self.index += 1;
+        }
+        self.seen_key = true;
+        if self.overlapped > self.limit {
+            self.overlapped = 0;
+            return true;
+        }
+        false
+    }
+}
+
+struct Outputs<'a, 'b> {
+    cx: &'b JobContext<'a>,
+    files: Vec<NewFile>,
+    current: Option<(u64, TableBuilder<BufWriter<std::fs::File>>)>,
+}
+
+impl Outputs<'_, '_> {
+    fn current_size(&self) -> u64 {
+        self.current.as_ref().map_or(0, |(_, b)| b.estimated_file_size())
+    }
+
+    fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        if self.current.is_none() {
+            let number = (self.cx.new_file_number)();
+            let file = std::fs::File::create(filename::table_path(self.cx.dir, number))?;
+            let b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), self.cx.table_opts.clone())?;
+            self.current = Some((number, b));
+        }
+        match self.current.as_mut() {
+            Some((_, b)) => b.add(ikey, value),
+            None => Ok(()),
+        }
+    }
+
+    fn finish_current(&mut self) -> Result<()> {
+        let Some((number, b)) = self.current.take() else { return Ok(()) };
+        let (w, props, size) = b.finish()?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        self.files.push(NewFile {
+            number,
+            size,
+            smallest: props.smallest_key,
+            largest: props.largest_key,
+            smallest_seq: props.smallest_seq,
+            largest_seq: props.largest_seq,
+            num_entries: props.num_entries,
+        });
+        Ok(())
+    }
+
+    /// Removes every output written so far (the compaction failed).
+    fn abandon(&mut self) {
+        let current = self.current.take().map(|(n, _)| n);
+        for n in self.files.iter().map(|f| f.number).chain(current) {
+            let _ = std::fs::remove_file(filename::table_path(self.cx.dir, n));
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Running compactions: the background loop and manual `compact_range`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{lock, DbInner, SuperVersion};
+use crate::compaction::job::{self, JobContext};
+use crate::compaction::picker::{self, Choice, PickerConfig};
+use crate::manifest::Version;
+use crate::sstable::TableOptions;
+use crate::{Error, Result};
+
+impl DbInner {
+    pub(super) fn picker_config(&self) -> PickerConfig {
+        PickerConfig {
+            l0_trigger: self.opts.level0_file_num_compaction_trigger,
+            base_bytes: self.opts.max_bytes_for_level_base,
+            multiplier: self.opts.max_bytes_for_level_multiplier,
+            target_file_size: self.opts.target_file_size_base,
+        }
+    }
+
+    /// Tells the background threads that the tree changed.
+    pub(super) fn signal_work(&self) {
+        let mut bg = lock(&self.bg);
+        bg.work_gen += 1;
+        self.bg_cv.notify_all();
+    }
+
+    /// A compaction thread: runs due compactions until shutdown.
+    pub(super) fn compaction_loop(self: Arc<Self>) {
+        loop {
+            let seen = {
+                let bg = lock(&self.bg);
+                if bg.shutdown {
+                    return;
+                }
+                bg.work_gen
+            };
+            let picked = if self.is_poisoned.load(Ordering::Acquire) {
+                None
+            } else {
+                let mut vs = lock(&self.versions);
+                let v = vs.current();
+                let c = picker::choose(&v, &self.picker_config(), &vs.compact_pointers, &vs.busy);
+                if let Some(c) = &c {
+                    vs.busy.extend(c.all_inputs().map(|f| f.number));
+                }
+                c.map(|c| (c, v))
+            };
+            match picked {
+                Some((choice, version)) => {
+                    if let Err(e) = self.run_compaction(&choice, &version) {
+                        self.poison(e);
+                    }
+                }
+                None => {
+                    let mut bg = lock(&self.bg);
+                    while !bg.shutdown && bg.work_gen == seen {
+                        bg = self.bg_cv.wait(bg).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a chosen compaction (its inputs already marked busy) and installs the result.
+    fn run_compaction(&self, choice: &Choice, version: &Version) -> Result<()> {
+        let started = Instant::now();
+        let snapshots = self.snapshots.all();
+        let cfg = self.picker_config();
+        let new_file_number = || lock(&self.versions).new_file_number();
+        let cx = JobContext {
+            dir: &self.dir,
+            version,
+            snapshots: &snapshots,
+            table_opts: TableOptions::from_options(&self.opts),
+            cfg: &cfg,
+            filter: self.opts.compaction_filter.as_ref().map(|f| &*f.0),
+            new_file_number: &new_file_number,
+        };
+        let result = job::run(choice, &cx);
+        let mut vs = lock(&self.versions);
+        for f in choice.all_inputs() {
+            vs.busy.remove(&f.number);
+        }
+        let res = match result {
+            Ok(r) => r,
+            Err(e) => {
+                drop(vs);
+                self.signal_work();
+                return Err(e);
+            }
+        };
+        let outputs = res.edit.added.len();
+        vs.log_and_apply(res.edit)?;
+        if let Some(largest) = choice.inputs.iter().map(|f| &f.largest).max_by(|a, b| crate::key::compare(a, b)) {
+            vs.compact_pointers[choice.level] = largest.clone();
+        }
+        let version = vs.current();
+        self.set_super_version(|sv| SuperVersion { mem: Arc::clone(&sv.mem), imm: sv.imm.clone(), version });
+        drop(vs);
+        let c = &self.counters;
+        c.compactions.fetch_add(1, Ordering::Relaxed);
+        c.compaction_bytes_read.fetch_add(res.bytes_read, Ordering::Relaxed);
+        c.compaction_bytes_written.fetch_add(res.bytes_written, Ordering::Relaxed);
+        tracing::info!(
+            target: "lsm::compaction",
+            from = choice.level,
+            to = choice.output_level,
+            inputs = choice.inputs.len() + choice.next_inputs.len(),
+            outputs,
+            trivial_move = choice.trivial_move,
+            read = res.bytes_read,
+            written = res.bytes_written,
+            dropped = res.entries_dropped,
+            score = choice.score,
+            ms = started.elapsed().as_millis() as u64,
+            "compaction done"
+        );
+        self.signal_work();
+        Ok(())
+    }
+
+    /// Flushes, then compacts every level's tables overlapping `[lo, hi]` down to the bottom,
+    /// and rewrites the bottom level's so that nothing unneeded is left anywhere in the range.
+    pub(super) fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        self.flush()?;
+        let bottom = picker::last_nonempty_level(&lock(&self.versions).current()).max(1);
+        for level in 0..=bottom {
+            loop {
+                self.check_writable()?;
+                let picked = {
+                    let mut vs = lock(&self.versions);
+                    let v = vs.current();
+                    let choice = if level < bottom {
+                        picker::choose_range(&v, &self.picker_config(), level, lo, hi)
+                    } else {
+                        picker::choose_bottom(&v, level, lo, hi)
+                    };
+                    match choice {
+                        None => Ok(None),
+                        Some(c) if c.all_inputs().any(|f| vs.busy.contains(&f.number)) => Err(()),
+                        Some(c) => {
+                            vs.busy.extend(c.all_inputs().map(|f| f.number));
+                            Ok(Some((c, v)))
+                        }
+                    }
+                };
+                match picked {
+                    Ok(None) => break,
+                    Ok(Some((c, v))) => {
+                        self.run_compaction(&c, &v).map_err(|e| self.poison(e))?;
+                        break;
+                    }
+                    Err(()) => {
+                        // A background compaction holds some of these tables: wait for it.
+                        let bg = lock(&self.bg);
+                        if bg.shutdown {
+                            return Err(Error::Closed);
+                        }
+                        let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
