@@ -57,6 +57,16 @@ impl WriteBatch {
         self.push(ValueKind::Delete, key.as_ref(), &[])
     }
 
+    /// Adds a deletion of every key in `[start, end)`: one record, whatever the range holds.
+    /// An empty range (`start >= end`) deletes nothing and adds nothing.
+    pub fn delete_range(&mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> &mut Self {
+        let (start, end) = (start.as_ref(), end.as_ref());
+        if start < end {
+            self.push(ValueKind::RangeDelete, start, end);
+        }
+        self
+    }
+
     fn push(&mut self, kind: ValueKind, key: &[u8], value: &[u8]) -> &mut Self {
         self.rep.push(kind as u8);
         put_varint(&mut self.rep, key.len() as u64);
@@ -175,6 +185,7 @@ mod tests {
     fn wire_format_round_trip() {
         let mut b = WriteBatch::new();
         b.put(b"k1", b"v1").delete(b"k2").put(b"", b"");
+        b.delete_range(b"z", b"a"); // empty: ignored
         b.set_sequence(77);
         assert_eq!(b.len(), 3);
         let again = WriteBatch::from_bytes(b.as_bytes().to_vec()).unwrap();
@@ -209,10 +220,12 @@ mod tests {
         let mut a = WriteBatch::new();
         a.put(b"a", b"1");
         let mut b = WriteBatch::new();
-        b.put(b"b", b"2").delete(b"c");
+        b.put(b"b", b"2").delete(b"c").delete_range(b"d", b"f");
         a.extend_from(&b);
-        assert_eq!(a.len(), 3);
-        assert_eq!(a.iter().count(), 3);
+        assert_eq!(a.len(), 4);
+        let last = a.iter().last().unwrap().unwrap();
+        assert_eq!((last.kind, last.key, last.value), (ValueKind::RangeDelete, &b"d"[..], &b"f"[..]));
+        assert_eq!(a.iter().count(), 4);
         a.clear();
         assert!(a.is_empty());
         assert_eq!(a.iter().count(), 0);

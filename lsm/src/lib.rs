@@ -40,6 +40,7 @@ pub mod key;
 pub mod manifest;
 pub mod memtable;
 mod options;
+pub mod range_del;
 mod snapshot;
 pub mod sstable;
 pub mod wal;

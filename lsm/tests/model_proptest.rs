@@ -26,6 +26,7 @@ enum CursorOp {
 enum Op {
     Put(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
+    DeleteRange(Vec<u8>, Vec<u8>),
     Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     Get(Vec<u8>),
     Scan { reverse: bool },
@@ -69,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         20 => (key(), value()).prop_map(|(k, v)| Op::Put(k, v)),
         6 => key().prop_map(Op::Delete),
+        2 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
         4 => proptest::collection::vec((key(), proptest::option::of(value())), 0..8).prop_map(Op::Batch),
         8 => key().prop_map(Op::Get),
         2 => any::<bool>().prop_map(|reverse| Op::Scan { reverse }),
@@ -175,6 +177,14 @@ fn run(ops: Vec<Op>) {
             Op::Delete(k) => {
                 db.delete(&k).unwrap();
                 model.remove(&k);
+            }
+            Op::DeleteRange(a, b) => {
+                db.delete_range(&a, &b).unwrap();
+                let doomed: Vec<Vec<u8>> =
+                    model.range(a.clone()..).take_while(|(k, _)| **k < b).map(|(k, _)| k.clone()).collect();
+                for k in doomed {
+                    model.remove(&k);
+                }
             }
             Op::Batch(entries) => {
                 let mut b = WriteBatch::new();

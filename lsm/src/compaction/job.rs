@@ -5,7 +5,12 @@
 //!   (both fall in the same *stripe* between consecutive live snapshots);
 //! - a tombstone visible to every snapshot when no deeper level can hold the key;
 //! - what the user's [`CompactionFilter`] removes (it sees only versions no snapshot can see,
-//!   and a removal becomes a tombstone so older versions below stay hidden).
+//!   and a removal becomes a tombstone so older versions below stay hidden);
+//! - a version covered by a range tombstone in the same stripe, and a range tombstone visible to
+//!   every snapshot when no deeper level overlaps its range.
+//!
+//! Range tombstones are fragmented and each output table gets the pieces inside its key range,
+//! so the tables of a level stay disjoint.
 //!
 //! Outputs are cut at `target_file_size` and before overlapping more than ten target sizes of
 //! grandparent data, always at a user-key boundary so that no two tables of a level share a key.
@@ -21,6 +26,7 @@ use crate::filename;
 use crate::iter::{BoxedIter, InternalIterator, LevelIter, MergingIterator};
 use crate::key::{self, ValueKind};
 use crate::manifest::{FileMeta, NewFile, Version, VersionEdit, NUM_LEVELS};
+use crate::range_del::{Fragments, RangeTombstone};
 use crate::sstable::{TableBuilder, TableOptions};
 use crate::{Error, Result};
 
@@ -63,13 +69,19 @@ pub(crate) fn run(choice: &Choice, cx: &JobContext<'_>) -> Result<JobResult> {
         return Ok(res);
     }
     res.bytes_read = choice.input_bytes();
-    let mut out = Outputs { cx, files: Vec::new(), current: None };
-    let result = merge_into(choice, cx, &mut out, &mut res);
+    let mut input_tombstones = Vec::new();
+    for f in choice.all_inputs().filter(|f| f.num_range_dels > 0) {
+        input_tombstones.extend_from_slice(f.table()?.range_tombstones());
+    }
+    let fragments = Fragments::new(&input_tombstones, u64::MAX);
+    let deeper = Deeper::new(cx.version, choice.output_level);
+    let tombstones = surviving_tombstones(&fragments, cx.snapshots, &deeper);
+    let mut out = Outputs { cx, files: Vec::new(), current: None, tombstones, lower: None };
+    let result = merge_into(choice, cx, &fragments, &deeper, &mut out, &mut res).and_then(|_| out.finish_last());
     if let Err(e) = result {
         out.abandon();
         return Err(e);
     }
-    out.finish_current()?;
     res.bytes_written = out.files.iter().map(|f| f.size).sum();
     res.edit.added.extend(out.files.into_iter().map(|f| (choice.output_level, f)));
     Ok(res)
@@ -90,11 +102,37 @@ fn input_iterator(choice: &Choice) -> Result<MergingIterator> {
     Ok(MergingIterator::new(children))
 }
 
-fn merge_into(choice: &Choice, cx: &JobContext<'_>, out: &mut Outputs<'_, '_>, res: &mut JobResult) -> Result<()> {
+/// The range tombstones to write: per fragment, the newest of each snapshot stripe, minus those
+/// every snapshot sees when nothing deeper overlaps them.
+fn surviving_tombstones(fragments: &Fragments, snapshots: &[u64], deeper: &Deeper<'_>) -> Vec<RangeTombstone> {
+    let mut out: Vec<RangeTombstone> = Vec::new();
+    let mut last: Option<(Vec<u8>, usize)> = None;
+    for t in fragments.tombstones() {
+        // Fragments come in key order, sequence numbers descending within one.
+        let stripe = snapshots.partition_point(|&s| s < t.seq);
+        if last.as_ref().is_some_and(|(start, st)| *start == t.start && *st == stripe) {
+            continue;
+        }
+        last = Some((t.start.clone(), stripe));
+        if stripe == 0 && !deeper.overlaps(&t.start, &t.end) {
+            continue;
+        }
+        out.push(t);
+    }
+    out
+}
+
+fn merge_into(
+    choice: &Choice,
+    cx: &JobContext<'_>,
+    fragments: &Fragments,
+    deeper: &Deeper<'_>,
+    out: &mut Outputs<'_, '_>,
+    res: &mut JobResult,
+) -> Result<()> {
     let mut it = input_iterator(choice)?;
     it.seek_to_first()?;
     let mut grandparents = GrandparentTracker::new(&choice.grandparents, cx.cfg.max_grandparent_overlap());
-    let deeper = Deeper::new(cx.version, choice.output_level);
     let mut current_key: Option<Vec<u8>> = None;
     let mut last_stripe: Option<usize> = None;
     while it.valid() {
@@ -105,7 +143,7 @@ fn merge_into(choice: &Choice, cx: &JobContext<'_>, out: &mut Outputs<'_, '_>, r
         if current_key.as_deref() != Some(p.user_key) {
             let cut = grandparents.should_stop_before(ikey);
             if out.current_size() >= cx.cfg.target_file_size || cut {
-                out.finish_current()?;
+                out.finish_current(Some(p.user_key))?;
             }
             current_key = Some(p.user_key.to_vec());
             last_stripe = None;
@@ -118,6 +156,13 @@ fn merge_into(choice: &Choice, cx: &JobContext<'_>, out: &mut Outputs<'_, '_>, r
             continue;
         }
         last_stripe = Some(stripe);
+        // A range tombstone that every reader of this version also sees hides it.
+        let upper = cx.snapshots.get(stripe).copied().unwrap_or(u64::MAX);
+        if fragments.covers(p.user_key, p.seq, upper) {
+            res.entries_dropped += 1;
+            it.next()?;
+            continue;
+        }
         let mut kind = p.kind;
         let mut value = Cow::Borrowed(it.value());
         if kind == ValueKind::Put && stripe == cx.snapshots.len() {
@@ -163,6 +208,14 @@ impl<'a> Deeper<'a> {
             files.get(i).is_some_and(|f| f.covers(user_key))
         })
     }
+
+    /// True if a deeper table may hold keys in `[start, end)`.
+    fn overlaps(&self, start: &[u8], end: &[u8]) -> bool {
+        self.levels.iter().any(|files| {
+            let i = files.partition_point(|f| key::user_key(&f.largest) < start);
+            files.get(i).is_some_and(|f| key::user_key(&f.smallest) < end)
+        })
+    }
 }
 
 /// LevelDB's `ShouldStopBefore`: counts grandparent bytes the current output overlaps.
@@ -199,6 +252,10 @@ struct Outputs<'a, 'b> {
     cx: &'b JobContext<'a>,
     files: Vec<NewFile>,
     current: Option<(u64, TableBuilder<BufWriter<std::fs::File>>)>,
+    /// Range tombstones to write, cut to each output's key range.
+    tombstones: Vec<RangeTombstone>,
+    /// Where the current output's key range starts (`None` = unbounded).
+    lower: Option<Vec<u8>>,
 }
 
 impl Outputs<'_, '_> {
@@ -206,7 +263,7 @@ impl Outputs<'_, '_> {
         self.current.as_ref().map_or(0, |(_, b)| b.estimated_file_size())
     }
 
-    fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+    fn open_output(&mut self) -> Result<&mut TableBuilder<BufWriter<std::fs::File>>> {
         if self.current.is_none() {
             let number = (self.cx.new_file_number)();
             let file = std::fs::File::create(filename::table_path(self.cx.dir, number))?;
@@ -214,12 +271,47 @@ impl Outputs<'_, '_> {
             self.current = Some((number, b));
         }
         match self.current.as_mut() {
-            Some((_, b)) => b.add(ikey, value),
-            None => Ok(()),
+            Some((_, b)) => Ok(b),
+            None => Err(Error::InvalidArgument("compaction output vanished".into())),
         }
     }
 
-    fn finish_current(&mut self) -> Result<()> {
+    fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        self.open_output()?.add(ikey, value)
+    }
+
+    /// The surviving tombstones cut to `[lower, upper)`.
+    fn tombstones_in(&self, upper: Option<&[u8]>) -> Vec<RangeTombstone> {
+        let lower = self.lower.as_deref();
+        self.tombstones
+            .iter()
+            .filter_map(|t| {
+                let start = lower.filter(|l| *l > t.start.as_slice()).unwrap_or(&t.start);
+                let end = upper.filter(|u| *u < t.end.as_slice()).unwrap_or(&t.end);
+                (start < end).then(|| RangeTombstone { start: start.to_vec(), end: end.to_vec(), seq: t.seq })
+            })
+            .collect()
+    }
+
+    /// Finishes the last output, creating one if only range tombstones remain to be written.
+    fn finish_last(&mut self) -> Result<()> {
+        if self.current.is_none() && !self.tombstones_in(None).is_empty() {
+            self.open_output()?;
+        }
+        self.finish_current(None)
+    }
+
+    /// Finishes the current output, whose key range ends before `upper`.
+    fn finish_current(&mut self, upper: Option<&[u8]>) -> Result<()> {
+        if self.current.is_none() {
+            return Ok(());
+        }
+        for t in self.tombstones_in(upper) {
+            if let Some((_, b)) = self.current.as_mut() {
+                b.add_range_tombstone(t);
+            }
+        }
+        self.lower = upper.map(<[u8]>::to_vec);
         let Some((number, b)) = self.current.take() else { return Ok(()) };
         let (w, props, size) = b.finish()?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
@@ -232,6 +324,7 @@ impl Outputs<'_, '_> {
             smallest_seq: props.smallest_seq,
             largest_seq: props.largest_seq,
             num_entries: props.num_entries,
+            num_range_dels: props.num_range_deletions,
         });
         Ok(())
     }

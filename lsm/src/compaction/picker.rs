@@ -234,6 +234,7 @@ mod tests {
             smallest_seq: number,
             largest_seq: number,
             num_entries: 1,
+            num_range_dels: 0,
         };
         Arc::new(FileMeta::new(std::path::Path::new("/nonexistent"), &nf, None))
     }

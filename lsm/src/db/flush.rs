@@ -14,22 +14,27 @@ use crate::memtable::Memtable;
 use crate::sstable::{TableBuilder, TableOptions};
 use crate::Result;
 
-/// Writes every entry of `iter` to table `number` in `dir`; `None` if there were no entries.
-/// The file is fsynced; on failure it is removed.
+/// Writes a memtable's entries and range tombstones to table `number` in `dir`; `None` if it
+/// holds nothing. The file is fsynced; on failure it is removed.
 pub(crate) fn build_table(
     dir: &Path,
     number: u64,
-    iter: &mut dyn InternalIterator,
+    mem: &Arc<Memtable>,
     opts: &TableOptions,
 ) -> Result<Option<NewFile>> {
+    let mut iter = mem.iter();
     iter.seek_to_first()?;
-    if !iter.valid() {
+    let tombstones = mem.range_tombstones();
+    if !iter.valid() && tombstones.is_empty() {
         return Ok(None);
     }
     let path = filename::table_path(dir, number);
     let result = (|| {
         let file = std::fs::File::create(&path)?;
         let mut b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+        for t in tombstones {
+            b.add_range_tombstone(t);
+        }
         while iter.valid() {
             b.add(iter.key(), iter.value())?;
             iter.next()?;
@@ -45,6 +50,7 @@ pub(crate) fn build_table(
             smallest_seq: props.smallest_seq,
             largest_seq: props.largest_seq,
             num_entries: props.num_entries,
+            num_range_dels: props.num_range_deletions,
         })
     })();
     if result.is_err() {
@@ -83,8 +89,7 @@ impl DbInner {
     fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
         let number = lock(&self.versions).new_file_number();
         let opts = TableOptions::from_options(&self.opts);
-        let mut iter = imm.iter();
-        let file = build_table(&self.dir, number, &mut iter, &opts)?;
+        let file = build_table(&self.dir, number, imm, &opts)?;
         let bytes = file.as_ref().map_or(0, |f| f.size);
         let mut edit =
             VersionEdit { last_sequence: Some(self.visible_seq.load(Ordering::Acquire)), ..Default::default() };

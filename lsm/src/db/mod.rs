@@ -150,15 +150,23 @@ impl Db {
         self.inner.check_open()?;
         let (seq, sv) = self.inner.read_view(opts);
         let key = key.as_ref();
-        let found = std::iter::once(&sv.mem).chain(sv.imm.iter()).find_map(|m| m.get(key, seq));
-        // (Point lookups always fill the block cache; `fill_cache` matters for scans.)
-        let found = match found {
-            Some(l) => Some(l),
-            None => sv.version.get(key, seq)?,
-        };
+        // Newest source first; stop at the first point version or covering range tombstone
+        // (everything below either is older). Point lookups always fill the block cache.
+        let mut tomb = None;
+        let mut found = None;
+        for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
+            tomb = tomb.max(m.max_covering_tombstone(key, seq));
+            found = m.get(key, seq);
+            if found.is_some() || tomb.is_some() {
+                break;
+            }
+        }
+        if found.is_none() {
+            (found, tomb) = sv.version.get(key, seq, tomb)?;
+        }
         Ok(match found {
-            Some(Lookup::Found(v)) => Some(v),
-            Some(Lookup::Deleted) | None => None,
+            Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
+            _ => None,
         })
     }
 
@@ -166,6 +174,14 @@ impl Db {
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let mut b = WriteBatch::new();
         b.put(key, value);
+        self.write(b, &WriteOptions::default())
+    }
+
+    /// Deletes every key in `[start, end)` with one record: O(1) whatever the range holds.
+    /// Reads and iterators stop seeing the keys at once; compaction reclaims their space.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end);
         self.write(b, &WriteOptions::default())
     }
 
@@ -331,14 +347,20 @@ fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
 
 fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fill_cache: bool) -> DbIterator {
     let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
-    children.push(Box::new(sv.mem.iter()));
-    for m in &sv.imm {
+    let mut tombstones = Vec::new();
+    for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
         children.push(Box::new(m.iter()));
+        if m.has_range_tombstones() {
+            tombstones.extend(m.range_tombstones());
+        }
     }
-    if let Err(e) = sv.version.iterators(&mut children, fill_cache) {
+    let built =
+        sv.version.iterators(&mut children, fill_cache).and_then(|_| sv.version.range_tombstones(&mut tombstones));
+    if let Err(e) = built {
         return DbIterator::failed(e);
     }
-    DbIterator::new(MergingIterator::new(children), seq, sv, snapshot)
+    let fragments = crate::range_del::Fragments::new(&tombstones, seq);
+    DbIterator::new(MergingIterator::new(children), seq, fragments, sv, snapshot)
 }
 
 impl DbInner {

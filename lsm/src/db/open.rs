@@ -209,8 +209,7 @@ fn flush_recovered(
         return Ok(());
     }
     let number = versions.new_file_number();
-    let mut iter = mem.iter();
-    if let Some(f) = build_table(dir, number, &mut iter, opts)? {
+    if let Some(f) = build_table(dir, number, mem, opts)? {
         edit.added.push((0, f));
     }
     Ok(())

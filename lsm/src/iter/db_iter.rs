@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{InternalIterator, MergingIterator};
 use crate::db::SuperVersion;
 use crate::key::{self, ValueKind};
+use crate::range_del::Fragments;
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 
@@ -34,6 +35,8 @@ enum Direction {
 pub struct DbIterator {
     iter: MergingIterator,
     seq: u64,
+    /// Range tombstones visible at `seq`.
+    tombstones: Fragments,
     direction: Direction,
     valid: bool,
     saved_key: Vec<u8>,
@@ -51,10 +54,17 @@ impl std::fmt::Debug for DbIterator {
 }
 
 impl DbIterator {
-    pub(crate) fn new(iter: MergingIterator, seq: u64, sv: Arc<SuperVersion>, snapshot: Option<Snapshot>) -> Self {
+    pub(crate) fn new(
+        iter: MergingIterator,
+        seq: u64,
+        tombstones: Fragments,
+        sv: Arc<SuperVersion>,
+        snapshot: Option<Snapshot>,
+    ) -> Self {
         DbIterator {
             iter,
             seq,
+            tombstones,
             direction: Direction::Forward,
             valid: false,
             saved_key: Vec::new(),
@@ -70,6 +80,7 @@ impl DbIterator {
         DbIterator {
             iter: MergingIterator::new(Vec::new()),
             seq: 0,
+            tombstones: Fragments::default(),
             direction: Direction::Forward,
             valid: false,
             saved_key: Vec::new(),
@@ -215,6 +226,15 @@ impl DbIterator {
         })
     }
 
+    /// A Put covered by a visible range tombstone reads as a Delete.
+    fn effective_kind(&self, kind: ValueKind, user_key: &[u8], seq: u64) -> ValueKind {
+        if kind == ValueKind::Put && self.tombstones.covers(user_key, seq, self.seq) {
+            ValueKind::Delete
+        } else {
+            kind
+        }
+    }
+
     /// Forward: stops on the newest visible Put of a key not hidden by a newer tombstone or
     /// (when `skipping`) equal to `saved_key`.
     fn find_next_user_entry(&mut self, mut skipping: bool) -> Result<()> {
@@ -222,7 +242,7 @@ impl DbIterator {
             let p = key::parse(self.iter.key())
                 .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
             if p.seq <= self.seq {
-                match p.kind {
+                match self.effective_kind(p.kind, p.user_key, p.seq) {
                     ValueKind::Delete => {
                         self.saved_key.clear();
                         self.saved_key.extend_from_slice(p.user_key);
@@ -255,8 +275,8 @@ impl DbIterator {
                 if value_kind != ValueKind::Delete && p.user_key < self.saved_key.as_slice() {
                     break; // the entries of `saved_key` are done; its newest version is saved
                 }
-                value_kind = p.kind;
-                if p.kind == ValueKind::Delete {
+                value_kind = self.effective_kind(p.kind, p.user_key, p.seq);
+                if value_kind == ValueKind::Delete {
                     self.saved_key.clear();
                     self.saved_value.clear();
                 } else {

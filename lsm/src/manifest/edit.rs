@@ -5,7 +5,8 @@
 //! field = 1 log_number varint | 2 next_file_number varint | 3 last_sequence varint
 //!       | 4 deleted: level varint, number varint
 //!       | 5 added:   level varint, number varint, size varint, smallest lp, largest lp,
-//!                    smallest_seq varint, largest_seq varint, entries varint
+//!                    smallest_seq varint, largest_seq varint, entries varint,
+//!                    range_tombstones varint
 //! ```
 //! (`lp` = varint length then bytes; every field starts with its tag as a varint.)
 
@@ -31,6 +32,8 @@ pub struct NewFile {
     pub largest_seq: u64,
     /// Entries in the table.
     pub num_entries: u64,
+    /// Range tombstones in the table.
+    pub num_range_dels: u64,
 }
 
 /// A change to the set of live files and counters.
@@ -73,6 +76,7 @@ impl VersionEdit {
             put_varint(&mut b, f.smallest_seq);
             put_varint(&mut b, f.largest_seq);
             put_varint(&mut b, f.num_entries);
+            put_varint(&mut b, f.num_range_dels);
         }
         b
     }
@@ -98,6 +102,7 @@ impl VersionEdit {
                         smallest_seq: r.varint()?,
                         largest_seq: r.varint()?,
                         num_entries: r.varint()?,
+                        num_range_dels: r.varint()?,
                     };
                     if f.smallest.len() < crate::key::TRAILER_LEN || f.largest.len() < crate::key::TRAILER_LEN {
                         return None;
@@ -133,6 +138,7 @@ mod tests {
                     smallest_seq: 1,
                     largest_seq: 2,
                     num_entries: 2,
+                    num_range_dels: 1,
                 },
             )],
         };

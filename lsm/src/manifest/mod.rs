@@ -252,6 +252,7 @@ mod tests {
             smallest_seq: n,
             largest_seq: n,
             num_entries: 1,
+            num_range_dels: 0,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct FileMeta {
     pub largest_seq: u64,
     /// Entries.
     pub num_entries: u64,
+    /// Range tombstones.
+    pub num_range_dels: u64,
     path: PathBuf,
     tables: Option<Arc<TableCache>>,
     /// Set once no future version lists this table: the file is deleted when the last version
@@ -65,6 +67,7 @@ impl FileMeta {
             smallest_seq: f.smallest_seq,
             largest_seq: f.largest_seq,
             num_entries: f.num_entries,
+            num_range_dels: f.num_range_dels,
             path: crate::filename::table_path(dir, f.number),
             tables,
             obsolete: AtomicBool::new(false),
@@ -86,6 +89,7 @@ impl FileMeta {
             smallest_seq: self.smallest_seq,
             largest_seq: self.largest_seq,
             num_entries: self.num_entries,
+            num_range_dels: self.num_range_dels,
         }
     }
 
@@ -125,28 +129,44 @@ impl Version {
         self.levels.iter().enumerate().flat_map(|(l, fs)| fs.iter().map(move |f| (l, f)))
     }
 
-    /// The newest version of `user_key` with sequence number `<= seq` in the tables.
-    pub fn get(&self, user_key: &[u8], seq: u64) -> Result<Option<Lookup>> {
+    /// The newest visible version of `user_key` at `seq` in the tables, given the newest range
+    /// tombstone `tomb` already seen above them (memtables). Returns the point version found
+    /// (if any) and the newest covering tombstone seen, for the caller to weigh.
+    ///
+    /// Sources are searched newest first; every version of a key in a deeper source is older
+    /// than every version (and covering tombstone) in a shallower one, so the search stops at the
+    /// first point version or covering tombstone.
+    pub fn get(&self, user_key: &[u8], seq: u64, mut tomb: Option<u64>) -> Result<(Option<Lookup>, Option<u64>)> {
+        if tomb.is_some() {
+            return Ok((None, tomb));
+        }
         let hash = bloom::hash_key(user_key);
-        for f in &self.levels[0] {
-            if f.covers(user_key) {
-                if let Some(l) = f.table()?.get(user_key, seq, hash)? {
-                    return Ok(Some(l));
-                }
+        let target = key::seek_key(user_key, seq);
+        let level_files = self.levels[1..].iter().filter_map(|level| {
+            // The one table of the level that may hold user_key (compared as internal keys, so
+            // a tombstone's end sentinel does not claim the key it stops before).
+            let i = level.partition_point(|f| key::compare(&f.largest, &target).is_lt());
+            level.get(i).filter(|f| key::user_key(&f.smallest) <= user_key)
+        });
+        for f in self.levels[0].iter().filter(|f| f.covers(user_key)).chain(level_files) {
+            let table = f.table()?;
+            if f.num_range_dels > 0 {
+                tomb = tomb.max(table.max_covering_tombstone(user_key, seq));
+            }
+            let found = table.get(user_key, seq, hash)?;
+            if found.is_some() || tomb.is_some() {
+                return Ok((found, tomb));
             }
         }
-        for level in &self.levels[1..] {
-            // First file whose largest key is >= user_key (files in a level never share a user key).
-            let i = level.partition_point(|f| key::user_key(&f.largest) < user_key);
-            if let Some(f) = level.get(i) {
-                if f.covers(user_key) {
-                    if let Some(l) = f.table()?.get(user_key, seq, hash)? {
-                        return Ok(Some(l));
-                    }
-                }
-            }
+        Ok((None, tomb))
+    }
+
+    /// Every range tombstone of the tables (opening those that have any).
+    pub fn range_tombstones(&self, out: &mut Vec<crate::range_del::RangeTombstone>) -> Result<()> {
+        for (_, f) in self.files().filter(|(_, f)| f.num_range_dels > 0) {
+            out.extend_from_slice(f.table()?.range_tombstones());
         }
-        Ok(None)
+        Ok(())
     }
 
     /// One cursor per L0 table (newest first), then one concatenating cursor per deeper level.

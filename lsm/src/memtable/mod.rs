@@ -6,7 +6,7 @@
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use crossbeam_skiplist::map::Entry;
@@ -15,6 +15,7 @@ use crossbeam_skiplist::SkipMap;
 use crate::batch::WriteBatch;
 use crate::iter::InternalIterator;
 use crate::key::{self, InternalKey, InternalKeyRef, ValueKind};
+use crate::range_del::RangeTombstone;
 use crate::Result;
 
 /// Bytes charged per entry beyond key and value: skip-list node, tower and allocation headers.
@@ -28,21 +29,39 @@ pub struct Memtable {
     /// The WAL file that holds this memtable's writes.
     wal_number: u64,
     largest_seq: AtomicU64,
+    /// Range tombstones, kept apart from the point entries (see [`crate::range_del`]).
+    range_dels: RwLock<Vec<RangeTombstone>>,
 }
 
-/// What a memtable (or a table) knows about a key at a snapshot.
+/// What a memtable (or a table) knows about a key at a snapshot: its newest visible point
+/// version (range tombstones are asked for separately).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
-    /// The newest visible version is this value.
-    Found(Bytes),
-    /// The newest visible version is a tombstone.
-    Deleted,
+    /// The newest visible version is this value, written at this sequence number.
+    Found(Bytes, u64),
+    /// The newest visible version is a tombstone written at this sequence number.
+    Deleted(u64),
+}
+
+impl Lookup {
+    /// The sequence number of the version found.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Lookup::Found(_, s) | Lookup::Deleted(s) => *s,
+        }
+    }
 }
 
 impl Memtable {
     /// An empty memtable whose writes are logged in WAL `wal_number`.
     pub fn new(wal_number: u64) -> Self {
-        Memtable { map: SkipMap::new(), size: AtomicUsize::new(0), wal_number, largest_seq: AtomicU64::new(0) }
+        Memtable {
+            map: SkipMap::new(),
+            size: AtomicUsize::new(0),
+            wal_number,
+            largest_seq: AtomicU64::new(0),
+            range_dels: RwLock::new(Vec::new()),
+        }
     }
 
     /// The WAL holding this memtable's writes.
@@ -57,7 +76,7 @@ impl Memtable {
 
     /// True when nothing was inserted.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.range_dels.read().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
     /// Number of entries (versions, not distinct keys).
@@ -70,8 +89,15 @@ impl Memtable {
         self.largest_seq.load(Ordering::Relaxed)
     }
 
-    /// Inserts one record.
+    /// Inserts one record (for a range delete, `user_key..value` is the range).
     pub fn insert(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8]) {
+        if kind == ValueKind::RangeDelete {
+            self.size.fetch_add(user_key.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+            let t = RangeTombstone { start: user_key.to_vec(), end: value.to_vec(), seq };
+            self.range_dels.write().unwrap_or_else(|e| e.into_inner()).push(t);
+            self.largest_seq.fetch_max(seq, Ordering::Relaxed);
+            return;
+        }
         let ikey = key::make_internal_key(user_key, seq, kind);
         self.size.fetch_add(ikey.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
         self.map.insert(InternalKey(ikey.into_boxed_slice()), Bytes::copy_from_slice(value));
@@ -96,10 +122,25 @@ impl Memtable {
             return None;
         }
         match parsed.kind {
-            ValueKind::Put => Some(Lookup::Found(entry.value().clone())),
-            ValueKind::Delete => Some(Lookup::Deleted),
-            ValueKind::RangeDelete => None,
+            ValueKind::Put => Some(Lookup::Found(entry.value().clone(), parsed.seq)),
+            ValueKind::Delete | ValueKind::RangeDelete => Some(Lookup::Deleted(parsed.seq)),
         }
+    }
+
+    /// The range tombstones, in insertion order.
+    pub fn range_tombstones(&self) -> Vec<RangeTombstone> {
+        self.range_dels.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// True if the memtable holds a range tombstone.
+    pub fn has_range_tombstones(&self) -> bool {
+        !self.range_dels.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// The newest range tombstone covering `user_key` with sequence number `<= seq`.
+    pub fn max_covering_tombstone(&self, user_key: &[u8], seq: u64) -> Option<u64> {
+        let ts = self.range_dels.read().unwrap_or_else(|e| e.into_inner());
+        ts.iter().filter(|t| t.seq <= seq && t.contains(user_key)).map(|t| t.seq).max()
     }
 
     /// A cursor over the memtable; it keeps the memtable alive.
@@ -179,14 +220,20 @@ mod tests {
         m.insert(2, ValueKind::Put, b"k", b"v2");
         m.insert(3, ValueKind::Delete, b"k", b"");
         m.insert(4, ValueKind::Put, b"k2", b"x");
-        assert_eq!(m.get(b"k", 1), Some(Lookup::Found(Bytes::from_static(b"v1"))));
-        assert_eq!(m.get(b"k", 2), Some(Lookup::Found(Bytes::from_static(b"v2"))));
-        assert_eq!(m.get(b"k", 3), Some(Lookup::Deleted));
+        assert_eq!(m.get(b"k", 1), Some(Lookup::Found(Bytes::from_static(b"v1"), 1)));
+        assert_eq!(m.get(b"k", 2), Some(Lookup::Found(Bytes::from_static(b"v2"), 2)));
+        assert_eq!(m.get(b"k", 3), Some(Lookup::Deleted(3)));
         assert_eq!(m.get(b"k", 0), None);
         assert_eq!(m.get(b"j", 9), None);
         assert_eq!(m.get(b"k2", 3), None);
         assert_eq!(m.largest_seq(), 4);
         assert!(m.approximate_size() > 0);
+        m.insert(5, ValueKind::RangeDelete, b"a", b"k1");
+        assert_eq!(m.max_covering_tombstone(b"k", 9), Some(5));
+        assert_eq!(m.max_covering_tombstone(b"k", 4), None);
+        assert_eq!(m.max_covering_tombstone(b"k1", 9), None, "end is exclusive");
+        assert_eq!(m.get(b"k", 9), Some(Lookup::Deleted(3)), "point lookups ignore range tombstones");
+        assert_eq!(m.range_tombstones().len(), 1);
     }
 
     #[test]

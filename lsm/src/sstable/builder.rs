@@ -5,9 +5,10 @@ use std::io::Write;
 use super::block::BlockBuilder;
 use super::bloom;
 use super::format::{block_trailer, compress_block, BlockHandle, Footer, TableProperties};
-use super::{META_FILTER, META_PROPERTIES};
+use super::{META_FILTER, META_PROPERTIES, META_RANGE_DEL};
 use crate::key::{self, ValueKind};
 use crate::options::{Compression, Options};
+use crate::range_del::RangeTombstone;
 use crate::{Error, Result};
 
 /// Settings a table is built with.
@@ -58,6 +59,7 @@ pub struct TableBuilder<W: Write> {
     hashes: Vec<u64>,
     props: TableProperties,
     scratch: Vec<u8>,
+    range_dels: Vec<RangeTombstone>,
 }
 
 impl<W: Write> TableBuilder<W> {
@@ -80,7 +82,15 @@ impl<W: Write> TableBuilder<W> {
             hashes: Vec::new(),
             props,
             scratch: Vec::new(),
+            range_dels: Vec::new(),
         })
+    }
+
+    /// Adds a range tombstone (stored in the range-del block; any order).
+    pub fn add_range_tombstone(&mut self, t: RangeTombstone) {
+        if t.start < t.end {
+            self.range_dels.push(t);
+        }
     }
 
     /// Number of entries added.
@@ -130,6 +140,25 @@ impl<W: Write> TableBuilder<W> {
         Ok(())
     }
 
+    /// Widens the key and sequence ranges to cover the range tombstones. A tombstone's start
+    /// and (exclusive) end become `(key, MAX_SEQUENCE, RangeDelete)` sentinels, which sort
+    /// before every real entry of that user key, so tables of one level stay disjoint.
+    fn include_range_tombstones(&mut self) {
+        self.props.num_range_deletions = self.range_dels.len() as u64;
+        for t in &self.range_dels {
+            let lo = key::make_internal_key(&t.start, key::MAX_SEQUENCE, ValueKind::RangeDelete);
+            let hi = key::make_internal_key(&t.end, key::MAX_SEQUENCE, ValueKind::RangeDelete);
+            if self.props.smallest_key.is_empty() || key::compare(&lo, &self.props.smallest_key).is_lt() {
+                self.props.smallest_key = lo;
+            }
+            if self.props.largest_key.is_empty() || key::compare(&hi, &self.props.largest_key).is_gt() {
+                self.props.largest_key = hi;
+            }
+            self.props.smallest_seq = self.props.smallest_seq.min(t.seq);
+            self.props.largest_seq = self.props.largest_seq.max(t.seq);
+        }
+    }
+
     fn flush_data_block(&mut self) -> Result<()> {
         if self.data.is_empty() {
             return Ok(());
@@ -165,7 +194,8 @@ impl<W: Write> TableBuilder<W> {
             self.index.add(&sep, &h);
         }
         self.props.largest_key = self.last_key.clone();
-        if self.props.num_entries == 0 {
+        self.include_range_tombstones();
+        if self.props.num_entries == 0 && self.range_dels.is_empty() {
             self.props.smallest_seq = 0;
         }
         let mut meta = BlockBuilder::new(1);
@@ -182,6 +212,23 @@ impl<W: Write> TableBuilder<W> {
         let mut enc = Vec::new();
         h.encode_to(&mut enc);
         meta.add(META_PROPERTIES, &enc);
+        if !self.range_dels.is_empty() {
+            let mut rd = BlockBuilder::new(1);
+            let mut entries: Vec<(Vec<u8>, &[u8])> = self
+                .range_dels
+                .iter()
+                .map(|t| (key::make_internal_key(&t.start, t.seq, ValueKind::RangeDelete), t.end.as_slice()))
+                .collect();
+            entries.sort_by(|a, b| key::compare(&a.0, &b.0));
+            for (k, end) in entries {
+                rd.add(&k, end);
+            }
+            let raw = rd.finish();
+            let h = self.write_block(&raw, Compression::None)?;
+            let mut enc = Vec::new();
+            h.encode_to(&mut enc);
+            meta.add(META_RANGE_DEL, &enc);
+        }
         let meta_raw = meta.finish();
         let metaindex = self.write_block(&meta_raw, Compression::None)?;
         let index_raw = self.index.finish();

@@ -203,6 +203,8 @@ pub struct TableProperties {
     pub largest_seq: u64,
     /// Codec configured for data blocks (blocks that did not compress are stored raw).
     pub compression: u8,
+    /// Range tombstones (in the range-del block, not in data blocks).
+    pub num_range_deletions: u64,
 }
 
 impl TableProperties {
@@ -219,6 +221,7 @@ impl TableProperties {
             self.smallest_seq,
             self.largest_seq,
             u64::from(self.compression),
+            self.num_range_deletions,
         ];
         for (tag, v) in nums.iter().enumerate() {
             put_varint(&mut b, tag as u64 + 1);
@@ -239,7 +242,7 @@ impl TableProperties {
             match r.varint()? {
                 20 => p.smallest_key = r.length_prefixed()?.to_vec(),
                 21 => p.largest_key = r.length_prefixed()?.to_vec(),
-                tag @ 1..=9 => {
+                tag @ 1..=10 => {
                     let v = r.varint()?;
                     match tag {
                         1 => p.num_entries = v,
@@ -250,7 +253,8 @@ impl TableProperties {
                         6 => p.data_size = v,
                         7 => p.smallest_seq = v,
                         8 => p.largest_seq = v,
-                        _ => p.compression = u8::try_from(v).ok()?,
+                        9 => p.compression = u8::try_from(v).ok()?,
+                        _ => p.num_range_deletions = v,
                     }
                 }
                 _ => return None,

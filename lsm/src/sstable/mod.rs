@@ -1,7 +1,7 @@
 //! Block-based sorted string tables.
 //!
 //! ```text
-//! [data block 1] … [data block N] [filter block] [properties block] [meta-index block] [index block] [footer]
+//! [data block 1] … [data block N] [filter] [properties] [range tombstones] [meta-index] [index] [footer]
 //! ```
 //! See `lsm/FORMAT.md` for the byte layout of every piece.
 
@@ -19,6 +19,8 @@ pub use table::{Table, TableIter};
 pub(crate) const META_FILTER: &[u8] = b"lsm.bloom";
 /// Meta-index key of the properties block.
 pub(crate) const META_PROPERTIES: &[u8] = b"lsm.properties";
+/// Meta-index key of the range tombstone block.
+pub(crate) const META_RANGE_DEL: &[u8] = b"lsm.range_del";
 
 #[cfg(test)]
 mod tests;

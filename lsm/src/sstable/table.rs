@@ -8,11 +8,12 @@ use bytes::Bytes;
 use super::block::{Block, BlockIter, BlockOrigin};
 use super::bloom;
 use super::format::{read_block, BlockHandle, Footer, TableProperties};
-use super::{META_FILTER, META_PROPERTIES};
+use super::{META_FILTER, META_PROPERTIES, META_RANGE_DEL};
 use crate::cache::BlockCache;
 use crate::iter::InternalIterator;
 use crate::key::{self, ValueKind};
 use crate::memtable::Lookup;
+use crate::range_del::{Fragments, RangeTombstone};
 use crate::{Error, Result};
 
 /// An open table: the file's bytes (memory-mapped), its index block and bloom filter pinned.
@@ -25,6 +26,8 @@ pub struct Table {
     filter: Option<Bytes>,
     props: TableProperties,
     cache: Option<Arc<BlockCache>>,
+    range_dels: Vec<RangeTombstone>,
+    fragments: Fragments,
 }
 
 impl Table {
@@ -60,7 +63,7 @@ impl Table {
         };
         let index = load(footer.index)?;
         let meta = load(footer.metaindex)?;
-        let (mut filter, mut props) = (None, None);
+        let (mut filter, mut props, mut range_dels) = (None, None, Vec::new());
         let mut it = meta.iter();
         it.seek_to_first()?;
         while it.valid() {
@@ -69,6 +72,22 @@ impl Table {
             })?;
             match it.key() {
                 META_FILTER => filter = Some(read_block(&data, h, &path)?),
+                META_RANGE_DEL => {
+                    let block = load(h)?;
+                    let mut rd = block.iter();
+                    rd.seek_to_first()?;
+                    while rd.valid() {
+                        let p = key::parse(rd.key())
+                            .filter(|p| p.kind == ValueKind::RangeDelete)
+                            .ok_or_else(|| Error::corruption(path.to_path_buf(), h.offset, "bad range tombstone"))?;
+                        range_dels.push(RangeTombstone {
+                            start: p.user_key.to_vec(),
+                            end: rd.value().to_vec(),
+                            seq: p.seq,
+                        });
+                        rd.next()?;
+                    }
+                }
                 META_PROPERTIES => {
                     let raw = read_block(&data, h, &path)?;
                     props = Some(
@@ -83,7 +102,8 @@ impl Table {
         let props = props.ok_or_else(|| {
             Error::corruption(path.to_path_buf(), footer.metaindex.offset, "table has no properties block")
         })?;
-        Ok(Arc::new(Table { data, path, number, index, filter, props, cache }))
+        let fragments = Fragments::new(&range_dels, u64::MAX);
+        Ok(Arc::new(Table { data, path, number, index, filter, props, cache, range_dels, fragments }))
     }
 
     /// The table's properties.
@@ -94,6 +114,16 @@ impl Table {
     #[cfg(test)]
     pub(crate) fn data_for_test(&self) -> &Bytes {
         &self.data
+    }
+
+    /// The table's range tombstones.
+    pub fn range_tombstones(&self) -> &[RangeTombstone] {
+        &self.range_dels
+    }
+
+    /// The newest range tombstone in this table covering `user_key` with sequence `<= seq`.
+    pub fn max_covering_tombstone(&self, user_key: &[u8], seq: u64) -> Option<u64> {
+        self.fragments.max_covering(user_key, seq)
     }
 
     /// The table's path.
@@ -159,9 +189,8 @@ impl Table {
             return Ok(None);
         }
         Ok(match p.kind {
-            ValueKind::Put => Some(Lookup::Found(it.value_bytes())),
-            ValueKind::Delete => Some(Lookup::Deleted),
-            ValueKind::RangeDelete => None,
+            ValueKind::Put => Some(Lookup::Found(it.value_bytes(), p.seq)),
+            ValueKind::Delete | ValueKind::RangeDelete => Some(Lookup::Deleted(p.seq)),
         })
     }
 

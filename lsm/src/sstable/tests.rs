@@ -70,9 +70,9 @@ fn scan_both_ways_and_point_lookups() {
                 let h = bloom::hash_key(pk.user_key);
                 let got = t.get(pk.user_key, u64::MAX >> 8, h).unwrap();
                 let want = if pk.kind == ValueKind::Put {
-                    Some(Lookup::Found(Bytes::from(v.clone())))
+                    Some(Lookup::Found(Bytes::from(v.clone()), pk.seq))
                 } else {
-                    Some(Lookup::Deleted)
+                    Some(Lookup::Deleted(pk.seq))
                 };
                 assert_eq!(got, want, "{c:?} entry {i}");
                 // Not visible to a snapshot older than the write.
@@ -168,4 +168,34 @@ fn damaged_metadata_fails_open_without_panicking() {
     for cut in [0, 10, 47, n / 2, n - 1] {
         assert!(Table::from_bytes(Bytes::from(good[..cut].to_vec()), Path::new("x.sst")).is_err());
     }
+}
+
+#[test]
+fn range_tombstones_round_trip_and_widen_the_key_range() {
+    use crate::range_del::RangeTombstone;
+    let mut b = TableBuilder::new(Vec::new(), TableOptions::default()).unwrap();
+    b.add(&make_internal_key(b"m", 5, ValueKind::Put), b"v").unwrap();
+    b.add_range_tombstone(RangeTombstone { start: b"c".to_vec(), end: b"f".to_vec(), seq: 9 });
+    b.add_range_tombstone(RangeTombstone { start: b"k".to_vec(), end: b"z".to_vec(), seq: 3 });
+    let (bytes, props, _) = b.finish().unwrap();
+    assert_eq!(props.num_range_deletions, 2);
+    assert_eq!(key::user_key(&props.smallest_key), b"c");
+    assert_eq!(key::user_key(&props.largest_key), b"z");
+    assert_eq!((props.smallest_seq, props.largest_seq), (3, 9));
+    let t = Table::from_bytes(Bytes::from(bytes), Path::new("rd.sst")).unwrap();
+    assert_eq!(t.range_tombstones().len(), 2);
+    assert_eq!(t.max_covering_tombstone(b"d", 100), Some(9));
+    assert_eq!(t.max_covering_tombstone(b"d", 8), None);
+    assert_eq!(t.max_covering_tombstone(b"m", 100), Some(3));
+    assert_eq!(t.max_covering_tombstone(b"z", 100), None);
+    // A table of tombstones only is valid too.
+    let mut b = TableBuilder::new(Vec::new(), TableOptions::default()).unwrap();
+    b.add_range_tombstone(RangeTombstone { start: b"a".to_vec(), end: b"b".to_vec(), seq: 1 });
+    let (bytes, props, _) = b.finish().unwrap();
+    assert_eq!((props.num_entries, props.num_range_deletions), (0, 1));
+    let t = Table::from_bytes(Bytes::from(bytes), Path::new("rd.sst")).unwrap();
+    let mut it = t.iter();
+    it.seek_to_first().unwrap();
+    assert!(!it.valid());
+    assert_eq!(t.max_covering_tombstone(b"a", 5), Some(1));
 }
