@@ -48,7 +48,7 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use bytes::Bytes;
 pub use compaction::{CompactionFilter, Decision};
-pub use db::{Db, LevelStats, LiveFile, Stats};
+pub use db::{Db, LevelStats, LiveFile, Stats, WalTail};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
 pub use options::{Compression, Options, ReadOptions, SyncMode, WalRecoveryMode, WriteOptions};

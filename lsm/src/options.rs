@@ -109,6 +109,8 @@ pub struct Options {
     pub(crate) block_cache_size: usize,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
+    pub(crate) wal_ttl: std::time::Duration,
+    pub(crate) wal_size_limit: u64,
 }
 
 /// A user compaction filter, shared by every compaction.
@@ -148,6 +150,8 @@ impl Default for Options {
             block_cache_size: 64 << 20,
             max_open_files: 1000,
             compaction_filter: None,
+            wal_ttl: std::time::Duration::ZERO,
+            wal_size_limit: 0,
         }
     }
 }
@@ -292,6 +296,25 @@ impl Options {
     pub fn compaction_filter(mut self, filter: Arc<dyn CompactionFilter>) -> Self {
         self.compaction_filter = Some(FilterHandle(filter));
         self
+    }
+
+    /// Keep WAL files this long after their memtable is flushed, so replicas can catch up with
+    /// [`crate::Db::updates_since`] (default 0: deleted at once unless `wal_size_limit` is set).
+    #[must_use]
+    pub fn wal_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.wal_ttl = ttl;
+        self
+    }
+    /// Keep flushed WAL files up to this many bytes in all, oldest deleted first (default 0: no
+    /// size bound; with `wal_ttl` also 0, WALs are deleted at once).
+    #[must_use]
+    pub fn wal_size_limit(mut self, bytes: u64) -> Self {
+        self.wal_size_limit = bytes;
+        self
+    }
+
+    pub(crate) fn retains_wals(&self) -> bool {
+        !self.wal_ttl.is_zero() || self.wal_size_limit > 0
     }
 
     pub(crate) fn validate(&self) -> crate::Result<()> {

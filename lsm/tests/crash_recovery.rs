@@ -1,6 +1,7 @@
 //! Crash test: a child process writes synced batches and reports each acknowledgement; the
-//! parent kills it with SIGKILL at a random moment (during open, writes, flushes), reopens the
-//! database and checks that every acknowledged write is there and nothing unwritten appeared.
+//! parent kills it with SIGKILL at a random moment (during open, writes, flushes, compactions),
+//! reopens the database and checks that every acknowledged write is there and nothing unwritten
+//! appeared.
 //!
 //! `CRASH_CYCLES` scales the number of kill cycles (default 24).
 
@@ -14,8 +15,15 @@ use rand::Rng;
 const DIR_VAR: &str = "LSM_CRASH_CHILD_DIR";
 
 fn options() -> Options {
-    // Small memtables so kills also land during rotations and flushes.
-    Options::default().write_buffer_size(16 << 10).sync_mode(SyncMode::Never)
+    // Small memtables, tables and levels so kills also land during rotations, flushes and
+    // compactions.
+    Options::default()
+        .write_buffer_size(16 << 10)
+        .level0_file_num_compaction_trigger(2)
+        .target_file_size_base(16 << 10)
+        .max_bytes_for_level_base(64 << 10)
+        .max_bytes_for_level_multiplier(4)
+        .sync_mode(SyncMode::Never)
 }
 
 fn key(i: u64) -> String {
@@ -116,4 +124,7 @@ fn crash_kill_loop() {
         db.close().unwrap();
     }
     assert!(kills_mid_write >= cycles / 2, "most kills should land while writing ({kills_mid_write}/{cycles})");
+    let db = Db::open(dir.path(), options()).unwrap();
+    let stats = db.stats();
+    assert!(stats.levels[1..].iter().any(|l| l.files > 0), "compactions ran during the test\n{stats}");
 }

@@ -115,10 +115,7 @@ impl DbInner {
                 version,
             });
         }
-        let wal = filename::wal_path(&self.dir, imm.wal_number());
-        if let Err(e) = std::fs::remove_file(&wal) {
-            tracing::warn!(target: "lsm::flush", file = %wal.display(), error = %e, "could not delete flushed WAL");
-        }
+        self.retire_wal(imm.wal_number());
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_flushed.fetch_add(bytes, Ordering::Relaxed);
         tracing::debug!(target: "lsm::flush", table = number, bytes, entries = imm.len(), "memtable flushed to L0");
@@ -144,6 +141,9 @@ impl DbInner {
             let file = Arc::clone(&lock(&self.wal_file));
             if let Err(e) = file.sync_data() {
                 self.poison(e.into());
+            }
+            if !self.opts.wal_ttl.is_zero() {
+                self.purge_wals();
             }
         }
     }

@@ -3,15 +3,17 @@
 mod compact;
 mod flush;
 mod open;
+mod replication;
 mod stats;
 mod write;
 
+pub use replication::WalTail;
 pub use stats::{LevelStats, Stats};
 
 use std::fs::File;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 
@@ -85,6 +87,11 @@ pub(crate) struct DbInner {
     counters: Counters,
     read_counters: Arc<ReadCounters>,
     tables: Arc<TableCache>,
+    retained_wals: Mutex<std::collections::VecDeque<replication::RetainedWal>>,
+    /// Live `WalTail`s; writers notify `tail_cv` only when there are some.
+    tailers: AtomicUsize,
+    tail_mu: Mutex<()>,
+    tail_cv: Condvar,
 }
 
 impl std::fmt::Debug for DbInner {
@@ -195,6 +202,39 @@ impl Db {
     /// Applies `batch` atomically: after a crash either all of it or none of it is present.
     pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.inner.write(batch, opts)
+    }
+
+    /// Applies a batch a primary wrote with sequence numbers from `seq` on (replication). The
+    /// sequence must be above every sequence this database has used.
+    pub fn write_replicated(&self, seq: u64, batch: WriteBatch) -> Result<()> {
+        self.inner.write_with_sequence(batch, &WriteOptions::default(), Some(seq))
+    }
+
+    /// The batches written from sequence number `seq` on, read from the WAL: the first batch
+    /// returned is the one containing `seq`. Keep WALs around with [`Options::wal_ttl`] or
+    /// [`Options::wal_size_limit`]; once the WAL holding `seq` is deleted this (or a later read
+    /// from the tail) fails with [`Error::WalGone`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+    /// db.put(b"a", b"1").unwrap();
+    /// let mut tail = db.updates_since(1).unwrap();
+    /// let (seq, batch) = tail.try_next().unwrap().unwrap();
+    /// assert_eq!((seq, batch.len()), (1, 1));
+    /// db.put(b"b", b"2").unwrap();
+    /// let (seq, _) = tail.next_timeout(std::time::Duration::from_secs(1)).unwrap().unwrap();
+    /// assert_eq!(seq, 2);
+    /// ```
+    pub fn updates_since(&self, seq: u64) -> Result<WalTail> {
+        self.inner.updates_since(seq)
+    }
+
+    /// Writes an openable copy of the database as of now into the new directory `dir` (tables
+    /// hard-linked, a fresh manifest) and returns the sequence number it reflects: every write
+    /// up to it and none after. Writers wait while the memtable is flushed.
+    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<u64> {
+        self.inner.checkpoint(dir.as_ref())
     }
 
     /// A consistent read view as of now.

@@ -89,7 +89,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     // A recovered version set has no manifest writer yet, so this starts a new, compact manifest
     // (dropping any torn tail of the old one) that holds the recovered state plus `edit`.
     versions.log_and_apply(edit)?;
-    remove_obsolete_files(dir, &versions)?;
+    let old_wals = remove_obsolete_files(dir, &versions)?;
 
     let version = versions.current();
     tracing::info!(
@@ -120,8 +120,13 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         counters: Counters::default(),
         read_counters,
         tables,
+        retained_wals: Mutex::default(),
+        tailers: std::sync::atomic::AtomicUsize::new(0),
+        tail_mu: Mutex::new(()),
+        tail_cv: Condvar::new(),
         opts,
     });
+    inner.adopt_old_wals(old_wals);
     let mut threads = Vec::new();
     let flusher = Arc::clone(&inner);
     threads.push(std::thread::Builder::new().name("lsm-flush".into()).spawn(move || flusher.flush_loop())?);
@@ -215,13 +220,20 @@ fn flush_recovered(
     Ok(())
 }
 
-/// Removes WALs already in tables, tables no version lists, old manifests and temp files.
-fn remove_obsolete_files(dir: &Path, versions: &VersionSet) -> Result<()> {
+/// Removes tables no version lists, old manifests and temp files. Returns the WALs already in
+/// tables, which retention may keep for replicas.
+fn remove_obsolete_files(dir: &Path, versions: &VersionSet) -> Result<Vec<(u64, std::path::PathBuf)>> {
+    let mut old_wals = Vec::new();
     let version = versions.current();
     let live: std::collections::HashSet<u64> = version.files().map(|(_, f)| f.number).collect();
     for (kind, path) in filename::list(dir)? {
         let obsolete = match kind {
-            FileKind::Wal(n) => n < versions.log_number(),
+            FileKind::Wal(n) => {
+                if n < versions.log_number() {
+                    old_wals.push((n, path));
+                }
+                continue;
+            }
             FileKind::Table(n) => !live.contains(&n),
             FileKind::Manifest(n) => Some(n) != versions.manifest_number(),
             FileKind::Temp(_) => true,
@@ -232,5 +244,5 @@ fn remove_obsolete_files(dir: &Path, versions: &VersionSet) -> Result<()> {
             std::fs::remove_file(&path)?;
         }
     }
-    Ok(())
+    Ok(old_wals)
 }

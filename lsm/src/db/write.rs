@@ -26,6 +26,9 @@ struct Pending {
     ticket: u64,
     batch: WriteBatch,
     sync: bool,
+    /// A replicated batch keeps the primary's sequence numbers; it is committed in a group of
+    /// its own.
+    forced_seq: Option<u64>,
 }
 
 /// Writers waiting for their batch to be committed.
@@ -48,11 +51,15 @@ impl WriteQueue {
         let limit = if first_size <= 128 << 10 { first_size + (128 << 10) } else { MAX_GROUP_BYTES };
         while let Some(p) = self.pending.front() {
             let size = p.batch.size_in_bytes();
-            if !group.is_empty() && bytes + size > limit {
+            if !group.is_empty() && (bytes + size > limit || p.forced_seq.is_some()) {
                 break;
             }
+            let alone = p.forced_seq.is_some();
             bytes += size;
             group.extend(self.pending.pop_front());
+            if alone {
+                break;
+            }
         }
         group
     }
@@ -60,12 +67,21 @@ impl WriteQueue {
 
 impl DbInner {
     pub(super) fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.write_with_sequence(batch, opts, None)
+    }
+
+    pub(super) fn write_with_sequence(
+        &self,
+        batch: WriteBatch,
+        opts: &WriteOptions,
+        forced_seq: Option<u64>,
+    ) -> Result<()> {
         self.check_writable()?;
         let sync = opts.sync || self.opts.sync_mode == SyncMode::Always;
         let mut q = lock(&self.queue);
         q.next_ticket += 1;
         let ticket = q.next_ticket;
-        q.pending.push_back(Pending { ticket, batch, sync });
+        q.pending.push_back(Pending { ticket, batch, sync, forced_seq });
         loop {
             if q.done_through >= ticket {
                 return q.errors.remove(&ticket).map_or(Ok(()), Err);
@@ -95,6 +111,14 @@ impl DbInner {
         let mut w = lock(&self.wal);
         self.make_room(&mut w, false)?;
         let mut seq = w.last_seq;
+        if let Some(forced) = group.first().and_then(|p| p.forced_seq) {
+            if forced <= seq {
+                return Err(Error::InvalidArgument(format!(
+                    "replicated batch at sequence {forced} is not after the last sequence {seq}"
+                )));
+            }
+            seq = forced - 1;
+        }
         let mut sync = false;
         for p in group.iter_mut() {
             sync |= p.sync;
@@ -122,6 +146,7 @@ impl DbInner {
         }
         w.last_seq = seq;
         self.visible_seq.store(seq, Ordering::Release);
+        self.notify_tailers();
         Ok(())
     }
 
@@ -194,12 +219,13 @@ impl DbInner {
 
     /// Freezes the active memtable and starts a new one with a new WAL.
     fn rotate(&self, w: &mut WalState) -> Result<()> {
-        let number = lock(&self.versions).new_file_number();
-        let log = LogWriter::create(&filename::wal_path(&self.dir, number), number)?;
+        // The old WAL is complete before the new one exists (WAL tailers rely on it).
         w.log.write_pending()?;
         if self.opts.sync_mode != SyncMode::Never {
             w.log.sync()?;
         }
+        let number = lock(&self.versions).new_file_number();
+        let log = LogWriter::create(&filename::wal_path(&self.dir, number), number)?;
         *lock(&self.wal_file) = log.file();
         w.log = log;
         self.set_super_version(|sv| {

@@ -28,10 +28,13 @@ pub struct Damage {
     pub valid_data_after: bool,
 }
 
-/// Reads records from the bytes of a whole log file.
+/// Reads records from the bytes of a log file (the whole file, or its tail from a record
+/// boundary: see [`LogReader::with_base`]).
 #[derive(Debug)]
 pub struct LogReader<'a> {
     data: &'a [u8],
+    /// File offset of `data[0]`: block boundaries are computed on file offsets.
+    base: usize,
     pos: usize,
     /// Offset after the last complete record returned.
     good_end: usize,
@@ -47,12 +50,17 @@ enum Fragment<'a> {
 impl<'a> LogReader<'a> {
     /// Reads from the start of `data`.
     pub fn new(data: &'a [u8]) -> Self {
-        LogReader { data, pos: 0, good_end: 0, damage: None }
+        Self::with_base(data, 0)
     }
 
-    /// Offset just past the last complete record returned so far.
+    /// Reads `data`, which holds the log from file offset `base` (a record boundary) on.
+    pub fn with_base(data: &'a [u8], base: u64) -> Self {
+        LogReader { data, base: base as usize, pos: 0, good_end: 0, damage: None }
+    }
+
+    /// File offset just past the last complete record returned so far.
     pub fn good_end(&self) -> u64 {
-        self.good_end as u64
+        (self.base + self.good_end) as u64
     }
 
     /// Why reading stopped early, if it did (available once `next_record` returned `None`).
@@ -81,11 +89,8 @@ impl<'a> LogReader<'a> {
                 Fragment::Ok { kind, payload, start } => match (kind, assembled.as_mut()) {
                     (FragmentType::Full, None) => {
                         self.good_end = self.pos;
-                        return Some(Record {
-                            offset: start as u64,
-                            end: self.pos as u64,
-                            payload: Cow::Borrowed(payload),
-                        });
+                        let (offset, end) = ((self.base + start) as u64, (self.base + self.pos) as u64);
+                        return Some(Record { offset, end, payload: Cow::Borrowed(payload) });
                     }
                     (FragmentType::First, None) => assembled = Some((start, payload.to_vec())),
                     (FragmentType::Middle, Some((_, buf))) => buf.extend_from_slice(payload),
@@ -93,7 +98,8 @@ impl<'a> LogReader<'a> {
                         let (offset, mut buf) = assembled.take().unwrap_or_default();
                         buf.extend_from_slice(payload);
                         self.good_end = self.pos;
-                        return Some(Record { offset: offset as u64, end: self.pos as u64, payload: Cow::Owned(buf) });
+                        let (offset, end) = ((self.base + offset) as u64, (self.base + self.pos) as u64);
+                        return Some(Record { offset, end, payload: Cow::Owned(buf) });
                     }
                     (k, _) => {
                         self.fail(&format!("unexpected {k:?} fragment"));
@@ -105,13 +111,14 @@ impl<'a> LogReader<'a> {
     }
 
     fn fail(&mut self, reason: &str) {
-        let valid_data_after = has_valid_fragment_after(self.data, self.good_end);
-        self.damage = Some(Damage { offset: self.good_end as u64, reason: reason.to_string(), valid_data_after });
+        let valid_data_after = has_valid_fragment_after(self.data, self.base, self.good_end);
+        self.damage =
+            Some(Damage { offset: (self.base + self.good_end) as u64, reason: reason.to_string(), valid_data_after });
     }
 
     fn next_fragment(&mut self) -> Fragment<'a> {
         loop {
-            let left_in_block = BLOCK_SIZE - self.pos % BLOCK_SIZE;
+            let left_in_block = BLOCK_SIZE - (self.base + self.pos) % BLOCK_SIZE;
             if left_in_block < HEADER_SIZE {
                 // Block trailer padding.
                 self.pos += left_in_block;
@@ -148,10 +155,11 @@ impl<'a> LogReader<'a> {
 /// True if any well-formed FULL or FIRST fragment starts at a block boundary, or right after
 /// another well-formed fragment, anywhere after `from`. Used to decide whether damage is a torn
 /// tail (nothing valid follows) or corruption in the middle of the log.
-fn has_valid_fragment_after(data: &[u8], from: usize) -> bool {
-    let mut block_start = (from / BLOCK_SIZE + 1) * BLOCK_SIZE;
+fn has_valid_fragment_after(data: &[u8], base: usize, from: usize) -> bool {
+    // Block starts as positions in `data`.
+    let mut block_start = ((base + from) / BLOCK_SIZE + 1) * BLOCK_SIZE - base;
     while block_start < data.len() {
-        let mut r = LogReader { data, pos: block_start, good_end: block_start, damage: None };
+        let mut r = LogReader { data, base, pos: block_start, good_end: block_start, damage: None };
         // Fragments at the start of a block may be the tail of a record that began earlier.
         loop {
             match r.next_fragment() {

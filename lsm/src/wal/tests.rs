@@ -98,3 +98,31 @@ fn garbage_never_panics() {
         assert!(got.len() <= 1);
     }
 }
+
+#[test]
+fn reading_can_resume_at_any_record_boundary() {
+    let records: Vec<_> = (0..30).map(|i| payload(i, (i * 1733) % 9000)).collect();
+    let data = write_log(&records);
+    let mut ends = vec![0u64];
+    let mut r = LogReader::new(&data);
+    while let Some(rec) = r.next_record() {
+        ends.push(rec.end);
+    }
+    for (i, &start) in ends.iter().enumerate() {
+        let (tail, _) = {
+            let mut r = LogReader::with_base(&data[start as usize..], start);
+            let mut out = Vec::new();
+            let mut at = start;
+            while let Some(rec) = r.next_record() {
+                assert!(rec.offset >= at, "record offsets are file offsets");
+                assert_eq!(rec.end, ends[i + out.len() + 1], "record end is a file offset");
+                at = rec.end;
+                out.push(rec.payload.into_owned());
+            }
+            assert_eq!(r.damage(), None);
+            assert_eq!(r.good_end(), data.len() as u64);
+            (out, ())
+        };
+        assert_eq!(tail, records[i..].to_vec(), "resume at record {i}");
+    }
+}

@@ -1,0 +1,300 @@
+//! Hooks for replication and backup: WAL retention, tailing the WAL (`updates_since`),
+//! applying a primary's batches (`write_replicated`) and checkpoints.
+
+use std::collections::VecDeque;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::{lock, DbInner};
+use crate::batch::WriteBatch;
+use crate::filename::{self, FileKind};
+use crate::manifest::VersionEdit;
+use crate::wal::{LogReader, LogWriter};
+use crate::{Error, Result};
+
+/// A flushed WAL kept for replicas.
+#[derive(Debug)]
+pub(super) struct RetainedWal {
+    number: u64,
+    size: u64,
+    retired_at: SystemTime,
+}
+
+impl DbInner {
+    /// A WAL whose memtable is now in a table: delete it, or keep it while retention allows.
+    pub(super) fn retire_wal(&self, number: u64) {
+        let path = filename::wal_path(&self.dir, number);
+        if !self.opts.retains_wals() {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(target: "lsm::wal", file = %path.display(), error = %e, "could not delete flushed WAL");
+            }
+            return;
+        }
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        lock(&self.retained_wals).push_back(RetainedWal { number, size, retired_at: SystemTime::now() });
+        self.purge_wals();
+    }
+
+    /// Registers WALs found at open that are older than the log number (already in tables).
+    pub(super) fn adopt_old_wals(&self, mut found: Vec<(u64, std::path::PathBuf)>) {
+        found.sort();
+        for (number, path) in found {
+            if !self.opts.retains_wals() {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let meta = std::fs::metadata(&path).ok();
+            let size = meta.as_ref().map_or(0, |m| m.len());
+            let retired_at = meta.and_then(|m| m.modified().ok()).unwrap_or_else(SystemTime::now);
+            lock(&self.retained_wals).push_back(RetainedWal { number, size, retired_at });
+        }
+        self.purge_wals();
+    }
+
+    /// Deletes retained WALs past `wal_ttl` or beyond `wal_size_limit`, oldest first.
+    pub(super) fn purge_wals(&self) {
+        let mut kept = lock(&self.retained_wals);
+        let mut total: u64 = kept.iter().map(|w| w.size).sum();
+        while let Some(oldest) = kept.front() {
+            let expired =
+                !self.opts.wal_ttl.is_zero() && oldest.retired_at.elapsed().unwrap_or_default() > self.opts.wal_ttl;
+            let too_big = self.opts.wal_size_limit > 0 && total > self.opts.wal_size_limit;
+            if !expired && !too_big {
+                break;
+            }
+            total -= oldest.size;
+            let path = filename::wal_path(&self.dir, oldest.number);
+            tracing::debug!(target: "lsm::wal", file = %path.display(), "retention: deleting old WAL");
+            let _ = std::fs::remove_file(&path);
+            kept.pop_front();
+        }
+    }
+
+    /// Called by the write leader after publishing new sequence numbers.
+    pub(super) fn notify_tailers(&self) {
+        if self.tailers.load(Ordering::Relaxed) > 0 {
+            let _g = lock(&self.tail_mu);
+            self.tail_cv.notify_all();
+        }
+    }
+
+    fn wal_numbers(&self) -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = filename::list(&self.dir)?
+            .into_iter()
+            .filter_map(|(k, _)| if let FileKind::Wal(n) = k { Some(n) } else { None })
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// Sequence number of the first batch in WAL `n` (`None` if it holds none yet).
+    fn first_sequence_of(&self, n: u64) -> Result<Option<u64>> {
+        let data = match std::fs::read(filename::wal_path(&self.dir, n)) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut r = LogReader::new(&data);
+        while let Some(rec) = r.next_record() {
+            let b = WriteBatch::from_bytes(rec.payload.into_owned())?;
+            if !b.is_empty() {
+                return Ok(Some(b.sequence()));
+            }
+        }
+        Ok(None)
+    }
+
+    pub(super) fn updates_since(self: &Arc<Self>, seq: u64) -> Result<WalTail> {
+        self.check_open()?;
+        let wals = self.wal_numbers()?;
+        let latest = self.visible_seq.load(Ordering::Acquire);
+        let newest = *wals.last().ok_or(Error::WalGone(seq))?;
+        let mut start = None;
+        if seq > latest {
+            start = Some(newest);
+        } else {
+            for &n in wals.iter().rev() {
+                match self.first_sequence_of(n)? {
+                    Some(first) if first <= seq => {
+                        start = Some(n);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let wal = start.ok_or(Error::WalGone(seq))?;
+        self.tailers.fetch_add(1, Ordering::Relaxed);
+        Ok(WalTail { db: Arc::clone(self), next_seq: seq.max(1), wal, offset: 0, ready: VecDeque::new() })
+    }
+
+    pub(super) fn checkpoint(&self, target: &Path) -> Result<u64> {
+        self.check_writable()?;
+        if target.exists() {
+            return Err(Error::InvalidArgument(format!("checkpoint directory {} already exists", target.display())));
+        }
+        // Hold the WAL lock: no write lands and no memtable is frozen until the version is taken,
+        // so the tables hold exactly the writes up to `boundary`.
+        let (boundary, version) = {
+            let mut w = lock(&self.wal);
+            let boundary = w.last_seq;
+            self.make_room(&mut w, true)?;
+            let mut bg = lock(&self.bg);
+            while !self.super_version().imm.is_empty() {
+                self.check_writable()?;
+                if bg.shutdown {
+                    return Err(Error::Closed);
+                }
+                bg = self.bg_cv.wait_timeout(bg, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            drop(bg);
+            (boundary, self.super_version().version.clone())
+        };
+        std::fs::create_dir_all(target)?;
+        let mut next_file = 1u64;
+        let mut edit = VersionEdit::default();
+        for (level, f) in version.files() {
+            let src = filename::table_path(&self.dir, f.number);
+            let dst = filename::table_path(target, f.number);
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst)?; // another file system
+            }
+            next_file = next_file.max(f.number + 1);
+            edit.added.push((level, f.to_new_file()));
+        }
+        let manifest_number = next_file;
+        let log_number = next_file + 1;
+        edit.log_number = Some(log_number);
+        edit.next_file_number = Some(log_number + 1);
+        edit.last_sequence = Some(boundary);
+        let mut m = LogWriter::create(&filename::manifest_path(target, manifest_number), manifest_number)?;
+        m.append(&edit.encode(), true)?;
+        let tmp = filename::temp_path(target, log_number);
+        std::fs::write(&tmp, format!("{}\n", filename::manifest_name(manifest_number)))?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, target.join("CURRENT"))?;
+        filename::sync_dir(target)?;
+        tracing::info!(target: "lsm::db", dir = %target.display(), sequence = boundary, tables = edit.added.len(), "checkpoint written");
+        Ok(boundary)
+    }
+}
+
+/// The WAL from a sequence number on, as `(sequence, batch)` in order. See
+/// [`crate::Db::updates_since`].
+pub struct WalTail {
+    db: Arc<DbInner>,
+    /// The first sequence number not yet handed out.
+    next_seq: u64,
+    wal: u64,
+    /// File offset of the next record to read in `wal`.
+    offset: u64,
+    ready: VecDeque<(u64, WriteBatch)>,
+}
+
+impl std::fmt::Debug for WalTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalTail")
+            .field("next_seq", &self.next_seq)
+            .field("wal", &self.wal)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl Drop for WalTail {
+    fn drop(&mut self) {
+        self.db.tailers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl WalTail {
+    /// The sequence number the next batch will contain.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The next batch if one is already in the WAL, without waiting.
+    pub fn try_next(&mut self) -> Result<Option<(u64, WriteBatch)>> {
+        self.db.check_open()?;
+        if self.ready.is_empty() {
+            self.fill()?;
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// The next batch, waiting up to `timeout` for one to be written.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<(u64, WriteBatch)>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.db.visible_seq.load(Ordering::Acquire);
+            if let Some(b) = self.try_next()? {
+                return Ok(Some(b));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let g = lock(&self.db.tail_mu);
+            if self.db.visible_seq.load(Ordering::Acquire) == seen {
+                let _ = self.db.tail_cv.wait_timeout(g, (deadline - now).min(Duration::from_millis(200)));
+            }
+        }
+    }
+
+    /// Reads complete records after `offset`, moving on to newer WALs as they appear.
+    fn fill(&mut self) -> Result<()> {
+        let mut drained_before_switch = false;
+        loop {
+            let path = filename::wal_path(&self.db.dir, self.wal);
+            let data = match read_from(&path, self.offset) {
+                Ok(d) => d,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::WalGone(self.next_seq)),
+                Err(e) => return Err(e.into()),
+            };
+            let mut r = LogReader::with_base(&data, self.offset);
+            while let Some(rec) = r.next_record() {
+                let batch = WriteBatch::from_bytes(rec.payload.into_owned())
+                    .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
+                self.offset = rec.end;
+                if batch.is_empty() {
+                    continue;
+                }
+                let last = batch.sequence() + u64::from(batch.len()) - 1;
+                if last < self.next_seq {
+                    continue;
+                }
+                self.next_seq = last + 1;
+                self.ready.push_back((batch.sequence(), batch));
+            }
+            if let Some(d) = r.damage().filter(|d| d.valid_data_after) {
+                return Err(Error::corruption(&path, d.offset, d.reason.clone()));
+            }
+            // (A damaged tail without valid data after it is a record still being written.)
+            if !self.ready.is_empty() {
+                return Ok(());
+            }
+            let newer = self.db.wal_numbers()?.into_iter().find(|&n| n > self.wal);
+            match newer {
+                None => return Ok(()),
+                // A newer WAL exists, so this one is complete: read it once more, then move on.
+                Some(_) if !drained_before_switch => drained_before_switch = true,
+                Some(n) => {
+                    self.wal = n;
+                    self.offset = 0;
+                    drained_before_switch = false;
+                }
+            }
+        }
+    }
+}
+
+fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
