@@ -1,13 +1,98 @@
-//! `db_bench`: the db_bench-style engine benchmark.
+//! `db_bench`: a db_bench-style benchmark of the `lsm` engine.
 //!
-//! Not built yet: it is the work of the "`bench`: db_bench-style engine benchmark" issue. Until
-//! then this binary says so and exits with an error rather than printing made-up numbers.
+//! ```text
+//! cargo run --release -p bench --features zstd,jemalloc -- --benchmarks=fill_seq,read_random --compression=zstd
+//! ```
+// A benchmark tool's output is its product: it prints results on stdout like db_bench.
+#![allow(clippy::print_stdout)]
 
-fn main() -> std::process::ExitCode {
-    eprintln!(
-        "db_bench {}: not implemented yet (lsm engine {} is ready to be measured)",
-        env!("CARGO_PKG_VERSION"),
-        lsm::Compression::None.name()
-    );
-    std::process::ExitCode::from(2)
+mod db_benches;
+mod error;
+mod flags;
+mod keys;
+mod report;
+mod runner;
+mod table_benches;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::db_benches::{DbBench, DB_BENCHMARKS};
+use crate::error::{Error, Result};
+use crate::flags::{Command, Flags};
+use crate::report::Header;
+use crate::table_benches::{TableBench, TABLE_BENCHMARKS};
+
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let result = match &flags.command {
+        Some(Command::Report { results, svg }) => report::svg_chart(results, svg).map(|_| {
+            println!("wrote {}", svg.display());
+        }),
+        None => run(&flags),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("db_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(flags: &Flags) -> Result<()> {
+    let compression: lsm::Compression = flags.compression.parse()?;
+    if !compression.is_available() {
+        return Err(lsm::Error::CodecUnavailable(compression.name(), compression.name()).into());
+    }
+    let names = flags.benchmark_list();
+    if let Some(bad) =
+        names.iter().find(|n| !DB_BENCHMARKS.contains(&n.as_str()) && !TABLE_BENCHMARKS.contains(&n.as_str()))
+    {
+        return Err(Error::Other(format!(
+            "unknown benchmark '{bad}'; known: {}, {}",
+            DB_BENCHMARKS.join(", "),
+            TABLE_BENCHMARKS.join(", ")
+        )));
+    }
+    let header = Header::new(flags);
+    let mut out = std::io::stdout().lock();
+    header.print(&mut out)?;
+    let mut db: Option<DbBench> = None;
+    let mut tables: Option<TableBench> = None;
+    let mut results = Vec::new();
+    for name in &names {
+        let outcome = if TABLE_BENCHMARKS.contains(&name.as_str()) {
+            if tables.is_none() {
+                tables = Some(TableBench::new(flags)?);
+            }
+            tables.as_mut().map(|t| t.run(name)).transpose()?
+        } else {
+            if db.is_none() {
+                db = Some(DbBench::new(flags)?);
+            }
+            match db.as_mut() {
+                Some(d) => d.run(name)?,
+                None => None,
+            }
+        };
+        match outcome {
+            Some(o) => {
+                report::print_outcome(&mut out, &o)?;
+                results.push(o);
+            }
+            None => println!("{name:<20} : skipped (--use_existing_db is set)"),
+        }
+    }
+    if let Some(path) = &flags.json {
+        let json = serde_json::to_string_pretty(&report::RunJson { header: &header, results: &results })
+            .map_err(|e| Error::Other(format!("encoding JSON: {e}")))?;
+        std::fs::write(path, json)?;
+    }
+    Ok(())
 }

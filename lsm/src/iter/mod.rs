@@ -11,7 +11,7 @@ mod range;
 
 pub use db_iter::DbIterator;
 pub use level::LevelIter;
-pub(crate) use merge::MergingIterator;
+pub use merge::MergingIterator;
 pub use range::Range;
 
 use crate::Result;

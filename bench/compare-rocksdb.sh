@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: RocksDB's db_bench (Debian's rocksdb-tools) against Shale's db_bench,
+# same machine, same key/value sizes, compression, cache and bloom settings, runs alternating.
+# Prints a markdown table of medians (benchmark | RocksDB | Shale | ratio) and writes
+# $OUT/compare.json and $OUT/compare.svg.
+#
+#   bench/compare-rocksdb.sh                      # 1M entries, snappy, 3 runs each
+#   NUM=200000 RUNS=5 COMPRESSION=zstd bench/compare-rocksdb.sh
+#
+# Environment: NUM (1000000), RUNS (3), COMPRESSION (snappy|zstd|none), VALUE_SIZE (100),
+# KEY_SIZE (16), CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), THREADS (1),
+# BENCHMARKS (fill_seq,fill_random,overwrite,read_random,read_seq), FEATURES (jemalloc),
+# OUT (bench-results), DB_ROOT (a temporary directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NUM=${NUM:-1000000}
+RUNS=${RUNS:-3}
+COMPRESSION=${COMPRESSION:-snappy}
+VALUE_SIZE=${VALUE_SIZE:-100}
+KEY_SIZE=${KEY_SIZE:-16}
+CACHE_SIZE=${CACHE_SIZE:-8388608}
+BLOOM_BITS=${BLOOM_BITS:-10}
+THREADS=${THREADS:-1}
+BENCHMARKS=${BENCHMARKS:-fill_seq,fill_random,overwrite,read_random,read_seq}
+FEATURES=${FEATURES:-jemalloc}
+OUT=${OUT:-bench-results}
+DB_ROOT=${DB_ROOT:-$(mktemp -d)}
+
+ROCKS=/usr/bin/db_bench
+if [ ! -x "$ROCKS" ]; then
+  echo "installing Debian's rocksdb-tools for RocksDB's db_bench" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq rocksdb-tools >&2
+  else sudo apt-get update -qq && sudo apt-get install -y -qq rocksdb-tools >&2; fi
+fi
+command -v python3 >/dev/null || { echo "python3 is needed to parse the results" >&2; exit 1; }
+
+echo "building Shale's db_bench (features: $FEATURES)" >&2
+cargo build --release -q -p bench --features "$FEATURES"
+SHALE=$(pwd)/target/release/db_bench
+mkdir -p "$OUT"
+
+# Our names -> db_bench's names.
+rocks_names=$(echo "$BENCHMARKS" | sed -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
+  -e 's/read_random/readrandom/g; s/read_seq/readseq/g; s/read_reverse/readreverse/g; s/read_missing/readmissing/g' \
+  -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g')
+common=(--num="$NUM" --key_size="$KEY_SIZE" --value_size="$VALUE_SIZE" --compression_ratio=0.5
+        --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --threads="$THREADS" --write_buffer_size=67108864)
+
+run_rocks() {
+  rm -rf "$DB_ROOT/rocks"
+  "$ROCKS" --benchmarks="$rocks_names" --db="$DB_ROOT/rocks" --compression_type="$COMPRESSION" "${common[@]}" \
+    > "$OUT/rocksdb-run$1.txt" 2>&1
+}
+run_shale() {
+  rm -rf "$DB_ROOT/shale"
+  "$SHALE" --benchmarks="$BENCHMARKS" --db="$DB_ROOT/shale" --compression="$COMPRESSION" "${common[@]}" \
+    --json="$OUT/shale-run$1.json" > "$OUT/shale-run$1.txt" 2>&1
+}
+
+for run in $(seq 1 "$RUNS"); do
+  # Alternate which engine goes first, so neither always gets the cooler machine.
+  if [ $((run % 2)) = 1 ]; then
+    echo "run $run/$RUNS: RocksDB, then Shale" >&2; run_rocks "$run"; run_shale "$run"
+  else
+    echo "run $run/$RUNS: Shale, then RocksDB" >&2; run_shale "$run"; run_rocks "$run"
+  fi
+done
+rm -rf "$DB_ROOT/rocks" "$DB_ROOT/shale"
+
+python3 - "$OUT" "$RUNS" "$BENCHMARKS" "$NUM" "$COMPRESSION" <<'PY'
+import json, re, statistics, sys
+out, runs, benches, num, compression = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5]
+to_rocks = {"fill_seq": "fillseq", "fill_random": "fillrandom", "fill_random_sync": "fillsync",
+            "read_random": "readrandom", "read_seq": "readseq", "read_reverse": "readreverse",
+            "read_missing": "readmissing", "seek_random": "seekrandom", "delete_random": "deleterandom",
+            "read_while_writing": "readwhilewriting"}
+line = re.compile(r"^(\w+)\s*:\s*([0-9.]+) micros/op")
+def parse(path):
+    seen = {}
+    with open(path) as f:
+        for l in f:
+            m = line.match(l.strip())
+            if m:
+                # A benchmark listed twice keeps each occurrence apart.
+                name = m.group(1); k = 0
+                while (name, k) in seen: k += 1
+                seen[(name, k)] = float(m.group(2))
+    return seen
+rows = []
+for i, b in enumerate(benches):
+    occurrence = benches[:i].count(b)
+    r = [parse(f"{out}/rocksdb-run{n}.txt").get((to_rocks.get(b, b), occurrence)) for n in range(1, runs + 1)]
+    s = [parse(f"{out}/shale-run{n}.txt").get((b, occurrence)) for n in range(1, runs + 1)]
+    r = [x for x in r if x is not None]; s = [x for x in s if x is not None]
+    if not r or not s:
+        print(f"warning: no result for {b} (rocksdb {len(r)}, shale {len(s)} runs)", file=sys.stderr); continue
+    rm, sm = statistics.median(r), statistics.median(s)
+    rows.append({"name": b, "rocksdb_micros_per_op": rm, "shale_micros_per_op": sm,
+                 "ratio": rm / sm if sm else 0.0, "rocksdb_runs": r, "shale_runs": s})
+with open(f"{out}/compare.json", "w") as f:
+    json.dump({"num": int(num), "runs": runs, "compression": compression, "benchmarks": rows}, f, indent=2)
+print(f"\nMedian of {runs} alternating runs, {num} entries, {compression}; micros/op (lower is better), ratio = RocksDB / Shale (> 1: Shale faster)\n")
+print("| benchmark | RocksDB µs/op | Shale µs/op | ratio |")
+print("|---|---:|---:|---:|")
+for r in rows:
+    print(f"| {r['name']} | {r['rocksdb_micros_per_op']:.3f} | {r['shale_micros_per_op']:.3f} | {r['ratio']:.2f}x |")
+PY
+"$SHALE" report "$OUT/compare.json" --svg "$OUT/compare.svg" >&2
+echo "wrote $OUT/compare.json and $OUT/compare.svg" >&2

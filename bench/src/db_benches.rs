@@ -1,0 +1,282 @@
+//! The engine benchmarks, with db_bench's semantics.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lsm::{Compression, Db, Options, ReadOptions, SyncMode, WriteBatch, WriteOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{Error, Result};
+use crate::flags::Flags;
+use crate::keys::{make_key, ValueGenerator};
+use crate::runner::{run_threads, Outcome};
+
+/// The engine benchmarks this tool knows.
+pub const DB_BENCHMARKS: &[&str] = &[
+    "fill_seq",
+    "fill_random",
+    "fill_random_sync",
+    "overwrite",
+    "read_seq",
+    "read_reverse",
+    "read_random",
+    "read_missing",
+    "seek_random",
+    "delete_random",
+    "read_while_writing",
+    "compact",
+    "stats",
+];
+
+/// The database under test and the settings it was opened with.
+pub struct DbBench {
+    flags: Flags,
+    path: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    db: Option<Db>,
+    /// Benchmarks run so far: each run draws from fresh random streams, as in db_bench.
+    runs: u64,
+}
+
+impl DbBench {
+    /// Prepares the database directory (a temporary one unless --db is given).
+    pub fn new(flags: &Flags) -> Result<Self> {
+        let (path, tmp) = match &flags.db {
+            Some(p) => (p.clone(), None),
+            None => {
+                let t = tempfile::Builder::new().prefix("shale-db_bench-").tempdir()?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let mut b = DbBench { flags: flags.clone(), path, _tmp: tmp, db: None, runs: 0 };
+        b.open(!flags.use_existing_db)?;
+        Ok(b)
+    }
+
+    /// Engine options from the flags.
+    pub fn options(flags: &Flags) -> Result<Options> {
+        let compression: Compression = flags.compression.parse()?;
+        Ok(Options::default()
+            .compression(compression)
+            .block_cache_size(flags.cache_size)
+            .bloom_bits_per_key(flags.bloom_bits)
+            .write_buffer_size(flags.write_buffer_size)
+            .sync_mode(SyncMode::Never))
+    }
+
+    fn open(&mut self, fresh: bool) -> Result<()> {
+        if let Some(db) = self.db.take() {
+            db.close()?;
+        }
+        if fresh && self.path.exists() {
+            std::fs::remove_dir_all(&self.path)?;
+        }
+        self.db = Some(Db::open(&self.path, Self::options(&self.flags)?)?);
+        Ok(())
+    }
+
+    fn db(&self) -> Result<&Db> {
+        self.db.as_ref().ok_or_else(|| Error::Other("database is not open".into()))
+    }
+
+    /// Bytes in the database directory.
+    pub fn dir_size(&self) -> u64 {
+        dir_size(&self.path)
+    }
+
+    /// Runs one benchmark. `Ok(None)` when it is skipped (a fill with --use_existing_db).
+    pub fn run(&mut self, name: &str) -> Result<Option<Outcome>> {
+        self.runs += 1;
+        let mut f = self.flags.clone();
+        f.seed = f.seed.wrapping_add(self.runs.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let fresh = matches!(name, "fill_seq" | "fill_random" | "fill_random_sync");
+        if fresh {
+            if f.use_existing_db {
+                return Ok(None);
+            }
+            self.open(true)?;
+        }
+        let db = self.db()?.clone();
+        let threads = f.threads.max(1);
+        let num = f.num;
+        let reads = f.reads();
+        let wopts = WriteOptions { sync: f.sync };
+        let mut outcome = match name {
+            "fill_seq" => write_bench(name, &f, &db, num, threads, wopts, Order::Sequential)?,
+            "fill_random" | "overwrite" => write_bench(name, &f, &db, num, threads, wopts, Order::Random)?,
+            "fill_random_sync" => {
+                write_bench(name, &f, &db, (num / 100).max(1), threads, WriteOptions::synced(), Order::Random)?
+            }
+            "delete_random" => run_threads(name, threads, num * threads as u64, f.histogram, false, |t, r| {
+                let mut rng = thread_rng(&f, t);
+                let mut key = Vec::new();
+                for _ in 0..num {
+                    make_key(rng.random_range(0..num), f.key_size, &mut key);
+                    db.delete(&key)?;
+                    r.done(key.len());
+                }
+                Ok(())
+            })?,
+            "read_random" | "read_missing" => {
+                let missing = name == "read_missing";
+                run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
+                    let mut rng = thread_rng(&f, t);
+                    let mut key = Vec::new();
+                    for _ in 0..reads {
+                        let k = rng.random_range(0..num);
+                        // Missing keys lie just past the written range.
+                        make_key(if missing { num + k } else { k }, f.key_size, &mut key);
+                        match db.get(&key)? {
+                            Some(v) => {
+                                r.found();
+                                r.done(key.len() + v.len());
+                            }
+                            None => r.done(key.len()),
+                        }
+                    }
+                    Ok(())
+                })?
+            }
+            "seek_random" => run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
+                let mut rng = thread_rng(&f, t);
+                let mut key = Vec::new();
+                let mut it = db.iter(&ReadOptions::default());
+                for _ in 0..reads {
+                    make_key(rng.random_range(0..num), f.key_size, &mut key);
+                    it.seek(&key)?;
+                    if it.valid() && it.key() == key.as_slice() {
+                        r.found();
+                    }
+                    r.done(key.len());
+                }
+                Ok(())
+            })?,
+            "read_seq" | "read_reverse" => {
+                let reverse = name == "read_reverse";
+                run_threads(name, threads, reads * threads as u64, f.histogram, false, |_, r| {
+                    let mut it = db.iter(&ReadOptions::default());
+                    if reverse {
+                        it.seek_to_last()?;
+                    } else {
+                        it.seek_to_first()?;
+                    }
+                    let mut n = 0;
+                    while it.valid() && n < reads {
+                        r.done(it.key().len() + it.value().len());
+                        n += 1;
+                        if reverse {
+                            it.prev()?;
+                        } else {
+                            it.next()?;
+                        }
+                    }
+                    it.status()?;
+                    Ok(())
+                })?
+            }
+            "read_while_writing" => read_while_writing(&f, &db, threads, reads)?,
+            "compact" => run_threads(name, 1, 1, f.histogram, false, |_, r| {
+                db.compact_range::<&[u8], _>(..)?;
+                r.done(0);
+                Ok(())
+            })?,
+            "stats" => {
+                let mut o = run_threads(name, 1, 0, false, false, |_, _| Ok(()))?;
+                o.note = db.property("lsm.stats");
+                o
+            }
+            other => return Err(Error::Other(format!("unknown benchmark '{other}'"))),
+        };
+        outcome.file_size = self.dir_size();
+        Ok(Some(outcome))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Sequential,
+    Random,
+}
+
+fn thread_rng(f: &Flags, t: usize) -> StdRng {
+    StdRng::seed_from_u64(f.seed.wrapping_mul(1_000_003).wrapping_add(t as u64))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_bench(
+    name: &str,
+    f: &Flags,
+    db: &Db,
+    count: u64,
+    threads: usize,
+    wopts: WriteOptions,
+    order: Order,
+) -> Result<Outcome> {
+    run_threads(name, threads, count * threads as u64, f.histogram, false, |t, r| {
+        let mut rng = thread_rng(f, t);
+        let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + t as u64);
+        let mut key = Vec::with_capacity(f.key_size);
+        let mut batch = WriteBatch::new();
+        for i in 0..count {
+            let k = match order {
+                Order::Sequential => i,
+                Order::Random => rng.random_range(0..f.num),
+            };
+            make_key(k, f.key_size, &mut key);
+            let value = values.generate(f.value_size);
+            batch.clear();
+            batch.put(&key, value);
+            db.write(std::mem::take(&mut batch), &wopts)?;
+            r.done(key.len() + value.len());
+        }
+        Ok(())
+    })
+}
+
+fn read_while_writing(f: &Flags, db: &Db, readers: usize, reads: u64) -> Result<Outcome> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| -> Result<u64> {
+            let mut rng = thread_rng(f, 999);
+            let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + 999);
+            let mut key = Vec::new();
+            let mut written = 0;
+            while !stop.load(Ordering::Relaxed) {
+                make_key(rng.random_range(0..f.num), f.key_size, &mut key);
+                db.put(&key, values.generate(f.value_size))?;
+                written += 1;
+            }
+            Ok(written)
+        });
+        let result = run_threads("read_while_writing", readers, reads * readers as u64, f.histogram, true, |t, r| {
+            let mut rng = thread_rng(f, t);
+            let mut key = Vec::new();
+            for _ in 0..reads {
+                make_key(rng.random_range(0..f.num), f.key_size, &mut key);
+                match db.get(&key)? {
+                    Some(v) => {
+                        r.found();
+                        r.done(key.len() + v.len());
+                    }
+                    None => r.done(key.len()),
+                }
+            }
+            Ok(())
+        });
+        stop.store(true, Ordering::Relaxed);
+        let written = writer.join().map_err(|_| Error::Other("writer thread panicked".into()))??;
+        let mut o = result?;
+        o.note = Some(format!("{written} writes alongside"));
+        Ok(o)
+    })
+}
+
+/// Total bytes of the files under `path`.
+pub fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,146 @@
+//! Command-line flags, spelled as RocksDB's db_bench spells them (`--key_size=16`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// db_bench-style benchmark of the `lsm` engine.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "db_bench", version, about, long_about = None)]
+pub struct Flags {
+    /// Comma-separated benchmarks, run in order (db_bench names such as `fillseq` work too).
+    #[arg(long, default_value = "fill_seq,fill_random,overwrite,read_random,read_seq,read_reverse,stats")]
+    pub benchmarks: String,
+    /// Number of key/value pairs written (and, by default, read).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub num: u64,
+    /// Number of reads (-1: same as --num).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub reads: i64,
+    /// Key size in bytes (the number, big-endian, padded with '0').
+    #[arg(long = "key_size", default_value_t = 16)]
+    pub key_size: usize,
+    /// Value size in bytes.
+    #[arg(long = "value_size", default_value_t = 100)]
+    pub value_size: usize,
+    /// Values are generated to compress to about this fraction of their size.
+    #[arg(long = "compression_ratio", default_value_t = 0.5)]
+    pub compression_ratio: f64,
+    /// Block compression: none, snappy or zstd.
+    #[arg(long, alias = "compression_type", default_value = "snappy")]
+    pub compression: String,
+    /// Database directory (default: a fresh temporary directory).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Reuse the database in --db instead of starting empty (fill benchmarks are skipped).
+    #[arg(long = "use_existing_db", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub use_existing_db: bool,
+    /// Block cache size in bytes.
+    #[arg(long = "cache_size", default_value_t = 8 << 20)]
+    pub cache_size: usize,
+    /// Bloom filter bits per key (0 disables).
+    #[arg(long = "bloom_bits", default_value_t = 10)]
+    pub bloom_bits: u32,
+    /// Memtable size in bytes.
+    #[arg(long = "write_buffer_size", default_value_t = 64 << 20)]
+    pub write_buffer_size: usize,
+    /// Concurrent threads per benchmark (each does the full count, as in db_bench).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// fsync every write.
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub sync: bool,
+    /// Print latency percentiles per benchmark.
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub histogram: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Random seed.
+    #[arg(long, default_value_t = 301)]
+    pub seed: u64,
+    /// Other commands.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Draw a bar chart from a comparison JSON (as written by compare-rocksdb.sh).
+    Report {
+        /// The results file.
+        results: PathBuf,
+        /// Where to write the SVG chart.
+        #[arg(long)]
+        svg: PathBuf,
+    },
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(format!("expected a boolean (1/0/true/false), got '{other}'")),
+    }
+}
+
+impl Flags {
+    /// Reads per benchmark.
+    pub fn reads(&self) -> u64 {
+        if self.reads < 0 {
+            self.num
+        } else {
+            self.reads as u64
+        }
+    }
+
+    /// The benchmark names, normalised to this tool's spelling (`fillseq` → `fill_seq`).
+    pub fn benchmark_list(&self) -> Vec<String> {
+        self.benchmarks.split(',').map(str::trim).filter(|s| !s.is_empty()).map(normalise).collect()
+    }
+}
+
+/// Maps db_bench's names onto ours.
+pub fn normalise(name: &str) -> String {
+    match name {
+        "fillseq" => "fill_seq",
+        "fillrandom" => "fill_random",
+        "fillsync" | "fill_sync" => "fill_random_sync",
+        "readseq" => "read_seq",
+        "readreverse" => "read_reverse",
+        "readrandom" => "read_random",
+        "readmissing" => "read_missing",
+        "seekrandom" => "seek_random",
+        "deleterandom" => "delete_random",
+        "readwhilewriting" => "read_while_writing",
+        other => other,
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_bench_spellings_parse() {
+        let f = Flags::try_parse_from([
+            "db_bench",
+            "--benchmarks=fillseq,readrandom,read_seq",
+            "--num=1000",
+            "--key_size=20",
+            "--histogram=1",
+            "--sync",
+            "--use_existing_db=false",
+            "--compression_type=zstd",
+            "--reads=-1",
+        ])
+        .unwrap();
+        assert_eq!(f.benchmark_list(), ["fill_seq", "read_random", "read_seq"]);
+        assert_eq!((f.num, f.key_size, f.reads()), (1000, 20, 1000));
+        assert!(f.histogram && f.sync && !f.use_existing_db);
+        assert_eq!(f.compression, "zstd");
+        assert!(Flags::try_parse_from(["db_bench", "--histogram=maybe"]).is_err());
+    }
+}
