@@ -105,18 +105,84 @@ pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {
     Some(ParsedKey { user_key: user_key(ikey), seq: t >> 8, kind: ValueKind::from_u8(t as u8)? })
 }
 
+/// Bytewise comparison, inlined: eight bytes at a time as big-endian words. Keys are short, and
+/// a `memcmp` call per skip-list step was a quarter of the memtable's insert time.
+#[inline]
+pub fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    let (mut ca, mut cb) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        let (x, y) = (
+            u64::from_be_bytes(x.try_into().unwrap_or_default()),
+            u64::from_be_bytes(y.try_into().unwrap_or_default()),
+        );
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    match ca.remainder().cmp(cb.remainder()) {
+        Ordering::Equal => a.len().cmp(&b.len()),
+        o => o,
+    }
+}
+
 /// The internal-key order: user key ascending, then trailer (seq, kind) descending.
 #[inline]
 pub fn compare(a: &[u8], b: &[u8]) -> Ordering {
-    match user_key(a).cmp(user_key(b)) {
+    match compare_bytes(user_key(a), user_key(b)) {
         Ordering::Equal => trailer(b).cmp(&trailer(a)),
         o => o,
     }
 }
 
-/// An owned internal key, ordered by [`compare`]. It is the memtable's skip-list key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InternalKey(pub Box<[u8]>);
+/// Internal keys up to this long live inside the skip-list node itself.
+const INLINE_KEY: usize = 38;
+
+/// An owned internal key, ordered by [`compare`]. It is the memtable's skip-list key: short
+/// keys are stored inline, so a skip-list step touches one cache line instead of two.
+#[derive(Clone)]
+pub struct InternalKey(KeyRepr);
+
+#[derive(Clone)]
+enum KeyRepr {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl InternalKey {
+    /// Copies `bytes` (an encoded internal key).
+    pub fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE_KEY {
+            let mut inline = [0u8; INLINE_KEY];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            InternalKey(KeyRepr::Inline { len: bytes.len() as u8, bytes: inline })
+        } else {
+            InternalKey(KeyRepr::Heap(bytes.into()))
+        }
+    }
+
+    /// The encoded key.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            KeyRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyRepr::Heap(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for InternalKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("InternalKey").field(&self.as_bytes()).finish()
+    }
+}
+
+impl PartialEq for InternalKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for InternalKey {}
 
 /// A borrowed internal key with the same order, so the skip list can be searched without copying.
 #[derive(Debug, PartialEq, Eq)]
@@ -143,7 +209,7 @@ impl PartialOrd for InternalKeyRef {
 }
 impl Ord for InternalKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        compare(&self.0, &other.0)
+        compare(self.as_bytes(), other.as_bytes())
     }
 }
 impl PartialOrd for InternalKey {
@@ -153,7 +219,7 @@ impl PartialOrd for InternalKey {
 }
 impl Borrow<InternalKeyRef> for InternalKey {
     fn borrow(&self) -> &InternalKeyRef {
-        InternalKeyRef::new(&self.0)
+        InternalKeyRef::new(self.as_bytes())
     }
 }
 
@@ -217,6 +283,32 @@ mod tests {
         let n = bad.len();
         bad[n - 8] = 9; // unknown kind
         assert!(parse(&bad).is_none());
+    }
+
+    #[test]
+    fn fast_compare_matches_slice_order() {
+        let samples: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![0],
+            vec![0, 0],
+            b"abcdefgh".to_vec(),
+            b"abcdefgh\0".to_vec(),
+            b"abcdefgi".to_vec(),
+            b"abcdefghijklmnopq".to_vec(),
+            b"abcdefghijklmnopr".to_vec(),
+            vec![0xff; 9],
+            vec![0x7f, 0xff],
+        ];
+        for a in &samples {
+            for b in &samples {
+                assert_eq!(compare_bytes(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+        let short = InternalKey::new(&ik("k", 1));
+        let long = InternalKey::new(&ik(&"x".repeat(100), 1));
+        assert_eq!(short.as_bytes(), ik("k", 1).as_slice());
+        assert_eq!(long.as_bytes().len(), 108);
+        assert!(short < long);
     }
 
     #[test]

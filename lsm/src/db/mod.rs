@@ -466,7 +466,7 @@ impl DbInner {
         }
         let result = {
             let mut w = lock(&self.wal);
-            w.log.write_pending().and_then(|_| w.log.sync()).map_err(Error::from)
+            w.log.write_pending().and_then(|_| w.log.sync()).and_then(|_| w.log.finish()).map_err(Error::from)
         };
         lock(&self.lock_file).take();
         tracing::debug!(target: "lsm::db", dir = %self.dir.display(), "closed");

@@ -83,7 +83,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     flush_recovered(dir, &mut versions, &mem, &table_opts, &mut edit)?;
 
     let wal_number = versions.new_file_number();
-    let log = LogWriter::create(&filename::wal_path(dir, wal_number), wal_number)?;
+    let log = LogWriter::create_mapped(&filename::wal_path(dir, wal_number), wal_number, wal_capacity(&opts))?;
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(last_seq);
     // A recovered version set has no manifest writer yet, so this starts a new, compact manifest
@@ -177,6 +177,10 @@ fn replay_wal(
         }
     }
     let Some(d) = reader.damage() else {
+        if (data.len() as u64) > reader.good_end() {
+            // The zero-filled tail of a mapped WAL that was not closed cleanly.
+            File::options().write(true).open(&path)?.set_len(reader.good_end())?;
+        }
         tracing::debug!(target: "lsm::wal", file = %path.display(), records, "WAL replayed");
         return Ok(false);
     };
@@ -200,6 +204,11 @@ fn replay_wal(
     f.set_len(d.offset)?;
     f.sync_all()?;
     Ok(true)
+}
+
+/// Bytes to preallocate for a WAL: a memtable's worth of records, give or take.
+pub(super) fn wal_capacity(opts: &Options) -> u64 {
+    (opts.write_buffer_size as u64 + opts.write_buffer_size as u64 / 4).clamp(64 << 10, 256 << 20)
 }
 
 /// Writes a recovered memtable to an L0 table, recorded in `edit`.

@@ -92,19 +92,27 @@ impl DbInner {
 
     /// Sequence number of the first batch in WAL `n` (`None` if it holds none yet).
     fn first_sequence_of(&self, n: u64) -> Result<Option<u64>> {
-        let data = match std::fs::read(filename::wal_path(&self.dir, n)) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let mut r = LogReader::new(&data);
-        while let Some(rec) = r.next_record() {
-            let b = WriteBatch::from_bytes(rec.payload.into_owned())?;
-            if !b.is_empty() {
-                return Ok(Some(b.sequence()));
+        let path = filename::wal_path(&self.dir, n);
+        let mut chunk = TAIL_CHUNK;
+        loop {
+            let data = match read_chunk(&path, 0, chunk) {
+                Ok(d) => d,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let mut r = LogReader::new(&data);
+            while let Some(rec) = r.next_record() {
+                let b = WriteBatch::from_bytes(rec.payload.into_owned())?;
+                if !b.is_empty() {
+                    return Ok(Some(b.sequence()));
+                }
             }
+            // A full chunk without a whole record holds one bigger than the chunk: read more.
+            if r.damage().is_none() || data.len() < chunk {
+                return Ok(None);
+            }
+            chunk *= 2;
         }
-        Ok(None)
     }
 
     pub(super) fn updates_since(self: &Arc<Self>, seq: u64) -> Result<WalTail> {
@@ -247,14 +255,17 @@ impl WalTail {
     /// Reads complete records after `offset`, moving on to newer WALs as they appear.
     fn fill(&mut self) -> Result<()> {
         let mut drained_before_switch = false;
+        let mut chunk = TAIL_CHUNK;
         loop {
             let path = filename::wal_path(&self.db.dir, self.wal);
-            let data = match read_from(&path, self.offset) {
+            // A bounded read: the live WAL is preallocated, mostly zeros past what was written.
+            let data = match read_chunk(&path, self.offset, chunk) {
                 Ok(d) => d,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::WalGone(self.next_seq)),
                 Err(e) => return Err(e.into()),
             };
-            let mut r = LogReader::with_base(&data, self.offset);
+            let start = self.offset;
+            let mut r = LogReader::with_base(&data, start);
             while let Some(rec) = r.next_record() {
                 let batch = WriteBatch::from_bytes(rec.payload.into_owned())
                     .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
@@ -272,9 +283,16 @@ impl WalTail {
             if let Some(d) = r.damage().filter(|d| d.valid_data_after) {
                 return Err(Error::corruption(&path, d.offset, d.reason.clone()));
             }
-            // (A damaged tail without valid data after it is a record still being written.)
+            // (A damaged tail without valid data after it is a record still being written, or
+            // one cut by the chunk's end: the next read starts at `offset` again.)
             if !self.ready.is_empty() {
                 return Ok(());
+            }
+            if data.len() == chunk && r.damage().is_some() {
+                if self.offset == start {
+                    chunk *= 2; // one record bigger than the chunk
+                }
+                continue; // the chunk ended inside a record: keep reading this WAL
             }
             let newer = self.db.wal_numbers()?.into_iter().find(|&n| n > self.wal);
             match newer {
@@ -291,10 +309,15 @@ impl WalTail {
     }
 }
 
-fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    let mut f = std::fs::File::open(path)?;
-    f.seek(SeekFrom::Start(offset))?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
+/// How much of a WAL a tailer reads at once.
+const TAIL_CHUNK: usize = 4 << 20;
+
+/// Up to `max` bytes of the file from `offset` (fewer at its end).
+fn read_chunk(path: &Path, offset: u64, max: usize) -> std::io::Result<Vec<u8>> {
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::with_capacity(max.min(1 << 20));
+    let mut r = std::io::BufReader::new(f);
+    r.seek(SeekFrom::Start(offset))?;
+    r.take(max as u64).read_to_end(&mut buf)?;
     Ok(buf)
 }

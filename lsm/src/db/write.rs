@@ -225,7 +225,11 @@ impl DbInner {
             w.log.sync()?;
         }
         let number = lock(&self.versions).new_file_number();
-        let log = LogWriter::create(&filename::wal_path(&self.dir, number), number)?;
+        let log = LogWriter::create_mapped(
+            &filename::wal_path(&self.dir, number),
+            number,
+            super::open::wal_capacity(&self.opts),
+        )?;
         *lock(&self.wal_file) = log.file();
         w.log = log;
         self.set_super_version(|sv| {

@@ -98,9 +98,17 @@ impl Memtable {
             self.largest_seq.fetch_max(seq, Ordering::Relaxed);
             return;
         }
-        let ikey = key::make_internal_key(user_key, seq, kind);
-        self.size.fetch_add(ikey.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
-        self.map.insert(InternalKey(ikey.into_boxed_slice()), Bytes::copy_from_slice(value));
+        let mut buf = [0u8; 64];
+        let ikey = if user_key.len() + key::TRAILER_LEN <= buf.len() {
+            let n = user_key.len();
+            buf[..n].copy_from_slice(user_key);
+            buf[n..n + key::TRAILER_LEN].copy_from_slice(&key::pack_trailer(seq, kind).to_le_bytes());
+            InternalKey::new(&buf[..n + key::TRAILER_LEN])
+        } else {
+            InternalKey::new(&key::make_internal_key(user_key, seq, kind))
+        };
+        self.size.fetch_add(user_key.len() + key::TRAILER_LEN + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+        self.map.insert(ikey, Bytes::copy_from_slice(value));
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
     }
 
@@ -117,7 +125,7 @@ impl Memtable {
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
         let target = key::seek_key(user_key, seq);
         let entry = self.map.lower_bound(Bound::Included(InternalKeyRef::new(&target)))?;
-        let parsed = key::parse(&entry.key().0)?;
+        let parsed = key::parse(entry.key().as_bytes())?;
         if parsed.user_key != user_key {
             return None;
         }
@@ -178,7 +186,7 @@ impl InternalIterator for MemIter {
         self.entry.is_some()
     }
     fn key(&self) -> &[u8] {
-        self.entry.as_ref().map_or(&[], |e| &e.key().0)
+        self.entry.as_ref().map_or(&[], |e| e.key().as_bytes())
     }
     fn value(&self) -> &[u8] {
         self.entry.as_ref().map_or(&[], |e| e.value())

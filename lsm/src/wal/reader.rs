@@ -35,6 +35,8 @@ pub struct LogReader<'a> {
     data: &'a [u8],
     /// File offset of `data[0]`: block boundaries are computed on file offsets.
     base: usize,
+    /// Set while probing for valid data after damage: zeros are then simply not valid.
+    probing: bool,
     pos: usize,
     /// Offset after the last complete record returned.
     good_end: usize,
@@ -55,7 +57,7 @@ impl<'a> LogReader<'a> {
 
     /// Reads `data`, which holds the log from file offset `base` (a record boundary) on.
     pub fn with_base(data: &'a [u8], base: u64) -> Self {
-        LogReader { data, base: base as usize, pos: 0, good_end: 0, damage: None }
+        LogReader { data, base: base as usize, probing: false, pos: 0, good_end: 0, damage: None }
     }
 
     /// File offset just past the last complete record returned so far.
@@ -131,6 +133,17 @@ impl<'a> LogReader<'a> {
             let Some(header) = self.data.get(start..start + HEADER_SIZE) else {
                 return Fragment::Bad("truncated fragment header".into());
             };
+            if header.iter().all(|&b| b == 0) {
+                // A mapped WAL is preallocated with zeros: where nothing valid follows, this is
+                // the end of what was written, not damage.
+                if self.probing {
+                    return Fragment::Bad("zeros".into());
+                }
+                if !has_valid_fragment_after(self.data, self.base, self.pos) {
+                    return Fragment::Eof;
+                }
+                return Fragment::Bad("zeroed region inside the log".into());
+            }
             let stored = read_u32(header, 0).unwrap_or(0);
             let len = usize::from(u16::from_le_bytes([header[4], header[5]]));
             let type_byte = header[6];
@@ -159,7 +172,7 @@ fn has_valid_fragment_after(data: &[u8], base: usize, from: usize) -> bool {
     // Block starts as positions in `data`.
     let mut block_start = ((base + from) / BLOCK_SIZE + 1) * BLOCK_SIZE - base;
     while block_start < data.len() {
-        let mut r = LogReader { data, base, pos: block_start, good_end: block_start, damage: None };
+        let mut r = LogReader { data, base, probing: true, pos: block_start, good_end: block_start, damage: None };
         // Fragments at the start of a block may be the tail of a record that began earlier.
         loop {
             match r.next_fragment() {

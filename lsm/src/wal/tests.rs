@@ -126,3 +126,48 @@ fn reading_can_resume_at_any_record_boundary() {
         assert_eq!(tail, records[i..].to_vec(), "resume at record {i}");
     }
 }
+
+#[test]
+fn mapped_writer_grows_and_leaves_exactly_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mapped.log");
+    let records: Vec<_> = (0..200).map(|i| payload(i, (i * 613) % 3000)).collect();
+    {
+        let mut w = LogWriter::create_mapped(&path, 1, 4096).unwrap();
+        for (i, r) in records.iter().enumerate() {
+            w.add_record(r);
+            if i % 3 == 0 {
+                w.write_pending().unwrap();
+                // Readers of the file see the records at once, zero tail and all.
+                let data = std::fs::read(&path).unwrap();
+                assert!(data.len() as u64 >= w.size());
+                let (got, damage) = read_all(&data);
+                assert_eq!(damage, None, "the preallocated zeros read as the end of the log");
+                assert_eq!(got, records[..=i].to_vec());
+            }
+        }
+        w.write_pending().unwrap();
+        w.sync().unwrap();
+    }
+    let data = std::fs::read(&path).unwrap();
+    let (got, damage) = read_all(&data);
+    assert_eq!(damage, None);
+    assert_eq!(got, records);
+    assert_eq!(LogReader::new(&data).good_end(), 0);
+    let mut r = LogReader::new(&data);
+    while r.next_record().is_some() {}
+    assert_eq!(r.good_end(), data.len() as u64, "truncated to what was written");
+}
+
+#[test]
+fn zeros_followed_by_records_are_damage() {
+    let records: Vec<_> = (0..20).map(|i| payload(i, 4000)).collect();
+    let mut data = write_log(&records);
+    for b in &mut data[100..200] {
+        *b = 0;
+    }
+    data[..HEADER_SIZE].fill(0);
+    let (got, damage) = read_all(&data);
+    assert!(got.is_empty());
+    assert!(damage.unwrap().valid_data_after);
+}
