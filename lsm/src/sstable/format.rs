@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! handle  = varint offset | varint size            (size excludes the 5-byte trailer)
-//! trailer = compression u8 | checksum u32 LE       (xxh3-64 low 32 bits of compression ‖ contents)
+//! trailer = compression u8 | checksum u32 LE       (xxh3-64 low 32 bits of contents, seeded by compression)
 //! footer  = metaindex offset u64 | metaindex size u64 | index offset u64 | index size u64
 //!         | format_version u32 | footer checksum u32 | magic u64          (48 bytes, all LE)
 //! ```

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! fragment = checksum u32 LE | length u16 LE | type u8 | payload[length]
-//! checksum = low 32 bits of xxh3-64(type ‖ payload)
+//! checksum = low 32 bits of xxh3-64(payload, seed = type)
 //! type     = 1 FULL | 2 FIRST | 3 MIDDLE | 4 LAST
 //! ```
 //!
