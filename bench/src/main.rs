@@ -29,6 +29,11 @@ use crate::table_benches::{TableBench, TABLE_BENCHMARKS};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // Engine logs on stderr: warnings by default, RUST_LOG for more (see RUST_LOG.md).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
     let flags = Flags::parse();
     let result = match &flags.command {
         Some(Command::Report { results, svg }) => report::svg_chart(results, svg).map(|_| {

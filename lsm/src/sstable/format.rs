@@ -135,6 +135,12 @@ fn unavailable(c: Compression) -> Error {
 /// Verifies a block's trailer and returns its uncompressed contents. `file_data` is the whole
 /// table; an uncompressed block is returned as a zero-copy slice of it.
 pub fn read_block(file_data: &Bytes, handle: BlockHandle, file: &Path) -> Result<Bytes> {
+    read_block_checked(file_data, handle, file, true)
+}
+
+/// [`read_block`], skipping the checksum when `verify` is false (a raw block already verified
+/// since the table was opened).
+pub fn read_block_checked(file_data: &Bytes, handle: BlockHandle, file: &Path, verify: bool) -> Result<Bytes> {
     let corrupt = |reason: String| Error::corruption(file, handle.offset, reason);
     let start = usize::try_from(handle.offset).map_err(|_| corrupt("block offset overflows".into()))?;
     let size = usize::try_from(handle.size).map_err(|_| corrupt("block size overflows".into()))?;
@@ -146,7 +152,7 @@ pub fn read_block(file_data: &Bytes, handle: BlockHandle, file: &Path) -> Result
     let contents = &file_data[start..start + size];
     let codec_byte = file_data[start + size];
     let stored = read_u32(file_data, start + size + 1).unwrap_or(0);
-    if checksum(codec_byte, contents) != stored {
+    if verify && checksum(codec_byte, contents) != stored {
         return Err(corrupt("block checksum mismatch".into()));
     }
     debug_assert!(end == start + size + BLOCK_TRAILER_LEN);

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::block::{Block, BlockIter, BlockOrigin};
 use super::bloom;
-use super::format::{read_block, BlockHandle, Footer, TableProperties};
+use super::format::{read_block, read_block_checked, BlockHandle, Footer, TableProperties};
 use super::{META_FILTER, META_PROPERTIES, META_RANGE_DEL};
 use crate::cache::BlockCache;
 use crate::iter::InternalIterator;
@@ -28,6 +28,10 @@ pub struct Table {
     cache: Option<Arc<BlockCache>>,
     range_dels: Vec<RangeTombstone>,
     fragments: Fragments,
+    /// Data block offsets in order (from the index), and one bit per block: raw blocks are read
+    /// in place and their checksum is verified the first time each is read, not every time.
+    block_offsets: Vec<u64>,
+    verified: Vec<std::sync::atomic::AtomicU64>,
 }
 
 impl Table {
@@ -103,7 +107,30 @@ impl Table {
             Error::corruption(path.to_path_buf(), footer.metaindex.offset, "table has no properties block")
         })?;
         let fragments = Fragments::new(&range_dels, u64::MAX);
-        Ok(Arc::new(Table { data, path, number, index, filter, props, cache, range_dels, fragments }))
+        let mut block_offsets = Vec::with_capacity(props.num_data_blocks as usize);
+        let mut it = index.iter();
+        it.seek_to_first()?;
+        while it.valid() {
+            let h = BlockHandle::decode(it.value()).ok_or_else(|| {
+                Error::corruption(path.to_path_buf(), footer.index.offset, "bad block handle in index")
+            })?;
+            block_offsets.push(h.offset);
+            it.next()?;
+        }
+        let verified = (0..block_offsets.len().div_ceil(64)).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        Ok(Arc::new(Table {
+            data,
+            path,
+            number,
+            index,
+            filter,
+            props,
+            cache,
+            range_dels,
+            fragments,
+            block_offsets,
+            verified,
+        }))
     }
 
     /// The table's properties.
@@ -163,9 +190,19 @@ impl Table {
                 return Block::new(b, origin);
             }
         }
-        let bytes = read_block(&self.data, h, &self.path)?;
-        if let Some(cache) = cache.filter(|_| fill_cache) {
-            cache.insert(self.number, h.offset, bytes.clone());
+        if compressed {
+            let bytes = read_block(&self.data, h, &self.path)?;
+            if let Some(cache) = cache.filter(|_| fill_cache) {
+                cache.insert(self.number, h.offset, bytes.clone());
+            }
+            return Block::new(bytes, origin);
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        let bit = self.block_offsets.binary_search(&h.offset).ok().map(|i| (i / 64, 1u64 << (i % 64)));
+        let seen = bit.is_some_and(|(w, m)| self.verified[w].load(Relaxed) & m != 0);
+        let bytes = read_block_checked(&self.data, h, &self.path, !seen)?;
+        if let Some((w, m)) = bit {
+            self.verified[w].fetch_or(m, Relaxed);
         }
         Block::new(bytes, origin)
     }
