@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use crate::error::{Error, Result};
 use crate::flags::Flags;
 use crate::keys::{make_key, ValueGenerator};
-use crate::runner::{run_threads, Outcome};
+use crate::runner::{run_threads, Outcome, Recorder};
 
 /// The engine benchmarks this tool knows.
 pub const DB_BENCHMARKS: &[&str] = &[
@@ -121,21 +121,7 @@ impl DbBench {
             "read_random" | "read_missing" => {
                 let missing = name == "read_missing";
                 run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
-                    let mut rng = thread_rng(&f, t);
-                    let mut key = Vec::new();
-                    for _ in 0..reads {
-                        let k = rng.random_range(0..num);
-                        // Missing keys lie just past the written range.
-                        make_key(if missing { num + k } else { k }, f.key_size, &mut key);
-                        match db.get(&key)? {
-                            Some(v) => {
-                                r.found();
-                                r.done(key.len() + v.len());
-                            }
-                            None => r.done(key.len()),
-                        }
-                    }
-                    Ok(())
+                    random_reads(&f, &db, t, reads, missing, r)
                 })?
             }
             "seek_random" => run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
@@ -234,6 +220,24 @@ fn write_bench(
     })
 }
 
+/// `reads` gets of uniformly random keys (or of keys just past the written range).
+fn random_reads(f: &Flags, db: &Db, thread: usize, reads: u64, missing: bool, r: &mut Recorder) -> lsm::Result<()> {
+    let mut rng = thread_rng(f, thread);
+    let mut key = Vec::new();
+    for _ in 0..reads {
+        let k = rng.random_range(0..f.num);
+        make_key(if missing { f.num + k } else { k }, f.key_size, &mut key);
+        match db.get(&key)? {
+            Some(v) => {
+                r.found();
+                r.done(key.len() + v.len());
+            }
+            None => r.done(key.len()),
+        }
+    }
+    Ok(())
+}
+
 fn read_while_writing(f: &Flags, db: &Db, readers: usize, reads: u64) -> Result<Outcome> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -250,19 +254,7 @@ fn read_while_writing(f: &Flags, db: &Db, readers: usize, reads: u64) -> Result<
             Ok(written)
         });
         let result = run_threads("read_while_writing", readers, reads * readers as u64, f.histogram, true, |t, r| {
-            let mut rng = thread_rng(f, t);
-            let mut key = Vec::new();
-            for _ in 0..reads {
-                make_key(rng.random_range(0..f.num), f.key_size, &mut key);
-                match db.get(&key)? {
-                    Some(v) => {
-                        r.found();
-                        r.done(key.len() + v.len());
-                    }
-                    None => r.done(key.len()),
-                }
-            }
-            Ok(())
+            random_reads(f, db, t, reads, false, r)
         });
         stop.store(true, Ordering::Relaxed);
         let written = writer.join().map_err(|_| Error::Other("writer thread panicked".into()))??;

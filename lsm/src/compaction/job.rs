@@ -313,19 +313,7 @@ impl Outputs<'_, '_> {
         }
         self.lower = upper.map(<[u8]>::to_vec);
         let Some((number, b)) = self.current.take() else { return Ok(()) };
-        let (w, props, size) = b.finish()?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        self.files.push(NewFile {
-            number,
-            size,
-            smallest: props.smallest_key,
-            largest: props.largest_key,
-            smallest_seq: props.smallest_seq,
-            largest_seq: props.largest_seq,
-            num_entries: props.num_entries,
-            num_range_dels: props.num_range_deletions,
-        });
+        self.files.push(crate::db::finish_table_file(number, b)?);
         Ok(())
     }
 

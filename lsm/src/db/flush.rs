@@ -39,24 +39,29 @@ pub(crate) fn build_table(
             b.add(iter.key(), iter.value())?;
             iter.next()?;
         }
-        let (w, props, size) = b.finish()?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        Ok(NewFile {
-            number,
-            size,
-            smallest: props.smallest_key,
-            largest: props.largest_key,
-            smallest_seq: props.smallest_seq,
-            largest_seq: props.largest_seq,
-            num_entries: props.num_entries,
-            num_range_dels: props.num_range_deletions,
-        })
+        finish_table_file(number, b)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&path);
     }
     result.map(Some)
+}
+
+/// Finishes table `number`, fsyncs it, and returns its manifest record.
+pub(crate) fn finish_table_file(number: u64, b: TableBuilder<BufWriter<std::fs::File>>) -> Result<NewFile> {
+    let (w, props, size) = b.finish()?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(NewFile {
+        number,
+        size,
+        smallest: props.smallest_key,
+        largest: props.largest_key,
+        smallest_seq: props.smallest_seq,
+        largest_seq: props.largest_seq,
+        num_entries: props.num_entries,
+        num_range_dels: props.num_range_deletions,
+    })
 }
 
 impl DbInner {

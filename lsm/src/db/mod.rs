@@ -7,6 +7,7 @@ mod replication;
 mod stats;
 mod write;
 
+pub(crate) use flush::finish_table_file;
 pub use replication::WalTail;
 pub use stats::{LevelStats, Stats};
 

@@ -42,8 +42,11 @@ pub struct LogWriter {
 impl LogWriter {
     /// Creates (truncating) the log file at `path`, written with `write` calls.
     pub fn create(path: &Path, number: u64) -> std::io::Result<LogWriter> {
-        let file = File::create(path)?;
-        Ok(LogWriter {
+        Ok(Self::with_file(File::create(path)?, path, number))
+    }
+
+    fn with_file(file: File, path: &Path, number: u64) -> LogWriter {
+        LogWriter {
             file: Arc::new(file),
             path: path.to_path_buf(),
             number,
@@ -51,22 +54,14 @@ impl LogWriter {
             written: 0,
             buf: Vec::new(),
             sink: Sink::File,
-        })
+        }
     }
 
     /// Creates (truncating) the log file at `path`, preallocated to `capacity` bytes (rounded
     /// up to whole blocks) and written through a memory map that grows as needed.
     pub fn create_mapped(path: &Path, number: u64, capacity: u64) -> std::io::Result<LogWriter> {
         let file = File::options().read(true).write(true).create(true).truncate(true).open(path)?;
-        let mut w = LogWriter {
-            file: Arc::new(file),
-            path: path.to_path_buf(),
-            number,
-            block_offset: 0,
-            written: 0,
-            buf: Vec::new(),
-            sink: Sink::File,
-        };
+        let mut w = Self::with_file(file, path, number);
         w.remap(capacity.max(BLOCK_SIZE as u64).next_multiple_of(BLOCK_SIZE as u64))?;
         Ok(w)
     }
