@@ -103,7 +103,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     let inner = Arc::new(DbInner {
         dir: dir.to_path_buf(),
         versions: Mutex::new(versions),
-        sv: RwLock::new(Arc::new(SuperVersion { mem: Arc::new(Memtable::new(wal_number)), imm: Vec::new(), version })),
+        sv: RwLock::new(Arc::new(SuperVersion {
+            mem: Arc::new(Memtable::with_capacity(wal_number, opts.write_buffer_size)),
+            imm: Vec::new(),
+            version,
+        })),
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
         wal_file: Mutex::new(log.file()),

@@ -236,7 +236,11 @@ impl DbInner {
             let mut imm = Vec::with_capacity(sv.imm.len() + 1);
             imm.push(Arc::clone(&sv.mem));
             imm.extend(sv.imm.iter().cloned());
-            super::SuperVersion { mem: Arc::new(Memtable::new(number)), imm, version: Arc::clone(&sv.version) }
+            super::SuperVersion {
+                mem: Arc::new(Memtable::with_capacity(number, self.opts.write_buffer_size)),
+                imm,
+                version: Arc::clone(&sv.version),
+            }
         });
         tracing::debug!(target: "lsm::wal", wal = number, "memtable frozen, new WAL started");
         self.signal_work();

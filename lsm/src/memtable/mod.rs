@@ -16,6 +16,7 @@ use crate::batch::WriteBatch;
 use crate::iter::InternalIterator;
 use crate::key::{self, InternalKey, InternalKeyRef, ValueKind};
 use crate::range_del::RangeTombstone;
+use crate::sstable::bloom::{self, AtomicBloom};
 use crate::Result;
 
 /// Bytes charged per entry beyond key and value: skip-list node, tower and allocation headers.
@@ -31,6 +32,9 @@ pub struct Memtable {
     largest_seq: AtomicU64,
     /// Range tombstones, kept apart from the point entries (see [`crate::range_del`]).
     range_dels: RwLock<Vec<RangeTombstone>>,
+    /// User keys inserted: a lookup of an absent key skips the skip-list descent (which cost a
+    /// quarter of a random read with a full memtable).
+    bloom: Option<AtomicBloom>,
 }
 
 /// What a memtable (or a table) knows about a key at a snapshot: its newest visible point
@@ -53,14 +57,22 @@ impl Lookup {
 }
 
 impl Memtable {
-    /// An empty memtable whose writes are logged in WAL `wal_number`.
+    /// An empty memtable whose writes are logged in WAL `wal_number` (no bloom filter).
     pub fn new(wal_number: u64) -> Self {
+        Self::with_capacity(wal_number, 0)
+    }
+
+    /// An empty memtable with a bloom filter sized for `capacity` bytes of entries (0: none).
+    pub fn with_capacity(wal_number: u64, capacity: usize) -> Self {
+        // About one entry per 64 bytes of memtable, 10 bits each: ~2 % of the memtable's size.
+        let bloom = (capacity > 0).then(|| AtomicBloom::new(capacity / 64, 10));
         Memtable {
             map: SkipMap::new(),
             size: AtomicUsize::new(0),
             wal_number,
             largest_seq: AtomicU64::new(0),
             range_dels: RwLock::new(Vec::new()),
+            bloom,
         }
     }
 
@@ -108,6 +120,9 @@ impl Memtable {
             InternalKey::new(&key::make_internal_key(user_key, seq, kind))
         };
         self.size.fetch_add(user_key.len() + key::TRAILER_LEN + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+        if let Some(b) = &self.bloom {
+            b.add(bloom::hash_key(user_key));
+        }
         self.map.insert(ikey, Bytes::copy_from_slice(value));
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
     }
@@ -123,6 +138,9 @@ impl Memtable {
 
     /// The newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
+        if self.bloom.as_ref().is_some_and(|b| !b.may_contain(bloom::hash_key(user_key))) {
+            return None;
+        }
         let target = key::seek_key(user_key, seq);
         let entry = self.map.lower_bound(Bound::Included(InternalKeyRef::new(&target)))?;
         let parsed = key::parse(entry.key().as_bytes())?;
@@ -223,7 +241,7 @@ mod tests {
 
     #[test]
     fn get_sees_newest_version_at_snapshot() {
-        let m = Memtable::new(1);
+        let m = Memtable::with_capacity(1, 1 << 20);
         m.insert(1, ValueKind::Put, b"k", b"v1");
         m.insert(2, ValueKind::Put, b"k", b"v2");
         m.insert(3, ValueKind::Delete, b"k", b"");

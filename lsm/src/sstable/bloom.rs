@@ -44,6 +44,52 @@ pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
     out
 }
 
+/// A bloom filter that many threads add to at once (the memtable's): the same probe layout as
+/// the table filter, with bits in atomic words.
+#[derive(Debug)]
+pub struct AtomicBloom {
+    words: Box<[std::sync::atomic::AtomicU64]>,
+    num_lines: u32,
+    probes: u32,
+}
+
+impl AtomicBloom {
+    /// A filter for about `keys` keys at `bits_per_key`.
+    pub fn new(keys: usize, bits_per_key: u32) -> Self {
+        let total_bits = (keys as u64 * u64::from(bits_per_key)).max(u64::from(LINE_BITS));
+        let num_lines = total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32;
+        let words = (0..num_lines as usize * 8).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        AtomicBloom { words, num_lines, probes: num_probes(bits_per_key) }
+    }
+
+    /// Adds the key whose hash is `h`.
+    #[inline]
+    pub fn add(&self, h: u64) {
+        let base = line_of(h, self.num_lines) * 8;
+        let mut h2 = (h >> 32) as u32;
+        for _ in 0..self.probes {
+            let bit = (h2 >> (32 - 9)) as usize;
+            self.words[base + bit / 64].fetch_or(1 << (bit % 64), std::sync::atomic::Ordering::Relaxed);
+            h2 = h2.wrapping_mul(0x9e37_79b9);
+        }
+    }
+
+    /// False only if the key whose hash is `h` was certainly never added.
+    #[inline]
+    pub fn may_contain(&self, h: u64) -> bool {
+        let base = line_of(h, self.num_lines) * 8;
+        let mut h2 = (h >> 32) as u32;
+        for _ in 0..self.probes {
+            let bit = (h2 >> (32 - 9)) as usize;
+            if self.words[base + bit / 64].load(std::sync::atomic::Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
+                return false;
+            }
+            h2 = h2.wrapping_mul(0x9e37_79b9);
+        }
+        true
+    }
+}
+
 #[inline]
 fn line_of(h: u64, num_lines: u32) -> usize {
     ((u64::from(h as u32) * u64::from(num_lines)) >> 32) as usize
@@ -100,6 +146,18 @@ mod tests {
         let theory = (1.0 - (-k / 10.0).exp()).powf(k);
         assert!(fp < 2.0 * theory, "fp rate {fp:.5} vs theory {theory:.5}");
         assert!(fp > 0.0, "a filter that never says maybe is not a bloom filter");
+    }
+
+    #[test]
+    fn atomic_filter_has_no_false_negatives_and_few_positives() {
+        let f = AtomicBloom::new(10_000, 10);
+        let hs = keys(0..10_000);
+        for &h in &hs {
+            f.add(h);
+        }
+        assert!(hs.iter().all(|&h| f.may_contain(h)));
+        let fp = keys(10_000..60_000).iter().filter(|&&h| f.may_contain(h)).count();
+        assert!(fp > 0 && fp < 50_000 / 50, "{fp} false positives of 50000");
     }
 
     #[test]
