@@ -135,7 +135,8 @@ pub struct ComparedBenchmark {
     pub shale_micros_per_op: f64,
 }
 
-/// Draws throughput (ops/sec, higher is better) of both engines per benchmark as an SVG.
+/// Draws each benchmark's throughput relative to RocksDB (RocksDB = 1.0, higher is better) as
+/// an SVG bar chart; the labels carry the absolute micros/op of both.
 pub fn svg_chart(results: &Path, svg: &Path) -> Result<()> {
     use plotters::prelude::*;
 
@@ -145,53 +146,72 @@ pub fn svg_chart(results: &Path, svg: &Path) -> Result<()> {
     if cmp.benchmarks.is_empty() {
         return Err(Error::Other(format!("{}: no benchmarks to draw", results.display())));
     }
-    let ops = |micros: f64| if micros > 0.0 { 1e6 / micros } else { 0.0 };
-    let max =
-        cmp.benchmarks.iter().map(|b| ops(b.rocksdb_micros_per_op).max(ops(b.shale_micros_per_op))).fold(0.0, f64::max);
+    let speedup = |b: &ComparedBenchmark| {
+        if b.shale_micros_per_op > 0.0 {
+            b.rocksdb_micros_per_op / b.shale_micros_per_op
+        } else {
+            0.0
+        }
+    };
+    let max = cmp.benchmarks.iter().map(speedup).fold(1.0, f64::max);
     let n = cmp.benchmarks.len();
-    let width = 160 * n as u32 + 200;
-    let root = SVGBackend::new(svg, (width, 520)).into_drawing_area();
+    let width = 170 * n as u32 + 160;
+    let root = SVGBackend::new(svg, (width, 480)).into_drawing_area();
     let draw = |e: &dyn std::fmt::Display| Error::Other(format!("drawing {}: {e}", svg.display()));
     root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let top = max * 1.45;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Shale lsm vs RocksDB db_bench (ops/sec, higher is better)", ("sans-serif", 22))
+        .caption("Shale lsm vs RocksDB db_bench: throughput relative to RocksDB", ("sans-serif", 20))
         .margin(20)
-        .x_label_area_size(60)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0f64..(n as f64 * 3.0), 0f64..(max * 1.15).max(1.0))
+        .x_label_area_size(20)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..(n as f64 * 3.0), 0f64..top)
         .map_err(|e| draw(&e))?;
-    chart.configure_mesh().disable_x_mesh().x_labels(0).y_desc("ops/sec").draw().map_err(|e| draw(&e))?;
-    // Benchmark names above each pair of bars, with the Shale/RocksDB speed-up.
-    let label_y = max * 1.08;
     chart
-        .draw_series(cmp.benchmarks.iter().enumerate().map(|(i, b)| {
-            let ratio = if b.shale_micros_per_op > 0.0 { b.rocksdb_micros_per_op / b.shale_micros_per_op } else { 0.0 };
-            Text::new(format!("{} {ratio:.2}x", b.name), (i as f64 * 3.0 + 0.2, label_y), ("sans-serif", 14))
-        }))
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("x RocksDB (higher is better)")
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .draw()
         .map_err(|e| draw(&e))?;
     let rocks = RGBColor(200, 80, 60);
     let shale = RGBColor(60, 110, 190);
-    let bars = |pick: fn(&ComparedBenchmark) -> f64, offset: f64, color: RGBColor| {
-        cmp.benchmarks
-            .iter()
-            .enumerate()
-            .map(move |(i, b)| {
-                let x = i as f64 * 3.0 + offset;
-                Rectangle::new([(x, 0.0), (x + 0.9, ops(pick(b)))], color.filled())
-            })
-            .collect::<Vec<_>>()
+    let bar = |i: usize, offset: f64, height: f64, color: RGBColor| {
+        let x = i as f64 * 3.0 + offset;
+        Rectangle::new([(x, 0.0), (x + 0.9, height)], color.filled())
     };
     chart
-        .draw_series(bars(|b| b.rocksdb_micros_per_op, 0.2, rocks))
+        .draw_series(cmp.benchmarks.iter().enumerate().map(|(i, _)| bar(i, 0.5, 1.0, rocks)))
         .map_err(|e| draw(&e))?
         .label("RocksDB")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], rocks.filled()));
     chart
-        .draw_series(bars(|b| b.shale_micros_per_op, 1.1, shale))
+        .draw_series(cmp.benchmarks.iter().enumerate().map(|(i, b)| bar(i, 1.5, speedup(b), shale)))
         .map_err(|e| draw(&e))?
         .label("Shale")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], shale.filled()));
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| draw(&e))?;
+    // Name, speed-up and both micros/op above each pair.
+    for (i, b) in cmp.benchmarks.iter().enumerate() {
+        let x = i as f64 * 3.0 + 0.3;
+        let y = speedup(b).max(1.0) + max * 0.12;
+        let lines = [
+            format!("{} {:.2}x", b.name, speedup(b)),
+            format!("{:.2} vs {:.2} us/op", b.shale_micros_per_op, b.rocksdb_micros_per_op),
+        ];
+        for (j, line) in lines.into_iter().enumerate() {
+            chart
+                .draw_series(std::iter::once(Text::new(line, (x, y - j as f64 * max * 0.06), ("sans-serif", 13))))
+                .map_err(|e| draw(&e))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()
+        .map_err(|e| draw(&e))?;
     root.present().map_err(|e| draw(&e))?;
     Ok(())
 }
