@@ -1,0 +1,242 @@
+//! Replies and their encoding in RESP2 and RESP3.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The protocol a connection speaks (`HELLO 3` switches to RESP3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// RESP2, every client's default.
+    #[default]
+    Resp2,
+    /// RESP3.
+    Resp3,
+}
+
+/// A reply to a client. RESP3-only types fall back to RESP2 as Redis does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`.
+    Simple(String),
+    /// `-ERR …` (the text includes the error code, e.g. `WRONGTYPE …`).
+    Error(String),
+    /// `:42`.
+    Integer(i64),
+    /// `$5\r\nhello`.
+    Bulk(Bytes),
+    /// A missing value: `$-1` in RESP2, `_` in RESP3.
+    Null,
+    /// A missing array (e.g. EXEC after a failed WATCH): `*-1` in RESP2, `_` in RESP3.
+    NullArray,
+    /// `*n`.
+    Array(Vec<Reply>),
+    /// `%n` in RESP3; a flat array of key, value, … in RESP2.
+    Map(Vec<(Reply, Reply)>),
+    /// `~n` in RESP3; an array in RESP2.
+    Set(Vec<Reply>),
+    /// `,1.5` in RESP3; a bulk string in RESP2.
+    Double(f64),
+    /// `#t` in RESP3; `:1` / `:0` in RESP2.
+    Boolean(bool),
+    /// `=15\r\ntxt:Some string` in RESP3; a bulk string in RESP2.
+    Verbatim(Bytes),
+    /// `>n` in RESP3 (pub/sub messages); an array in RESP2.
+    Push(Vec<Reply>),
+}
+
+impl Reply {
+    /// `+OK`.
+    pub fn ok() -> Reply {
+        Reply::Simple("OK".into())
+    }
+
+    /// An error reply; `msg` starts with its code (`ERR`, `WRONGTYPE`, …).
+    pub fn error(msg: impl Into<String>) -> Reply {
+        Reply::Error(msg.into())
+    }
+
+    /// A bulk string from anything byte-like.
+    pub fn bulk(b: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(b.into())
+    }
+
+    /// Appends the encoding of this reply for `proto` to `out`.
+    pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        let resp3 = proto == Protocol::Resp3;
+        match self {
+            Reply::Simple(s) => line(out, b'+', s.as_bytes()),
+            Reply::Error(s) => line(out, b'-', s.as_bytes()),
+            Reply::Integer(n) => header(out, b':', *n),
+            Reply::Bulk(b) => bulk(out, b'$', b),
+            Reply::Null if resp3 => out.put_slice(b"_\r\n"),
+            Reply::Null => out.put_slice(b"$-1\r\n"),
+            Reply::NullArray if resp3 => out.put_slice(b"_\r\n"),
+            Reply::NullArray => out.put_slice(b"*-1\r\n"),
+            Reply::Array(items) => aggregate(out, b'*', items, proto),
+            Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, proto),
+            Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, proto),
+            Reply::Map(pairs) => {
+                if resp3 {
+                    header(out, b'%', pairs.len() as i64);
+                } else {
+                    header(out, b'*', 2 * pairs.len() as i64);
+                }
+                for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Double(d) if resp3 => line(out, b',', format_double(*d).as_bytes()),
+            Reply::Double(d) => bulk(out, b'$', format_double(*d).as_bytes()),
+            Reply::Boolean(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+            Reply::Boolean(b) => header(out, b':', i64::from(*b)),
+            Reply::Verbatim(text) if resp3 => {
+                header(out, b'=', text.len() as i64 + 4);
+                out.put_slice(b"txt:");
+                out.put_slice(text);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Verbatim(text) => bulk(out, b'$', text),
+        }
+    }
+
+    /// The encoding as a fresh buffer (tests, one-off replies).
+    pub fn to_bytes(&self, proto: Protocol) -> Bytes {
+        let mut out = BytesMut::new();
+        self.encode(proto, &mut out);
+        out.freeze()
+    }
+}
+
+/// A double as Redis prints it: `inf`, `-inf`, `nan`, integers without a fraction, otherwise
+/// the shortest digits that read back to the same value, in `%g` layout (exponent form with
+/// `e+NN` / `e-NN` below 1e-4 or from 1e17 up).
+pub fn format_double(d: f64) -> String {
+    if d.is_nan() {
+        return "nan".into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if d == d.trunc() && d.abs() < 1e17 {
+        return format!("{}", d as i64);
+    }
+    let sci = format!("{d:e}"); // shortest digits, e.g. "1.5e-7"
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..17).contains(&exp) {
+        format!("{d}")
+    } else {
+        format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+    }
+}
+
+/// `<prefix><text>\r\n`; a CR or LF inside a status or error line would break the framing, so
+/// they become spaces (as Redis does).
+fn line(out: &mut BytesMut, prefix: u8, text: &[u8]) {
+    out.put_u8(prefix);
+    out.extend(text.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.put_slice(b"\r\n");
+}
+
+fn header(out: &mut BytesMut, prefix: u8, n: i64) {
+    out.put_u8(prefix);
+    let mut buf = itoa_buf(n);
+    out.put_slice(buf.as_bytes_mut());
+    out.put_slice(b"\r\n");
+}
+
+fn bulk(out: &mut BytesMut, prefix: u8, data: &[u8]) {
+    header(out, prefix, data.len() as i64);
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+fn aggregate(out: &mut BytesMut, prefix: u8, items: &[Reply], proto: Protocol) {
+    header(out, prefix, items.len() as i64);
+    for i in items {
+        i.encode(proto, out);
+    }
+}
+
+/// Decimal digits of `n` without allocating.
+fn itoa_buf(n: i64) -> Digits {
+    let mut d = Digits { buf: [0; 20], start: 20 };
+    let neg = n < 0;
+    let mut v = n.unsigned_abs();
+    loop {
+        d.start -= 1;
+        d.buf[d.start] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if neg {
+        d.start -= 1;
+        d.buf[d.start] = b'-';
+    }
+    d
+}
+
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(r: &Reply) -> (String, String) {
+        let s = |p| String::from_utf8(r.to_bytes(p).to_vec()).unwrap();
+        (s(Protocol::Resp2), s(Protocol::Resp3))
+    }
+
+    #[test]
+    fn scalar_replies() {
+        assert_eq!(both(&Reply::ok()), ("+OK\r\n".into(), "+OK\r\n".into()));
+        assert_eq!(both(&Reply::error("ERR bad\r\nthing")).0, "-ERR bad  thing\r\n");
+        assert_eq!(both(&Reply::Integer(-42)).0, ":-42\r\n");
+        assert_eq!(both(&Reply::Integer(i64::MIN)).0, ":-9223372036854775808\r\n");
+        assert_eq!(both(&Reply::bulk(&b"hi"[..])).0, "$2\r\nhi\r\n");
+        assert_eq!(both(&Reply::bulk(&b""[..])).0, "$0\r\n\r\n");
+        assert_eq!(both(&Reply::Null), ("$-1\r\n".into(), "_\r\n".into()));
+        assert_eq!(both(&Reply::NullArray), ("*-1\r\n".into(), "_\r\n".into()));
+        assert_eq!(both(&Reply::Boolean(true)), (":1\r\n".into(), "#t\r\n".into()));
+        assert_eq!(both(&Reply::Double(1.5)), ("$3\r\n1.5\r\n".into(), ",1.5\r\n".into()));
+        assert_eq!(
+            both(&Reply::Verbatim(Bytes::from_static(b"ok"))),
+            ("$2\r\nok\r\n".into(), "=6\r\ntxt:ok\r\n".into())
+        );
+    }
+
+    #[test]
+    fn aggregates_fall_back_in_resp2() {
+        let map = Reply::Map(vec![(Reply::bulk(&b"a"[..]), Reply::Integer(1))]);
+        assert_eq!(both(&map), ("*2\r\n$1\r\na\r\n:1\r\n".into(), "%1\r\n$1\r\na\r\n:1\r\n".into()));
+        let set = Reply::Set(vec![Reply::bulk(&b"x"[..])]);
+        assert_eq!(both(&set), ("*1\r\n$1\r\nx\r\n".into(), "~1\r\n$1\r\nx\r\n".into()));
+        let push = Reply::Push(vec![Reply::bulk(&b"message"[..]), Reply::Null]);
+        assert_eq!(both(&push), ("*2\r\n$7\r\nmessage\r\n$-1\r\n".into(), ">2\r\n$7\r\nmessage\r\n_\r\n".into()));
+        assert_eq!(both(&Reply::Array(vec![])).0, "*0\r\n");
+    }
+
+    #[test]
+    fn doubles_print_as_redis_prints_them() {
+        assert_eq!(format_double(3.0), "3");
+        assert_eq!(format_double(-0.5), "-0.5");
+        assert_eq!(format_double(f64::INFINITY), "inf");
+        assert_eq!(format_double(f64::NEG_INFINITY), "-inf");
+        assert_eq!(format_double(1.1), "1.1");
+        assert_eq!(format_double(1e300), "1e+300");
+        assert_eq!(format_double(-2.5e-7), "-2.5e-07");
+        assert_eq!(format_double(0.001), "0.001");
+        assert_eq!(format_double(f64::NAN), "nan");
+    }
+}
