@@ -56,7 +56,7 @@ fn data_and_sequence_survive_reopen() {
             db.delete(format!("key{i:05}")).unwrap();
         }
         seq = db.latest_sequence();
-        assert!(db.num_files_at_level(0) > 1, "small buffers produce many L0 tables");
+        assert!(db.stats().flushes > 1, "small buffers produce many flushes");
     }
     for _ in 0..2 {
         let db = Db::open(dir.path(), small()).unwrap();
@@ -261,5 +261,6 @@ fn readers_run_while_writers_flush() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
-    assert!(db.num_files_at_level(0) > 0);
+    // Flushes (and maybe compactions) ran while the readers read.
+    assert!(db.stats().flushes > 0, "{}", db.stats());
 }
