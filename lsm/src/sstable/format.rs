@@ -114,7 +114,7 @@ pub fn compress_block(raw: &[u8], codec: Compression, zstd_level: i32, scratch: 
         }
         #[cfg(feature = "zstd")]
         Compression::Zstd => {
-            *scratch = zstd::bulk::compress(raw, zstd_level)?;
+            *scratch = zstd_codec::compress(raw, zstd_level)?;
             true
         }
         #[allow(unreachable_patterns)]
@@ -166,13 +166,58 @@ pub fn read_block_checked(file_data: &Bytes, handle: BlockHandle, file: &Path, v
             dec.decompress_vec(contents).map(Bytes::from).map_err(|e| corrupt(format!("snappy: {e}")))
         }
         #[cfg(feature = "zstd")]
-        Compression::Zstd => {
-            let mut out = Vec::new();
-            zstd::stream::copy_decode(contents, &mut out).map_err(|e| corrupt(format!("zstd: {e}")))?;
-            Ok(Bytes::from(out))
-        }
+        Compression::Zstd => zstd_codec::decompress(contents).map(Bytes::from).map_err(corrupt),
         #[allow(unreachable_patterns)]
         other => Err(unavailable(other)),
+    }
+}
+
+/// zstd with one compression and one decompression context per thread: creating a context per
+/// block made zstd reads slower than RocksDB's (which reuses them).
+#[cfg(feature = "zstd")]
+mod zstd_codec {
+    use std::cell::RefCell;
+
+    /// Largest block a frame header may claim (a damaged header must not allocate gigabytes).
+    const MAX_BLOCK: u64 = 256 << 20;
+
+    thread_local! {
+        static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+        static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    }
+
+    pub fn compress(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+        COMPRESSOR.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.as_ref().is_none_or(|(l, _)| *l != level) {
+                *c = Some((level, zstd::bulk::Compressor::new(level)?));
+            }
+            match c.as_mut() {
+                Some((_, comp)) => comp.compress(raw),
+                None => zstd::bulk::compress(raw, level),
+            }
+        })
+    }
+
+    pub fn decompress(contents: &[u8]) -> Result<Vec<u8>, String> {
+        let size = match zstd::zstd_safe::get_frame_content_size(contents) {
+            Ok(Some(n)) if n <= MAX_BLOCK => n as usize,
+            Ok(Some(n)) => return Err(format!("zstd frame claims {n} bytes")),
+            Ok(None) => return Err("zstd frame without a content size".into()),
+            Err(_) => return Err("bad zstd frame header".into()),
+        };
+        DECOMPRESSOR.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_none() {
+                *d = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
+            }
+            let d = d.as_mut().ok_or_else(|| "zstd context unavailable".to_string())?;
+            let out = d.decompress(contents, size).map_err(|e| format!("zstd: {e}"))?;
+            if out.len() != size {
+                return Err(format!("zstd block is {} bytes, header says {size}", out.len()));
+            }
+            Ok(out)
+        })
     }
 }
 
