@@ -28,6 +28,8 @@
 //!
 //! The on-disk formats are described in `FORMAT.md` next to this crate's `Cargo.toml`.
 
+#![warn(missing_docs)]
+
 pub mod batch;
 pub mod cache;
 mod coding;
