@@ -16,21 +16,73 @@ use crate::memtable::Lookup;
 use crate::range_del::{Fragments, RangeTombstone};
 use crate::{Error, Result};
 
-/// An open table: the file's bytes (memory-mapped), its index block and bloom filter pinned.
+/// The index block decoded once at open: separator keys back to back, and the handle of each
+/// data block. A lookup binary-searches plain byte slices instead of decoding varints at every
+/// probe.
+#[derive(Debug, Default)]
+struct Index {
+    keys: Vec<u8>,
+    ends: Vec<u32>,
+    handles: Vec<BlockHandle>,
+}
+
+impl Index {
+    fn decode(block: &Block, path: &Path, offset: u64) -> Result<Index> {
+        let mut idx = Index::default();
+        let mut it = block.iter();
+        it.seek_to_first()?;
+        while it.valid() {
+            let h = BlockHandle::decode(it.value())
+                .ok_or_else(|| Error::corruption(path.to_path_buf(), offset, "bad block handle in index"))?;
+            idx.keys.extend_from_slice(it.key());
+            idx.ends.push(
+                u32::try_from(idx.keys.len())
+                    .map_err(|_| Error::corruption(path.to_path_buf(), offset, "index too large"))?,
+            );
+            idx.handles.push(h);
+            it.next()?;
+        }
+        Ok(idx)
+    }
+
+    fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.keys[start..self.ends[i] as usize]
+    }
+
+    /// The first block whose separator is `>= target` (`len()` if none).
+    fn find(&self, target: &[u8]) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if key::compare(self.key(mid), target).is_lt() {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+/// An open table: the file's bytes (memory-mapped), its index and bloom filter pinned.
 #[derive(Debug)]
 pub struct Table {
     data: Bytes,
     path: Arc<Path>,
     number: u64,
-    index: Block,
+    index: Index,
     filter: Option<Bytes>,
     props: TableProperties,
     cache: Option<Arc<BlockCache>>,
     range_dels: Vec<RangeTombstone>,
     fragments: Fragments,
-    /// Data block offsets in order (from the index), and one bit per block: raw blocks are read
-    /// in place and their checksum is verified the first time each is read, not every time.
-    block_offsets: Vec<u64>,
+    /// One bit per data block: raw blocks are read in place and their checksum is verified the
+    /// first time each is read, not every time.
     verified: Vec<std::sync::atomic::AtomicU64>,
 }
 
@@ -65,7 +117,7 @@ impl Table {
             let bytes = read_block(&data, h, &path)?;
             Block::new(bytes, BlockOrigin { file: Arc::clone(&path), offset: h.offset })
         };
-        let index = load(footer.index)?;
+        let index = Index::decode(&load(footer.index)?, &path, footer.index.offset)?;
         let meta = load(footer.metaindex)?;
         let (mut filter, mut props, mut range_dels) = (None, None, Vec::new());
         let mut it = meta.iter();
@@ -107,30 +159,8 @@ impl Table {
             Error::corruption(path.to_path_buf(), footer.metaindex.offset, "table has no properties block")
         })?;
         let fragments = Fragments::new(&range_dels, u64::MAX);
-        let mut block_offsets = Vec::with_capacity(props.num_data_blocks as usize);
-        let mut it = index.iter();
-        it.seek_to_first()?;
-        while it.valid() {
-            let h = BlockHandle::decode(it.value()).ok_or_else(|| {
-                Error::corruption(path.to_path_buf(), footer.index.offset, "bad block handle in index")
-            })?;
-            block_offsets.push(h.offset);
-            it.next()?;
-        }
-        let verified = (0..block_offsets.len().div_ceil(64)).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        Ok(Arc::new(Table {
-            data,
-            path,
-            number,
-            index,
-            filter,
-            props,
-            cache,
-            range_dels,
-            fragments,
-            block_offsets,
-            verified,
-        }))
+        let verified = (0..index.len().div_ceil(64)).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        Ok(Arc::new(Table { data, path, number, index, filter, props, cache, range_dels, fragments, verified }))
     }
 
     /// The table's properties.
@@ -178,9 +208,8 @@ impl Table {
     }
 
     /// Reads a data block: raw blocks in place from the map, compressed ones through the cache.
-    fn read_data_block(&self, handle_bytes: &[u8], fill_cache: bool) -> Result<Block> {
-        let h = BlockHandle::decode(handle_bytes)
-            .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "bad block handle in index"))?;
+    fn read_data_block(&self, ordinal: usize, fill_cache: bool) -> Result<Block> {
+        let h = self.index.handles[ordinal];
         let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
         let codec_at = h.offset.checked_add(h.size).and_then(|e| usize::try_from(e).ok());
         let compressed = codec_at.and_then(|at| self.data.get(at)).is_some_and(|&c| c != 0);
@@ -198,12 +227,10 @@ impl Table {
             return Block::new(bytes, origin);
         }
         use std::sync::atomic::Ordering::Relaxed;
-        let bit = self.block_offsets.binary_search(&h.offset).ok().map(|i| (i / 64, 1u64 << (i % 64)));
-        let seen = bit.is_some_and(|(w, m)| self.verified[w].load(Relaxed) & m != 0);
+        let (w, m) = (ordinal / 64, 1u64 << (ordinal % 64));
+        let seen = self.verified[w].load(Relaxed) & m != 0;
         let bytes = read_block_checked(&self.data, h, &self.path, !seen)?;
-        if let Some((w, m)) = bit {
-            self.verified[w].fetch_or(m, Relaxed);
-        }
+        self.verified[w].fetch_or(m, Relaxed);
         Block::new(bytes, origin)
     }
 
@@ -238,15 +265,16 @@ impl Table {
 
     /// A cursor that caches the compressed blocks it reads only if `fill_cache`.
     pub fn iter_with(self: &Arc<Self>, fill_cache: bool) -> TableIter {
-        TableIter { index: self.index.iter(), data: None, table: Arc::clone(self), fill_cache }
+        TableIter { pos: self.index.len(), data: None, table: Arc::clone(self), fill_cache }
     }
 }
 
-/// Two-level cursor: the index block picks a data block, the data block's cursor walks it.
+/// Two-level cursor: the index picks a data block, the data block's cursor walks it.
 #[derive(Debug)]
 pub struct TableIter {
     table: Arc<Table>,
-    index: BlockIter,
+    /// The current data block's ordinal (`index.len()` when off either end).
+    pos: usize,
     data: Option<BlockIter>,
     fill_cache: bool,
 }
@@ -257,10 +285,18 @@ impl TableIter {
         self.data.as_ref().map(BlockIter::value_bytes).unwrap_or_default()
     }
 
+    fn index_valid(&self) -> bool {
+        self.pos < self.table.index.len()
+    }
+
+    fn invalidate_index(&mut self) {
+        self.pos = self.table.index.len();
+    }
+
     fn load_data_block(&mut self) -> Result<()> {
         self.data = None;
-        if self.index.valid() {
-            let block = self.table.read_data_block(self.index.value(), self.fill_cache)?;
+        if self.index_valid() {
+            let block = self.table.read_data_block(self.pos, self.fill_cache)?;
             self.data = Some(block.iter());
         }
         Ok(())
@@ -272,11 +308,11 @@ impl TableIter {
 
     fn skip_empty_blocks_forward(&mut self) -> Result<()> {
         while !self.data_valid() {
-            if !self.index.valid() {
+            if !self.index_valid() {
                 self.data = None;
                 return Ok(());
             }
-            self.index.next()?;
+            self.pos += 1;
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
                 d.seek_to_first()?;
@@ -287,11 +323,15 @@ impl TableIter {
 
     fn skip_empty_blocks_backward(&mut self) -> Result<()> {
         while !self.data_valid() {
-            if !self.index.valid() {
+            if !self.index_valid() {
                 self.data = None;
                 return Ok(());
             }
-            self.index.prev()?;
+            if self.pos == 0 {
+                self.invalidate_index();
+            } else {
+                self.pos -= 1;
+            }
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
                 d.seek_to_last()?;
@@ -320,7 +360,7 @@ impl InternalIterator for TableIter {
     }
     fn seek_to_first(&mut self) -> Result<()> {
         let r = (|| {
-            self.index.seek_to_first()?;
+            self.pos = 0;
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
                 d.seek_to_first()?;
@@ -331,7 +371,7 @@ impl InternalIterator for TableIter {
     }
     fn seek_to_last(&mut self) -> Result<()> {
         let r = (|| {
-            self.index.seek_to_last()?;
+            self.pos = self.table.index.len().saturating_sub(1);
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
                 d.seek_to_last()?;
@@ -342,7 +382,7 @@ impl InternalIterator for TableIter {
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let r = (|| {
-            self.index.seek(target)?;
+            self.pos = self.table.index.find(target);
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
                 d.seek(target)?;
@@ -355,9 +395,9 @@ impl InternalIterator for TableIter {
         let r = (|| {
             // The first block whose separator is >= target holds the last key <= target, or the
             // key is in the block before it.
-            self.index.seek(target)?;
-            if !self.index.valid() {
-                self.index.seek_to_last()?;
+            self.pos = self.table.index.find(target);
+            if !self.index_valid() {
+                self.pos = self.table.index.len().saturating_sub(1);
             }
             self.load_data_block()?;
             if let Some(d) = self.data.as_mut() {
