@@ -180,11 +180,7 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                     continue;
                 }
                 if c == b'"' {
-                    // The closing quote must end the argument.
-                    if line.get(i + 1).is_some_and(|b| !b.is_ascii_whitespace()) {
-                        return None;
-                    }
-                    i += 1;
+                    i = after_closing_quote(line, i)?;
                     break;
                 }
                 cur.push(c);
@@ -196,10 +192,7 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                     continue;
                 }
                 if c == b'\'' {
-                    if line.get(i + 1).is_some_and(|b| !b.is_ascii_whitespace()) {
-                        return None;
-                    }
-                    i += 1;
+                    i = after_closing_quote(line, i)?;
                     break;
                 }
                 cur.push(c);
@@ -218,6 +211,15 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
             }
         }
         args.push(cur);
+    }
+}
+
+/// The position after a closing quote at `i`; `None` unless the argument ends right there.
+fn after_closing_quote(line: &[u8], i: usize) -> Option<usize> {
+    if line.get(i + 1).is_some_and(|b| !b.is_ascii_whitespace()) {
+        None
+    } else {
+        Some(i + 1)
     }
 }
 
