@@ -1,0 +1,152 @@
+//! Connection and server-introspection commands: PING, ECHO, QUIT, SELECT, HELLO, COMMAND.
+
+use bytes::Bytes;
+
+use super::{all, lookup, parse_i64, CommandSpec, Session};
+use crate::resp::{Protocol, Reply};
+
+/// The Redis version clients are told (feature detection in client libraries reads it).
+pub const REDIS_COMPAT_VERSION: &str = "7.2.4";
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    CommandSpec { name: "ping", arity: -1, flags: &["fast"], first_key: 0, last_key: 0, step: 0, handler: ping },
+    CommandSpec { name: "echo", arity: 2, flags: &["fast"], first_key: 0, last_key: 0, step: 0, handler: echo },
+    CommandSpec {
+        name: "quit",
+        arity: -1,
+        flags: &["fast", "noscript"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: quit,
+    },
+    CommandSpec {
+        name: "select",
+        arity: 2,
+        flags: &["loading", "stale", "fast"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: select,
+    },
+    CommandSpec {
+        name: "hello",
+        arity: -1,
+        flags: &["noscript", "loading", "stale", "fast", "no_auth"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: hello,
+    },
+    CommandSpec {
+        name: "command",
+        arity: -1,
+        flags: &["loading", "stale"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: command,
+    },
+];
+
+fn ping(_: &mut Session, args: &[Bytes]) -> Reply {
+    match args {
+        [_] => Reply::Simple("PONG".into()),
+        [_, msg] => Reply::Bulk(msg.clone()),
+        _ => Reply::error("ERR wrong number of arguments for 'ping' command"),
+    }
+}
+
+fn echo(_: &mut Session, args: &[Bytes]) -> Reply {
+    Reply::Bulk(args[1].clone())
+}
+
+fn quit(s: &mut Session, _: &[Bytes]) -> Reply {
+    s.closing = true;
+    Reply::ok()
+}
+
+fn select(s: &mut Session, args: &[Bytes]) -> Reply {
+    let Some(index) = parse_i64(&args[1]) else { return Reply::error("ERR value is not an integer or out of range") };
+    if index < 0 || index >= i64::from(s.state.config.databases) {
+        return Reply::error("ERR DB index is out of range");
+    }
+    s.db = index as u32;
+    Reply::ok()
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
+    let mut proto = s.protocol;
+    if let Some(v) = args.get(1) {
+        match parse_i64(v) {
+            Some(2) => proto = Protocol::Resp2,
+            Some(3) => proto = Protocol::Resp3,
+            Some(_) => return Reply::error("NOPROTO unsupported protocol version"),
+            None => return Reply::error("ERR Protocol version is not an integer or out of range"),
+        }
+    }
+    let mut i = 2;
+    let mut name = None;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_lowercase();
+        match opt.as_str() {
+            "setname" if i + 1 < args.len() => {
+                name = Some(args[i + 1].clone());
+                i += 2;
+            }
+            // requirepass refuses to start until AUTH exists, so credentials are never needed.
+            "auth" if i + 2 < args.len() => i += 3,
+            _ => {
+                return Reply::error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[i])
+                ))
+            }
+        }
+    }
+    s.protocol = proto;
+    if name.is_some() {
+        s.name = name;
+    }
+    let field = |k: &str, v: Reply| (Reply::bulk(Bytes::copy_from_slice(k.as_bytes())), v);
+    Reply::Map(vec![
+        field("server", Reply::bulk(&b"redis"[..])),
+        field("version", Reply::bulk(REDIS_COMPAT_VERSION.as_bytes())),
+        field("proto", Reply::Integer(if proto == Protocol::Resp3 { 3 } else { 2 })),
+        field("id", Reply::Integer(s.id as i64)),
+        field("mode", Reply::bulk(&b"standalone"[..])),
+        field("role", Reply::bulk(&b"master"[..])),
+        field("modules", Reply::Array(Vec::new())),
+    ])
+}
+
+/// The 10-element `COMMAND` entry Redis 7 returns for `spec`.
+fn command_entry(spec: &CommandSpec) -> Reply {
+    let flags = spec.flags.iter().map(|f| Reply::Simple((*f).into())).collect();
+    Reply::Array(vec![
+        Reply::bulk(spec.name.as_bytes()),
+        Reply::Integer(i64::from(spec.arity)),
+        Reply::Set(flags),
+        Reply::Integer(i64::from(spec.first_key)),
+        Reply::Integer(i64::from(spec.last_key)),
+        Reply::Integer(i64::from(spec.step)),
+        Reply::Set(Vec::new()),
+        Reply::Set(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND LIST`, `COMMAND DOCS [name…]`.
+fn command(_: &mut Session, args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else { return Reply::Array(all().into_iter().map(command_entry).collect()) };
+    match String::from_utf8_lossy(sub).to_ascii_lowercase().as_str() {
+        "count" if args.len() == 2 => Reply::Integer(all().len() as i64),
+        "list" if args.len() == 2 => Reply::Array(all().into_iter().map(|c| Reply::bulk(c.name.as_bytes())).collect()),
+        "info" => Reply::Array(args[2..].iter().map(|n| lookup(n).map_or(Reply::NullArray, command_entry)).collect()),
+        // Documentation is not kept yet: an empty map is what clients expect for "no docs".
+        "docs" => Reply::Map(Vec::new()),
+        _ => Reply::error(format!("ERR unknown subcommand '{}'. Try COMMAND HELP.", String::from_utf8_lossy(sub))),
+    }
+}
