@@ -2,11 +2,12 @@
 //!
 //! Built so far: the RESP protocol layer ([`resp`]), the configuration loader ([`config`]), the
 //! network layer ([`net`]: connections, pipelining, protocol errors, graceful shutdown) and the
-//! command table ([`commands`]) with the connection commands. Data commands, the storage layer
-//! and the rest of the server core build on these.
+//! command table ([`commands`]), the keyspace on the engine ([`storage`]), connection commands
+//! and the first string and keyspace commands.
 
 pub mod commands;
 pub mod config;
 pub mod net;
 pub mod resp;
 pub mod state;
+pub mod storage;

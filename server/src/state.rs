@@ -4,14 +4,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::storage::Storage;
 
 /// The server: its configuration, its engine, and counters.
 #[derive(Debug)]
 pub struct ServerState {
     /// Settings in force.
     pub config: Config,
-    /// The storage engine.
-    pub db: lsm::Db,
+    /// The keyspace, over the storage engine.
+    pub storage: Storage,
     /// Next `CLIENT ID`.
     pub next_client_id: AtomicU64,
     /// Connected clients.
@@ -27,7 +28,7 @@ impl ServerState {
     pub fn new(config: Config, db: lsm::Db) -> Self {
         ServerState {
             config,
-            db,
+            storage: Storage::new(db),
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
             commands_processed: AtomicU64::new(0),

@@ -2,6 +2,8 @@
 //! handler. Dispatch, arity errors, `COMMAND` and (later) key locking and WATCH read it.
 
 mod connection;
+mod keys;
+mod strings;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -60,8 +62,15 @@ pub struct CommandSpec {
 }
 
 /// Every command, by name.
-static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> =
-    LazyLock::new(|| connection::COMMANDS.iter().map(|c| (c.name, c)).collect());
+static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::new(|| {
+    [connection::COMMANDS, strings::COMMANDS, keys::COMMANDS].into_iter().flatten().map(|c| (c.name, c)).collect()
+});
+
+/// The reply for an engine failure (the engine logs the details).
+pub fn engine_error(e: lsm::Error) -> Reply {
+    tracing::error!(target: "shale::storage", error = %e, "engine error");
+    Reply::error(format!("ERR storage engine: {e}"))
+}
 
 /// Looks a command up by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
@@ -105,9 +114,9 @@ fn unknown_command(args: &[Bytes]) -> Reply {
     Reply::error(format!("ERR unknown command '{name}', with args beginning with: {shown}"))
 }
 
-/// Parses an argument as a Redis integer.
+/// Parses an argument as a Redis integer (`string2ll` rules).
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
-    std::str::from_utf8(arg).ok()?.parse().ok().filter(|_| !arg.starts_with(b"+") && !arg.is_empty())
+    crate::resp::parse_int(arg)
 }
 
 #[cfg(test)]

@@ -11,4 +11,4 @@ mod reply;
 mod request;
 
 pub use reply::{Protocol, Reply};
-pub use request::{parse_request, split_args, Limits, ProtocolError};
+pub use request::{parse_int, parse_request, split_args, Limits, ProtocolError};

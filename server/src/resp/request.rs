@@ -56,12 +56,16 @@ fn line_end(buf: &[u8], from: usize) -> Option<usize> {
 
 /// Parses a decimal integer the way Redis's `string2ll` does (optional '-', no '+', no spaces,
 /// no leading zeros except "0").
-fn parse_int(digits: &[u8]) -> Option<i64> {
+pub fn parse_int(digits: &[u8]) -> Option<i64> {
     let (neg, rest) = match digits.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, digits),
     };
-    if rest.is_empty() || rest.len() > 19 || (rest.len() > 1 && rest[0] == b'0') || !rest.iter().all(u8::is_ascii_digit)
+    if rest.is_empty()
+        || rest.len() > 19
+        || (rest.len() > 1 && rest[0] == b'0')
+        || (neg && rest == b"0")
+        || !rest.iter().all(u8::is_ascii_digit)
     {
         return None;
     }
@@ -316,7 +320,8 @@ mod tests {
         assert_eq!(parse_int(b"0"), Some(0));
         assert_eq!(parse_int(b"-12"), Some(-12));
         assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b""[..], b"-", b"+1", b"01", b" 1", b"1 ", b"9223372036854775808", b"1a"] {
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [&b""[..], b"-", b"+1", b"01", b"-0", b" 1", b"1 ", b"9223372036854775808", b"1a"] {
             assert_eq!(parse_int(bad), None, "{bad:?}");
         }
     }

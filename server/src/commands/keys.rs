@@ -1,0 +1,291 @@
+//! Keyspace commands: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, EXPIRE, PEXPIRE, EXPIREAT,
+//! PEXPIREAT (NX XX GT LT), PERSIST, DBSIZE, FLUSHDB, FLUSHALL.
+
+use bytes::Bytes;
+
+use super::{engine_error, parse_i64, CommandSpec, Session};
+use crate::resp::Reply;
+use crate::storage::{now_ms, Storage};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    CommandSpec { name: "del", arity: -2, flags: &["write"], first_key: 1, last_key: -1, step: 1, handler: del },
+    CommandSpec {
+        name: "unlink",
+        arity: -2,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: -1,
+        step: 1,
+        handler: del,
+    },
+    CommandSpec {
+        name: "exists",
+        arity: -2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: -1,
+        step: 1,
+        handler: exists,
+    },
+    CommandSpec {
+        name: "type",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: key_type,
+    },
+    CommandSpec {
+        name: "ttl",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: ttl,
+    },
+    CommandSpec {
+        name: "pttl",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: pttl,
+    },
+    CommandSpec {
+        name: "expire",
+        arity: -3,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: expire,
+    },
+    CommandSpec {
+        name: "pexpire",
+        arity: -3,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: pexpire,
+    },
+    CommandSpec {
+        name: "expireat",
+        arity: -3,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: expireat,
+    },
+    CommandSpec {
+        name: "pexpireat",
+        arity: -3,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: pexpireat,
+    },
+    CommandSpec {
+        name: "persist",
+        arity: 2,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: persist,
+    },
+    CommandSpec {
+        name: "dbsize",
+        arity: 1,
+        flags: &["readonly", "fast"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: dbsize,
+    },
+    CommandSpec { name: "flushdb", arity: -1, flags: &["write"], first_key: 0, last_key: 0, step: 0, handler: flushdb },
+    CommandSpec {
+        name: "flushall",
+        arity: -1,
+        flags: &["write"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: flushall,
+    },
+];
+
+fn del(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
+    let mut b = lsm::WriteBatch::new();
+    let mut n = 0;
+    let mut seen = std::collections::HashSet::new();
+    for key in &args[1..] {
+        match storage.get(s.db, key) {
+            Ok(Some(_)) if seen.insert(key) => {
+                Storage::delete_into(&mut b, s.db, key);
+                n += 1;
+            }
+            Ok(_) => {}
+            Err(e) => return engine_error(e),
+        }
+    }
+    if n > 0 {
+        if let Err(e) = storage.write(b) {
+            return engine_error(e);
+        }
+    }
+    Reply::Integer(n)
+}
+
+fn exists(s: &mut Session, args: &[Bytes]) -> Reply {
+    let mut n = 0;
+    for key in &args[1..] {
+        match s.state.storage.get(s.db, key) {
+            Ok(Some(_)) => n += 1,
+            Ok(None) => {}
+            Err(e) => return engine_error(e),
+        }
+    }
+    Reply::Integer(n)
+}
+
+fn key_type(s: &mut Session, args: &[Bytes]) -> Reply {
+    match s.state.storage.get(s.db, &args[1]) {
+        Ok(m) => Reply::Simple(m.map_or("none", |m| m.kind.name()).into()),
+        Err(e) => engine_error(e),
+    }
+}
+
+fn remaining(s: &Session, key: &[u8], unit_ms: u64) -> Reply {
+    match s.state.storage.get(s.db, key) {
+        Ok(None) => Reply::Integer(-2),
+        Ok(Some(m)) if m.expire_at_ms == 0 => Reply::Integer(-1),
+        Ok(Some(m)) => {
+            let left = m.expire_at_ms.saturating_sub(now_ms());
+            Reply::Integer(((left + unit_ms / 2) / unit_ms) as i64)
+        }
+        Err(e) => engine_error(e),
+    }
+}
+
+fn ttl(s: &mut Session, args: &[Bytes]) -> Reply {
+    remaining(s, &args[1], 1000)
+}
+
+fn pttl(s: &mut Session, args: &[Bytes]) -> Reply {
+    remaining(s, &args[1], 1)
+}
+
+/// EXPIRE and friends: `unit_ms` per unit, relative or `absolute`, with NX/XX/GT/LT.
+fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd: &str) -> Reply {
+    let Some(n) = parse_i64(&args[2]) else { return Reply::error("ERR value is not an integer or out of range") };
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &args[3..] {
+        match String::from_utf8_lossy(opt).to_ascii_uppercase().as_str() {
+            "NX" => nx = true,
+            "XX" => xx = true,
+            "GT" => gt = true,
+            "LT" => lt = true,
+            other => return Reply::error(format!("ERR Unsupported option {other}")),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Reply::error("ERR NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if gt && lt {
+        return Reply::error("ERR GT and LT options at the same time are not compatible");
+    }
+    let invalid = || Reply::error(format!("ERR invalid expire time in '{cmd}' command"));
+    let Some(ms) = n.checked_mul(unit_ms) else { return invalid() };
+    let Some(at) = (if absolute { Some(ms) } else { (now_ms() as i64).checked_add(ms) }) else { return invalid() };
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let Some(mut meta) = (match storage.get(s.db, &args[1]) {
+        Ok(m) => m,
+        Err(e) => return engine_error(e),
+    }) else {
+        return Reply::Integer(0);
+    };
+    // No expiry counts as an infinite one for GT and LT.
+    let current = if meta.expire_at_ms == 0 { i64::MAX } else { meta.expire_at_ms as i64 };
+    if (nx && meta.expire_at_ms != 0)
+        || (xx && meta.expire_at_ms == 0)
+        || (gt && at <= current)
+        || (lt && at >= current)
+    {
+        return Reply::Integer(0);
+    }
+    let mut b = lsm::WriteBatch::new();
+    if at <= now_ms() as i64 {
+        Storage::delete_into(&mut b, s.db, &args[1]);
+    } else {
+        meta.expire_at_ms = at as u64;
+        Storage::put_into(&mut b, s.db, &args[1], &meta);
+    }
+    storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+}
+
+fn expire(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_expiry(s, args, 1000, false, "expire")
+}
+
+fn pexpire(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_expiry(s, args, 1, false, "pexpire")
+}
+
+fn expireat(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_expiry(s, args, 1000, true, "expireat")
+}
+
+fn pexpireat(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_expiry(s, args, 1, true, "pexpireat")
+}
+
+fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    match storage.get(s.db, &args[1]) {
+        Ok(Some(mut m)) if m.expire_at_ms != 0 => {
+            m.expire_at_ms = 0;
+            let mut b = lsm::WriteBatch::new();
+            Storage::put_into(&mut b, s.db, &args[1], &m);
+            storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+        }
+        Ok(_) => Reply::Integer(0),
+        Err(e) => engine_error(e),
+    }
+}
+
+fn dbsize(s: &mut Session, _: &[Bytes]) -> Reply {
+    s.state.storage.dbsize(s.db).map_or_else(engine_error, |n| Reply::Integer(n as i64))
+}
+
+/// FLUSHDB / FLUSHALL accept ASYNC or SYNC; both are one range delete here.
+fn flush_mode_ok(args: &[Bytes]) -> bool {
+    match args {
+        [_] => true,
+        [_, mode] => matches!(String::from_utf8_lossy(mode).to_ascii_uppercase().as_str(), "ASYNC" | "SYNC"),
+        _ => false,
+    }
+}
+
+fn flushdb(s: &mut Session, args: &[Bytes]) -> Reply {
+    if !flush_mode_ok(args) {
+        return Reply::error("ERR syntax error");
+    }
+    s.state.storage.flushdb(s.db).map_or_else(engine_error, |_| Reply::ok())
+}
+
+fn flushall(s: &mut Session, args: &[Bytes]) -> Reply {
+    if !flush_mode_ok(args) {
+        return Reply::error("ERR syntax error");
+    }
+    s.state.storage.flushall().map_or_else(engine_error, |_| Reply::ok())
+}

@@ -1,0 +1,355 @@
+//! String commands: GET, SET (NX XX GET EX PX EXAT PXAT KEEPTTL), SETNX, SETEX, PSETEX, GETDEL,
+//! MGET, MSET, APPEND, STRLEN, INCR, DECR, INCRBY, DECRBY.
+
+use bytes::Bytes;
+
+use super::{engine_error, parse_i64, CommandSpec, Session};
+use crate::resp::Reply;
+use crate::storage::{now_ms, KeyType, Meta, Storage};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "get",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: get,
+    },
+    CommandSpec {
+        name: "set",
+        arity: -3,
+        flags: &["write", "denyoom"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: set,
+    },
+    CommandSpec {
+        name: "setnx",
+        arity: 3,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: setnx,
+    },
+    CommandSpec {
+        name: "setex",
+        arity: 4,
+        flags: &["write", "denyoom"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: setex,
+    },
+    CommandSpec {
+        name: "psetex",
+        arity: 4,
+        flags: &["write", "denyoom"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: psetex,
+    },
+    CommandSpec {
+        name: "getdel",
+        arity: 2,
+        flags: &["write", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: getdel,
+    },
+    CommandSpec {
+        name: "mget",
+        arity: -2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: -1,
+        step: 1,
+        handler: mget,
+    },
+    CommandSpec {
+        name: "mset",
+        arity: -3,
+        flags: &["write", "denyoom"],
+        first_key: 1,
+        last_key: -1,
+        step: 2,
+        handler: mset,
+    },
+    CommandSpec {
+        name: "append",
+        arity: 3,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: append,
+    },
+    CommandSpec {
+        name: "strlen",
+        arity: 2,
+        flags: &["readonly", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: strlen,
+    },
+    CommandSpec {
+        name: "incr",
+        arity: 2,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: incr,
+    },
+    CommandSpec {
+        name: "decr",
+        arity: 2,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: decr,
+    },
+    CommandSpec {
+        name: "incrby",
+        arity: 3,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: incrby,
+    },
+    CommandSpec {
+        name: "decrby",
+        arity: 3,
+        flags: &["write", "denyoom", "fast"],
+        first_key: 1,
+        last_key: 1,
+        step: 1,
+        handler: decrby,
+    },
+];
+
+pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+
+/// The live string at `key`: `Ok(None)` if absent, `Err(reply)` if another type.
+fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    match s.state.storage.get(s.db, key) {
+        Ok(Some(m)) if m.kind != KeyType::String => Err(Reply::error(WRONGTYPE)),
+        Ok(m) => Ok(m),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
+    r.map_or_else(engine_error, |_| ok)
+}
+
+fn get(s: &mut Session, args: &[Bytes]) -> Reply {
+    match string_at(s, &args[1]) {
+        Ok(Some(m)) => Reply::Bulk(m.body),
+        Ok(None) => Reply::Null,
+        Err(e) => e,
+    }
+}
+
+/// Parses an expiry given in `unit_ms` (1000 for seconds) relative to now or absolute.
+fn expiry(arg: &[u8], unit_ms: u64, absolute: bool, cmd: &str) -> Result<u64, Reply> {
+    let n = parse_i64(arg).ok_or_else(|| Reply::error(NOT_INTEGER))?;
+    let invalid = || Reply::error(format!("ERR invalid expire time in '{cmd}' command"));
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let ms = (n as u64).checked_mul(unit_ms).ok_or_else(invalid)?;
+    let at = if absolute { ms } else { now_ms().checked_add(ms).ok_or_else(invalid)? };
+    if at > i64::MAX as u64 {
+        return Err(invalid());
+    }
+    Ok(at)
+}
+
+fn set(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (key, value) = (&args[1], &args[2]);
+    let (mut nx, mut xx, mut get_old, mut keepttl) = (false, false, false, false);
+    let mut expire: Option<u64> = None;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        let next = args.get(i + 1);
+        match opt.as_str() {
+            "NX" if !xx => nx = true,
+            "XX" if !nx => xx = true,
+            "GET" => get_old = true,
+            "KEEPTTL" if expire.is_none() => keepttl = true,
+            "EX" | "PX" | "EXAT" | "PXAT" if expire.is_none() && !keepttl && next.is_some() => {
+                let unit = if opt.starts_with('E') { 1000 } else { 1 };
+                match expiry(next.map_or(&[][..], |b| b), unit, opt.ends_with("AT"), "set") {
+                    Ok(at) => expire = Some(at),
+                    Err(e) => return e,
+                }
+                i += 1;
+            }
+            _ => return Reply::error("ERR syntax error"),
+        }
+        i += 1;
+    }
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&key[..]]);
+    let old = match storage.get(s.db, key) {
+        Ok(m) => m,
+        Err(e) => return engine_error(e),
+    };
+    if get_old && old.as_ref().is_some_and(|m| m.kind != KeyType::String) {
+        return Reply::error(WRONGTYPE);
+    }
+    let old_reply = || old.as_ref().map_or(Reply::Null, |m| Reply::Bulk(m.body.clone()));
+    if (nx && old.is_some()) || (xx && old.is_none()) {
+        return if get_old { old_reply() } else { Reply::Null };
+    }
+    let expire_at = match (expire, keepttl) {
+        (Some(at), _) => at,
+        (None, true) => old.as_ref().map_or(0, |m| m.expire_at_ms),
+        (None, false) => 0,
+    };
+    if let Err(e) = storage.set_string(s.db, key, value.clone(), expire_at) {
+        return engine_error(e);
+    }
+    if get_old {
+        old_reply()
+    } else {
+        Reply::ok()
+    }
+}
+
+fn setnx(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    match storage.get(s.db, &args[1]) {
+        Ok(Some(_)) => Reply::Integer(0),
+        Ok(None) => done(storage.set_string(s.db, &args[1], args[2].clone(), 0), Reply::Integer(1)),
+        Err(e) => engine_error(e),
+    }
+}
+
+fn set_with_expiry(s: &mut Session, args: &[Bytes], unit_ms: u64, cmd: &str) -> Reply {
+    match expiry(&args[2], unit_ms, false, cmd) {
+        Ok(at) => done(s.state.storage.set_string(s.db, &args[1], args[3].clone(), at), Reply::ok()),
+        Err(e) => e,
+    }
+}
+
+fn setex(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_with_expiry(s, args, 1000, "setex")
+}
+
+fn psetex(s: &mut Session, args: &[Bytes]) -> Reply {
+    set_with_expiry(s, args, 1, "psetex")
+}
+
+fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    match string_at(s, &args[1]) {
+        Ok(Some(m)) => {
+            let mut b = lsm::WriteBatch::new();
+            Storage::delete_into(&mut b, s.db, &args[1]);
+            done(storage.write(b), Reply::Bulk(m.body))
+        }
+        Ok(None) => Reply::Null,
+        Err(e) => e,
+    }
+}
+
+fn mget(s: &mut Session, args: &[Bytes]) -> Reply {
+    let mut out = Vec::with_capacity(args.len() - 1);
+    for key in &args[1..] {
+        out.push(match s.state.storage.get(s.db, key) {
+            Ok(Some(m)) if m.kind == KeyType::String => Reply::Bulk(m.body),
+            Ok(_) => Reply::Null,
+            Err(e) => return engine_error(e),
+        });
+    }
+    Reply::Array(out)
+}
+
+fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
+    if args.len().is_multiple_of(2) {
+        return Reply::error("ERR wrong number of arguments for 'mset' command");
+    }
+    let mut b = lsm::WriteBatch::new();
+    for pair in args[1..].chunks(2) {
+        Storage::put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
+    }
+    done(s.state.storage.write(b), Reply::ok())
+}
+
+fn append(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let (mut value, expire_at) = match string_at(s, &args[1]) {
+        Ok(Some(m)) => (m.body.to_vec(), m.expire_at_ms),
+        Ok(None) => (Vec::new(), 0),
+        Err(e) => return e,
+    };
+    if value.len() + args[2].len() > s.state.config.proto_max_bulk_len as usize {
+        return Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+    }
+    value.extend_from_slice(&args[2]);
+    let len = value.len() as i64;
+    done(storage.set_string(s.db, &args[1], Bytes::from(value), expire_at), Reply::Integer(len))
+}
+
+fn strlen(s: &mut Session, args: &[Bytes]) -> Reply {
+    match string_at(s, &args[1]) {
+        Ok(m) => Reply::Integer(m.map_or(0, |m| m.body.len() as i64)),
+        Err(e) => e,
+    }
+}
+
+/// Adds `delta` to the integer at `key`, keeping its TTL.
+fn add(s: &mut Session, key: &[u8], delta: i64) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [key]);
+    let (current, expire_at) = match string_at(s, key) {
+        Ok(Some(m)) => match parse_i64(&m.body) {
+            Some(n) if m.body.len() <= 20 => (n, m.expire_at_ms),
+            _ => return Reply::error(NOT_INTEGER),
+        },
+        Ok(None) => (0, 0),
+        Err(e) => return e,
+    };
+    let Some(next) = current.checked_add(delta) else {
+        return Reply::error("ERR increment or decrement would overflow");
+    };
+    done(storage.set_string(s.db, key, Bytes::from(next.to_string()), expire_at), Reply::Integer(next))
+}
+
+fn incr(s: &mut Session, args: &[Bytes]) -> Reply {
+    add(s, &args[1], 1)
+}
+
+fn decr(s: &mut Session, args: &[Bytes]) -> Reply {
+    add(s, &args[1], -1)
+}
+
+fn incrby(s: &mut Session, args: &[Bytes]) -> Reply {
+    match parse_i64(&args[2]) {
+        Some(d) => add(s, &args[1], d),
+        None => Reply::error(NOT_INTEGER),
+    }
+}
+
+fn decrby(s: &mut Session, args: &[Bytes]) -> Reply {
+    match parse_i64(&args[2]).and_then(i64::checked_neg) {
+        Some(d) => add(s, &args[1], d),
+        None if parse_i64(&args[2]) == Some(i64::MIN) => Reply::error("ERR decrement would overflow"),
+        None => Reply::error(NOT_INTEGER),
+    }
+}
