@@ -33,10 +33,6 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
-    if config.requirepass.is_some() {
-        tracing::error!("requirepass is set but AUTH is not implemented yet: refusing to start an unprotected server");
-        return ExitCode::from(1);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -63,7 +59,8 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         .sync_mode(sync_mode)
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.block_cache_size as usize)
-        .compression(config.compression);
+        .compression(config.compression)
+        .compaction_filter(Arc::new(shale_server::storage::ExpiryFilter));
     let db = lsm::Db::open(&config.dir, opts)?;
     let mut listeners = Vec::new();
     if config.port != 0 {

@@ -88,6 +88,7 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let mut i = 2;
     let mut name = None;
+    let mut authed = false;
     while i < args.len() {
         let opt = String::from_utf8_lossy(&args[i]).to_ascii_lowercase();
         match opt.as_str() {
@@ -95,15 +96,27 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
                 name = Some(args[i + 1].clone());
                 i += 2;
             }
-            // requirepass refuses to start until AUTH exists, so credentials are never needed.
-            "auth" if i + 2 < args.len() => i += 3,
+            "auth" if i + 2 < args.len() => {
+                if let Err(e) = super::server::check_credentials(s, &args[i + 1], &args[i + 2]) {
+                    return e;
+                }
+                authed = true;
+                i += 3;
+            }
             _ => {
                 return Reply::error(format!(
                     "ERR Syntax error in HELLO option '{}'",
                     String::from_utf8_lossy(&args[i])
-                ))
+                ));
             }
         }
+    }
+    if authed {
+        s.authenticated = true;
+    } else if !s.authenticated {
+        return Reply::error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
     }
     s.protocol = proto;
     if name.is_some() {

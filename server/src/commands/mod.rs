@@ -3,6 +3,7 @@
 
 mod connection;
 mod keys;
+mod server;
 mod strings;
 
 use std::collections::HashMap;
@@ -27,6 +28,8 @@ pub struct Session {
     pub name: Option<Bytes>,
     /// Close the connection once the current replies are written (`QUIT`).
     pub closing: bool,
+    /// Passed AUTH (always true without `requirepass`).
+    pub authenticated: bool,
     /// The server.
     pub state: Arc<ServerState>,
 }
@@ -35,7 +38,8 @@ impl Session {
     /// A new client of `state`.
     pub fn new(state: Arc<ServerState>) -> Self {
         let id = state.next_client_id.fetch_add(1, Ordering::Relaxed);
-        Session { id, protocol: Protocol::Resp2, db: 0, name: None, closing: false, state }
+        let authenticated = state.config.requirepass.is_none();
+        Session { id, protocol: Protocol::Resp2, db: 0, name: None, closing: false, authenticated, state }
     }
 }
 
@@ -63,7 +67,11 @@ pub struct CommandSpec {
 
 /// Every command, by name.
 static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::new(|| {
-    [connection::COMMANDS, strings::COMMANDS, keys::COMMANDS].into_iter().flatten().map(|c| (c.name, c)).collect()
+    [connection::COMMANDS, server::COMMANDS, strings::COMMANDS, keys::COMMANDS]
+        .into_iter()
+        .flatten()
+        .map(|c| (c.name, c))
+        .collect()
 });
 
 /// The reply for an engine failure (the engine logs the details).
@@ -89,7 +97,11 @@ pub fn all() -> Vec<&'static CommandSpec> {
 pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
     let Some(name) = args.first() else { return Reply::error("ERR empty command") };
     session.state.commands_processed.fetch_add(1, Ordering::Relaxed);
-    let Some(spec) = lookup(name) else { return unknown_command(args) };
+    let spec = lookup(name);
+    if !session.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
+        return Reply::error("NOAUTH Authentication required.");
+    }
+    let Some(spec) = spec else { return unknown_command(args) };
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name));

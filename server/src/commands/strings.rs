@@ -153,9 +153,19 @@ fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
 }
 
 fn get(s: &mut Session, args: &[Bytes]) -> Reply {
+    let hit = |s: &Session, found: bool| {
+        let c = if found { &s.state.keyspace_hits } else { &s.state.keyspace_misses };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
     match string_at(s, &args[1]) {
-        Ok(Some(m)) => Reply::Bulk(m.body),
-        Ok(None) => Reply::Null,
+        Ok(Some(m)) => {
+            hit(s, true);
+            Reply::Bulk(m.body)
+        }
+        Ok(None) => {
+            hit(s, false);
+            Reply::Null
+        }
         Err(e) => e,
     }
 }

@@ -7,11 +7,13 @@
 //! so deleting or overwriting one is a single metadata write. An expired key is never returned:
 //! reads treat it as absent (lazy expiry); writes replace it.
 
+mod expiry;
 mod locks;
 mod meta;
 
 use bytes::Bytes;
 
+pub use expiry::ExpiryFilter;
 pub use locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
 
@@ -84,15 +86,38 @@ impl Storage {
 
     /// Live keys in `db`.
     pub fn dbsize(&self, db: u32) -> lsm::Result<u64> {
+        Ok(self.keyspace_counts(db)?.0)
+    }
+
+    /// Live keys in `db`, and how many of them have an expiry (a scan of the db's metadata).
+    pub fn keyspace_counts(&self, db: u32) -> lsm::Result<(u64, u64)> {
         let now = now_ms();
-        let mut n = 0;
+        let (mut keys, mut expires) = (0, 0);
         for kv in self.engine.prefix(meta_key(db, b"")) {
             let (_, v) = kv?;
-            if Meta::decode(v).is_some_and(|m| !m.is_expired(now)) {
-                n += 1;
+            if let Some(m) = Meta::decode(v).filter(|m| !m.is_expired(now)) {
+                keys += 1;
+                expires += u64::from(m.expire_at_ms != 0);
             }
         }
-        Ok(n)
+        Ok((keys, expires))
+    }
+
+    /// Databases that hold at least one metadata record (found by seeking, not scanning).
+    pub fn nonempty_databases(&self) -> lsm::Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut it = self.engine.iter(&lsm::ReadOptions::default());
+        it.seek(b"M")?;
+        while it.valid() && it.key().first() == Some(&b'M') && it.key().len() >= 3 {
+            let db = u32::from(u16::from_be_bytes([it.key()[1], it.key()[2]]));
+            out.push(db);
+            if db == u32::from(u16::MAX) {
+                break;
+            }
+            it.seek(&meta_key(db + 1, b""))?;
+        }
+        it.status()?;
+        Ok(out)
     }
 
     /// Deletes every key of `db` with one range tombstone.
