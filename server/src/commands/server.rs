@@ -50,19 +50,24 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Checks `user`/`pass` against `requirepass` (the only user is "default").
+/// Checks `user`/`pass`: the only user is "default", whose password is `requirepass` (without
+/// one, it takes any password, as Redis's `nopass` default user does).
 pub(super) fn check_credentials(s: &Session, user: &[u8], pass: &[u8]) -> Result<(), Reply> {
-    match &s.state.config.requirepass {
-        None => Err(Reply::error(
-            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        Some(p) if user == b"default" && pass == p.as_bytes() => Ok(()),
-        Some(_) => Err(Reply::error(WRONGPASS)),
+    let ok = user == b"default" && s.state.config.requirepass.as_ref().is_none_or(|p| pass == p.as_bytes());
+    if ok {
+        Ok(())
+    } else {
+        Err(Reply::error(WRONGPASS))
     }
 }
 
 fn auth(s: &mut Session, args: &[Bytes]) -> Reply {
     let (user, pass): (&[u8], &[u8]) = match args {
+        [_, _] if s.state.config.requirepass.is_none() => {
+            return Reply::error(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            )
+        }
         [_, pass] => (b"default", pass),
         [_, user, pass] => (user, pass),
         _ => return Reply::error("ERR syntax error"),
@@ -96,10 +101,10 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
             s.name = (!args[2].is_empty()).then(|| args[2].clone());
             Reply::ok()
         }
-        _ => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        ("id" | "getname" | "setname", _) => {
+            Reply::error(format!("ERR wrong number of arguments for 'client|{sub}' command"))
+        }
+        _ => Reply::error(format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", String::from_utf8_lossy(&args[1]))),
     }
 }
 
