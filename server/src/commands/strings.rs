@@ -357,9 +357,9 @@ fn incrby(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn decrby(s: &mut Session, args: &[Bytes]) -> Reply {
-    match parse_i64(&args[2]).and_then(i64::checked_neg) {
-        Some(d) => add(s, &args[1], d),
-        None if parse_i64(&args[2]) == Some(i64::MIN) => Reply::error("ERR decrement would overflow"),
+    match parse_i64(&args[2]) {
+        Some(i64::MIN) => Reply::error("ERR decrement would overflow"),
+        Some(d) => add(s, &args[1], -d),
         None => Reply::error(NOT_INTEGER),
     }
 }
