@@ -61,6 +61,7 @@ impl std::str::FromStr for Compression {
 
 /// When the WAL is fsynced (the server maps Redis's `appendfsync` onto this).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum SyncMode {
     /// Every write group is fsynced before it is acknowledged (`appendfsync always`).
     Always,

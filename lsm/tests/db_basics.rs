@@ -264,3 +264,19 @@ fn readers_run_while_writers_flush() {
     // Flushes (and maybe compactions) ran while the readers read.
     assert!(db.stats().flushes > 0, "{}", db.stats());
 }
+
+#[test]
+fn sync_mode_changes_at_runtime_and_writes_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small().sync_mode(lsm::SyncMode::Never)).unwrap();
+    assert_eq!(db.sync_mode(), lsm::SyncMode::Never);
+    for (i, mode) in [lsm::SyncMode::Always, lsm::SyncMode::EverySec, lsm::SyncMode::Never].into_iter().enumerate() {
+        db.set_sync_mode(mode).unwrap();
+        assert_eq!(db.sync_mode(), mode);
+        db.put(format!("k{i}"), b"v").unwrap();
+    }
+    drop(db);
+    let db = Db::open(dir.path(), small()).unwrap();
+    assert_eq!(db.sync_mode(), lsm::SyncMode::EverySec, "the mode is a runtime setting, not stored");
+    assert!((0..3).all(|i| db.get(format!("k{i}")).unwrap().is_some()));
+}

@@ -5,8 +5,11 @@
 //! command table ([`commands`]), the keyspace on the engine ([`storage`]), connection commands
 //! and the first string and keyspace commands.
 
+pub mod clients;
 pub mod commands;
 pub mod config;
+pub mod expire;
+pub mod glob;
 pub mod net;
 pub mod resp;
 pub mod state;

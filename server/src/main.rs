@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use shale_server::config::{AppendFsync, Config, LogLevel};
-use shale_server::state::ServerState;
+use shale_server::config::{Config, LogLevel};
+use shale_server::state::{sync_mode, LogHook, ServerState};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,15 +24,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let default_level = match config.loglevel {
-        LogLevel::Debug => "debug",
-        LogLevel::Verbose | LogLevel::Notice => "info",
-        LogLevel::Warning => "warn",
-        LogLevel::Nothing => "off",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into());
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level_filter(config.loglevel)));
+    let (filter, reload) = tracing_subscriber::reload::Layer::new(filter);
+    let log_hook: LogHook = Box::new(move |level| {
+        let _ = reload.modify(|f| *f = tracing_subscriber::EnvFilter::new(level_filter(level)));
+    });
+    if let Err(e) = init_logging(filter, &config.logfile) {
+        eprintln!("Can't open the log file: {e}");
+        return ExitCode::from(1);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -40,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(config, log_hook)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "fatal");
@@ -49,14 +50,39 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let sync_mode = match config.appendfsync {
-        AppendFsync::Always => lsm::SyncMode::Always,
-        AppendFsync::EverySec => lsm::SyncMode::EverySec,
-        AppendFsync::No => lsm::SyncMode::Never,
-    };
+/// The `EnvFilter` directive for a Redis `loglevel`.
+fn level_filter(level: LogLevel) -> &'static str {
+    match level {
+        LogLevel::Debug => "debug",
+        LogLevel::Verbose | LogLevel::Notice => "info",
+        LogLevel::Warning => "warn",
+        LogLevel::Nothing => "off",
+    }
+}
+
+/// Logs to stderr, or appends to `logfile` when one is configured (as redis-server does).
+fn init_logging<L>(filter: L, logfile: &str) -> std::io::Result<()>
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let registry = tracing_subscriber::registry().with(filter);
+    if logfile.is_empty() {
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi)).init();
+    } else {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(logfile)?;
+        registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::sync::Mutex::new(file)).with_ansi(false))
+            .init();
+    }
+    Ok(())
+}
+
+async fn run(config: Config, log_hook: LogHook) -> Result<(), Box<dyn std::error::Error>> {
     let opts = lsm::Options::default()
-        .sync_mode(sync_mode)
+        .sync_mode(sync_mode(config.appendfsync))
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.block_cache_size as usize)
         .compression(config.compression)
@@ -70,9 +96,22 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             listeners.push(listener);
         }
     }
-    let state = Arc::new(ServerState::new(config, db.clone()));
+    let state = Arc::new(ServerState::new(config, db.clone())?);
+    state.set_log_hook(log_hook);
+    let expiry = tokio::spawn(shale_server::expire::active_expiry(Arc::clone(&state)));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "shale-server ready to accept connections");
-    shale_server::net::serve(listeners, state, shutdown_signal()).await;
+    let stop = {
+        let state = Arc::clone(&state);
+        async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = state.shutdown.notified() => {}
+            }
+        }
+    };
+    shale_server::net::serve(listeners, Arc::clone(&state), stop).await;
+    expiry.abort();
+    drop(state);
     db.close()?;
     tracing::info!("shale-server stopped");
     Ok(())

@@ -1,49 +1,147 @@
 //! State shared by every connection.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
-use crate::config::Config;
+use tokio::sync::Notify;
+
+use crate::clients::Registry;
+use crate::config::{AppendFsync, Config, LogLevel};
 use crate::storage::Storage;
 
+/// A hook the binary installs to change the log filter at runtime (`CONFIG SET loglevel`).
+pub type LogHook = Box<dyn Fn(LogLevel) + Send + Sync>;
+
+/// `CLIENT PAUSE`: until when, and whether reads are paused too.
+#[derive(Debug, Clone, Copy)]
+pub struct Pause {
+    /// When the pause ends.
+    pub until: Instant,
+    /// `ALL` (every command) rather than `WRITE`.
+    pub all: bool,
+}
+
 /// The server: its configuration, its engine, and counters.
-#[derive(Debug)]
 pub struct ServerState {
-    /// Settings in force.
-    pub config: Config,
+    config: RwLock<Config>,
     /// The keyspace, over the storage engine.
     pub storage: Storage,
     /// Next `CLIENT ID`.
     pub next_client_id: AtomicU64,
-    /// Connected clients.
+    /// Connected clients (a counter the accept loop checks against `maxclients`).
     pub clients: AtomicUsize,
-    /// Commands processed since start.
+    /// Connected clients, for `CLIENT LIST` / `CLIENT KILL`.
+    pub registry: Registry,
+    /// Commands processed since start (or `CONFIG RESETSTAT`).
     pub commands_processed: AtomicU64,
+    /// Connections accepted since start (or `CONFIG RESETSTAT`).
+    pub connections_received: AtomicU64,
+    /// Connections refused by `maxclients`.
+    pub rejected_connections: AtomicU64,
     /// When the server started.
     pub started: Instant,
+    /// 40 hex characters identifying this run (INFO `run_id`, `master_replid`).
+    pub run_id: String,
     /// Reads that found their key.
     pub keyspace_hits: AtomicU64,
     /// Reads that did not.
     pub keyspace_misses: AtomicU64,
-    /// (when, commands processed) at the last ops/sec sample.
+    /// Keys deleted because their TTL passed (lazily or by the active cycle).
+    pub expired_keys: AtomicU64,
+    /// Unix time of the last successful `SAVE`/`BGSAVE` (engine flush), or of startup.
+    pub lastsave: AtomicU64,
+    /// Set by `SHUTDOWN`; the binary waits on it beside the signals.
+    pub shutdown: Notify,
+    /// `CLIENT PAUSE` in force.
+    pub pause: Mutex<Option<Pause>>,
+    log_hook: OnceLock<LogHook>,
+    /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
+}
+
+impl std::fmt::Debug for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerState").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 impl ServerState {
     /// State for a server with `config` over `db`.
-    pub fn new(config: Config, db: lsm::Db) -> Self {
-        ServerState {
-            config,
-            storage: Storage::new(db),
+    pub fn new(config: Config, db: lsm::Db) -> lsm::Result<Self> {
+        let now_s = crate::storage::now_ms() / 1000;
+        Ok(ServerState {
+            storage: Storage::new(db)?,
+            config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
+            registry: Registry::default(),
             commands_processed: AtomicU64::new(0),
+            connections_received: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
             started: Instant::now(),
+            run_id: (0..40).map(|_| char::from(b"0123456789abcdef"[rand::random::<u8>() as usize % 16])).collect(),
             keyspace_hits: AtomicU64::new(0),
             keyspace_misses: AtomicU64::new(0),
+            expired_keys: AtomicU64::new(0),
+            lastsave: AtomicU64::new(now_s),
+            shutdown: Notify::new(),
+            pause: Mutex::new(None),
+            log_hook: OnceLock::new(),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
+        })
+    }
+
+    /// The settings in force (hold the guard briefly).
+    pub fn config(&self) -> RwLockReadGuard<'_, Config> {
+        self.config.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Installs the hook that changes the log level at runtime.
+    pub fn set_log_hook(&self, hook: LogHook) {
+        let _ = self.log_hook.set(hook);
+    }
+
+    /// Replaces the configuration (`CONFIG SET`) and applies what changes at runtime: the WAL
+    /// sync policy and the log level. Other settings are read where they are used.
+    pub fn replace_config(&self, new: Config) -> Result<(), String> {
+        let mut cfg = self.config.write().unwrap_or_else(|e| e.into_inner());
+        if new.appendfsync != cfg.appendfsync {
+            self.storage.engine().set_sync_mode(sync_mode(new.appendfsync)).map_err(|e| e.to_string())?;
         }
+        if new.loglevel != cfg.loglevel {
+            if let Some(hook) = self.log_hook.get() {
+                hook(new.loglevel);
+            }
+        }
+        *cfg = new;
+        Ok(())
+    }
+
+    /// `CONFIG RESETSTAT`.
+    pub fn reset_stats(&self) {
+        for counter in [
+            &self.commands_processed,
+            &self.connections_received,
+            &self.rejected_connections,
+            &self.keyspace_hits,
+            &self.keyspace_misses,
+            &self.expired_keys,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// How long a command must wait for a `CLIENT PAUSE` (None: run it now).
+    pub fn pause_remaining(&self, is_write: bool) -> Option<Duration> {
+        let mut pause = self.pause.lock().unwrap_or_else(|e| e.into_inner());
+        let p = (*pause)?;
+        let now = Instant::now();
+        if now >= p.until {
+            *pause = None;
+            return None;
+        }
+        (p.all || is_write).then(|| p.until - now)
     }
 
     /// Commands per second since the previous sample (taken at most every 100 ms).
@@ -52,9 +150,18 @@ impl ServerState {
         let now = self.commands_processed.load(Ordering::Relaxed);
         let dt = s.0.elapsed().as_secs_f64();
         if dt >= 0.1 {
-            s.2 = (now - s.1) as f64 / dt;
+            s.2 = now.saturating_sub(s.1) as f64 / dt;
             *s = (Instant::now(), now, s.2);
         }
         s.2
+    }
+}
+
+/// The engine's sync mode for an `appendfsync` setting.
+pub fn sync_mode(a: AppendFsync) -> lsm::SyncMode {
+    match a {
+        AppendFsync::Always => lsm::SyncMode::Always,
+        AppendFsync::EverySec => lsm::SyncMode::EverySec,
+        AppendFsync::No => lsm::SyncMode::Never,
     }
 }

@@ -101,6 +101,12 @@ fn protocol_abuse_closes_only_the_offending_connection() {
 fn maxclients_refuses_extra_connections() {
     let server = Server::start(&["--maxclients", "2"]);
     let mut a = server.client();
+    // The harness's readiness probe may still be counted for a moment; wait until only `a` is.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !redis::cmd("INFO").arg("clients").query::<String>(&mut a).unwrap().contains("connected_clients:1\r\n") {
+        assert!(std::time::Instant::now() < deadline, "the probe connection was never released");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mut b = server.client();
     let mut third = server.raw();
     let got = roundtrip(&mut third, b"", 40);

@@ -12,7 +12,7 @@ use crate::iter::InternalIterator;
 use crate::manifest::{NewFile, VersionEdit};
 use crate::memtable::Memtable;
 use crate::sstable::{TableBuilder, TableOptions};
-use crate::Result;
+use crate::{Result, SyncMode};
 
 /// Writes a memtable's entries and range tombstones to table `number` in `dir`; `None` if it
 /// holds nothing. The file is fsynced; on failure it is removed.
@@ -143,9 +143,11 @@ impl DbInner {
                 bg = self.bg_cv.wait_timeout(bg, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
             }
             drop(bg);
-            let file = Arc::clone(&lock(&self.wal_file));
-            if let Err(e) = file.sync_data() {
-                self.poison(e.into());
+            if self.sync_mode() == SyncMode::EverySec {
+                let file = Arc::clone(&lock(&self.wal_file));
+                if let Err(e) = file.sync_data() {
+                    self.poison(e.into());
+                }
             }
             if !self.opts.wal_ttl.is_zero() {
                 self.purge_wals();

@@ -25,7 +25,7 @@ use crate::cache::{ReadCounters, TableCache};
 use crate::iter::{BoxedIter, DbIterator, MergingIterator, Range};
 use crate::manifest::{Version, VersionSet};
 use crate::memtable::{Lookup, Memtable};
-use crate::options::{Options, ReadOptions, WriteOptions};
+use crate::options::{Options, ReadOptions, SyncMode, WriteOptions};
 use crate::snapshot::{Snapshot, SnapshotList};
 use crate::wal::LogWriter;
 use crate::{Error, Result};
@@ -79,6 +79,8 @@ pub(crate) struct DbInner {
     bg: Mutex<BgState>,
     bg_cv: Condvar,
     visible_seq: AtomicU64,
+    /// The current [`SyncMode`] (changeable at runtime).
+    sync_mode: std::sync::atomic::AtomicU8,
     snapshots: Arc<SnapshotList>,
     poisoned: Mutex<Option<String>>,
     is_poisoned: AtomicBool,
@@ -300,6 +302,22 @@ impl Db {
         }
     }
 
+    /// The WAL sync policy in force.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.inner.sync_mode()
+    }
+
+    /// Changes the WAL sync policy for writes from now on (Redis's `CONFIG SET appendfsync`).
+    /// Switching away from [`SyncMode::Never`] fsyncs what is already written.
+    pub fn set_sync_mode(&self, mode: SyncMode) -> Result<()> {
+        self.inner.sync_mode.store(mode as u8, Ordering::Release);
+        if mode != SyncMode::Never {
+            let file = Arc::clone(&lock(&self.inner.wal_file));
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+
     /// Freezes the active memtable and waits until every frozen memtable is in a table.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush()
@@ -405,6 +423,14 @@ fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fil
 }
 
 impl DbInner {
+    pub(super) fn sync_mode(&self) -> SyncMode {
+        match self.sync_mode.load(Ordering::Acquire) {
+            0 => SyncMode::Always,
+            1 => SyncMode::EverySec,
+            _ => SyncMode::Never,
+        }
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

@@ -13,7 +13,7 @@ use crate::cache::{BlockCache, ReadCounters, TableCache};
 use crate::filename::{self, FileKind};
 use crate::manifest::{VersionEdit, VersionSet};
 use crate::memtable::Memtable;
-use crate::options::{Options, SyncMode, WalRecoveryMode};
+use crate::options::{Options, WalRecoveryMode};
 use crate::snapshot::SnapshotList;
 use crate::sstable::TableOptions;
 use crate::wal::{LogReader, LogWriter};
@@ -102,6 +102,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     );
     let inner = Arc::new(DbInner {
         dir: dir.to_path_buf(),
+        sync_mode: std::sync::atomic::AtomicU8::new(opts.sync_mode as u8),
         versions: Mutex::new(versions),
         sv: RwLock::new(Arc::new(SuperVersion {
             mem: Arc::new(Memtable::with_capacity(wal_number, opts.write_buffer_size)),
@@ -144,7 +145,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
             );
         }
     }
-    if inner.opts.sync_mode == SyncMode::EverySec {
+    {
         let syncer = Arc::clone(&inner);
         threads.push(std::thread::Builder::new().name("lsm-wal-sync".into()).spawn(move || syncer.sync_loop())?);
     }

@@ -77,7 +77,7 @@ impl DbInner {
         forced_seq: Option<u64>,
     ) -> Result<()> {
         self.check_writable()?;
-        let sync = opts.sync || self.opts.sync_mode == SyncMode::Always;
+        let sync = opts.sync || self.sync_mode() == SyncMode::Always;
         let mut q = lock(&self.queue);
         q.next_ticket += 1;
         let ticket = q.next_ticket;
@@ -221,7 +221,7 @@ impl DbInner {
     fn rotate(&self, w: &mut WalState) -> Result<()> {
         // The old WAL is complete before the new one exists (WAL tailers rely on it).
         w.log.write_pending()?;
-        if self.opts.sync_mode != SyncMode::Never {
+        if self.sync_mode() != SyncMode::Never {
             w.log.sync()?;
         }
         let number = lock(&self.versions).new_file_number();

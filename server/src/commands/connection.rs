@@ -68,10 +68,10 @@ fn quit(s: &mut Session, _: &[Bytes]) -> Reply {
 
 fn select(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(index) = parse_i64(&args[1]) else { return Reply::error("ERR value is not an integer or out of range") };
-    if index < 0 || index >= i64::from(s.state.config.databases) {
+    if index < 0 || index >= i64::from(s.state.config().databases) {
         return Reply::error("ERR DB index is out of range");
     }
-    s.db = index as u32;
+    s.select(index as u32);
     Reply::ok()
 }
 
@@ -118,9 +118,9 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         );
     }
-    s.protocol = proto;
+    s.set_protocol(proto);
     if name.is_some() {
-        s.name = name;
+        s.set_name(name);
     }
     let field = |k: &str, v: Reply| (Reply::bulk(Bytes::copy_from_slice(k.as_bytes())), v);
     Reply::Map(vec![

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::{engine_error, parse_i64, CommandSpec, Session};
 use crate::resp::Reply;
-use crate::storage::{now_ms, Storage};
+use crate::storage::now_ms;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "del", arity: -2, flags: &["write"], first_key: 1, last_key: -1, step: 1, handler: del },
@@ -129,7 +129,7 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     for key in &args[1..] {
         match storage.get(s.db, key) {
             Ok(Some(_)) if seen.insert(key) => {
-                Storage::delete_into(&mut b, s.db, key);
+                storage.delete_into(&mut b, s.db, key);
                 n += 1;
             }
             Ok(_) => {}
@@ -224,10 +224,10 @@ fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd
     }
     let mut b = lsm::WriteBatch::new();
     if at <= now_ms() as i64 {
-        Storage::delete_into(&mut b, s.db, &args[1]);
+        storage.delete_into(&mut b, s.db, &args[1]);
     } else {
         meta.expire_at_ms = at as u64;
-        Storage::put_into(&mut b, s.db, &args[1], &meta);
+        storage.put_into(&mut b, s.db, &args[1], &meta);
     }
     storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
 }
@@ -255,7 +255,7 @@ fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(Some(mut m)) if m.expire_at_ms != 0 => {
             m.expire_at_ms = 0;
             let mut b = lsm::WriteBatch::new();
-            Storage::put_into(&mut b, s.db, &args[1], &m);
+            storage.put_into(&mut b, s.db, &args[1], &m);
             storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
         }
         Ok(_) => Reply::Integer(0),

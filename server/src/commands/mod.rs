@@ -1,6 +1,8 @@
 //! The command table: every command declared once with its arity, flags, key positions and
 //! handler. Dispatch, arity errors, `COMMAND` and (later) key locking and WATCH read it.
 
+mod client;
+mod config;
 mod connection;
 mod keys;
 mod server;
@@ -12,8 +14,18 @@ use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
+use crate::clients::ClientHandle;
 use crate::resp::{Protocol, Reply};
 use crate::state::ServerState;
+
+/// `CLIENT REPLY`: whether replies are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every reply is sent.
+    On,
+    /// No reply is sent.
+    Off,
+}
 
 /// One client's connection state.
 #[derive(Debug)]
@@ -22,24 +34,80 @@ pub struct Session {
     pub id: u64,
     /// RESP2 or RESP3 (`HELLO`).
     pub protocol: Protocol,
-    /// Selected database.
+    /// Selected database (mirrored in `handle` for `CLIENT LIST`).
     pub db: u32,
-    /// `CLIENT SETNAME`.
-    pub name: Option<Bytes>,
     /// Close the connection once the current replies are written (`QUIT`).
     pub closing: bool,
     /// Passed AUTH (always true without `requirepass`).
     pub authenticated: bool,
+    /// `CLIENT REPLY` mode.
+    pub reply_mode: ReplyMode,
+    /// Set by `CLIENT REPLY SKIP` for the command after it.
+    pub skip_next: bool,
+    /// Do not send the reply of the command being run (`CLIENT REPLY SKIP` itself).
+    pub suppress_current: bool,
+    /// What other clients see of this one.
+    pub handle: Arc<ClientHandle>,
     /// The server.
     pub state: Arc<ServerState>,
 }
 
 impl Session {
-    /// A new client of `state`.
+    /// A new client of `state` without a socket (tests, internal use).
     pub fn new(state: Arc<ServerState>) -> Self {
+        Session::connected(state, String::new(), String::new())
+    }
+
+    /// A new client of `state` connected from `addr` to `laddr`; registered until dropped.
+    pub fn connected(state: Arc<ServerState>, addr: String, laddr: String) -> Self {
         let id = state.next_client_id.fetch_add(1, Ordering::Relaxed);
-        let authenticated = state.config.requirepass.is_none();
-        Session { id, protocol: Protocol::Resp2, db: 0, name: None, closing: false, authenticated, state }
+        let authenticated = state.config().requirepass.is_none();
+        let handle = Arc::new(ClientHandle::new(id, addr, laddr));
+        state.registry.register(Arc::clone(&handle));
+        Session {
+            id,
+            protocol: Protocol::Resp2,
+            db: 0,
+            closing: false,
+            authenticated,
+            reply_mode: ReplyMode::On,
+            skip_next: false,
+            suppress_current: false,
+            handle,
+            state,
+        }
+    }
+
+    /// Selects database `db`.
+    pub fn select(&mut self, db: u32) {
+        self.db = db;
+        self.handle.db.store(db, Ordering::Relaxed);
+    }
+
+    /// Switches protocol version.
+    pub fn set_protocol(&mut self, p: Protocol) {
+        self.protocol = p;
+        self.handle.resp.store(if p == Protocol::Resp3 { 3 } else { 2 }, Ordering::Relaxed);
+    }
+
+    /// `CLIENT SETNAME`.
+    pub fn set_name(&self, name: Option<Bytes>) {
+        *self.handle.name.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    /// True if the reply to the command just run should be sent (and consumes a SKIP).
+    pub fn take_reply_permission(&mut self) -> bool {
+        let suppressed = std::mem::take(&mut self.suppress_current);
+        if std::mem::take(&mut self.skip_next) {
+            self.suppress_current = true;
+        }
+        !suppressed && self.reply_mode == ReplyMode::On
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.state.registry.unregister(self.id);
     }
 }
 
@@ -67,7 +135,7 @@ pub struct CommandSpec {
 
 /// Every command, by name.
 static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::new(|| {
-    [connection::COMMANDS, server::COMMANDS, strings::COMMANDS, keys::COMMANDS]
+    [connection::COMMANDS, server::COMMANDS, client::COMMANDS, config::COMMANDS, strings::COMMANDS, keys::COMMANDS]
         .into_iter()
         .flatten()
         .map(|c| (c.name, c))
@@ -82,8 +150,12 @@ pub fn engine_error(e: lsm::Error) -> Reply {
 
 /// Looks a command up by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-    TABLE.get(lower.as_str()).copied()
+    let mut buf = [0u8; 32];
+    let lower = buf.get_mut(..name.len())?;
+    for (d, c) in lower.iter_mut().zip(name) {
+        *d = c.to_ascii_lowercase();
+    }
+    TABLE.get(std::str::from_utf8(lower).ok()?).copied()
 }
 
 /// All commands, in name order.
@@ -102,6 +174,7 @@ pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("NOAUTH Authentication required.");
     }
     let Some(spec) = spec else { return unknown_command(args) };
+    session.handle.touch(spec.name);
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name));

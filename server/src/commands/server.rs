@@ -1,4 +1,8 @@
-//! Server commands: AUTH, INFO, TIME, CLIENT ID/SETNAME/GETNAME.
+//! Server commands: AUTH, INFO, TIME, SHUTDOWN, SAVE, BGSAVE, LASTSAVE, MEMORY, FUNCTION, DEBUG.
+//!
+//! Persistence maps onto the engine: every write is in the WAL (`aof_enabled:1`), so `SAVE` and
+//! `BGSAVE` flush the memtables into tables (making restart replay short) and record the time
+//! `LASTSAVE` reports.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -8,6 +12,7 @@ use bytes::Bytes;
 use super::{engine_error, CommandSpec, Session};
 use crate::commands::connection::REDIS_COMPAT_VERSION;
 use crate::resp::Reply;
+use crate::storage::now_ms;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -38,13 +43,67 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
         handler: time,
     },
     CommandSpec {
-        name: "client",
-        arity: -2,
-        flags: &["loading", "stale"],
+        name: "shutdown",
+        arity: -1,
+        flags: &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"],
         first_key: 0,
         last_key: 0,
         step: 0,
-        handler: client,
+        handler: shutdown,
+    },
+    CommandSpec {
+        name: "save",
+        arity: 1,
+        flags: &["admin", "noscript", "no_async_loading", "no_multi"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: save,
+    },
+    CommandSpec {
+        name: "bgsave",
+        arity: -1,
+        flags: &["admin", "noscript", "no_async_loading"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: bgsave,
+    },
+    CommandSpec {
+        name: "lastsave",
+        arity: 1,
+        flags: &["loading", "stale", "fast"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: lastsave,
+    },
+    CommandSpec {
+        name: "memory",
+        arity: -2,
+        flags: &["readonly"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: memory,
+    },
+    CommandSpec {
+        name: "function",
+        arity: -2,
+        flags: &["noscript"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: function,
+    },
+    CommandSpec {
+        name: "debug",
+        arity: -2,
+        flags: &["admin", "noscript", "loading", "stale"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        handler: debug,
     },
 ];
 
@@ -53,7 +112,7 @@ const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is dis
 /// Checks `user`/`pass`: the only user is "default", whose password is `requirepass` (without
 /// one, it takes any password, as Redis's `nopass` default user does).
 pub(super) fn check_credentials(s: &Session, user: &[u8], pass: &[u8]) -> Result<(), Reply> {
-    let ok = user == b"default" && s.state.config.requirepass.as_ref().is_none_or(|p| pass == p.as_bytes());
+    let ok = user == b"default" && s.state.config().requirepass.as_ref().is_none_or(|p| pass == p.as_bytes());
     if ok {
         Ok(())
     } else {
@@ -63,7 +122,7 @@ pub(super) fn check_credentials(s: &Session, user: &[u8], pass: &[u8]) -> Result
 
 fn auth(s: &mut Session, args: &[Bytes]) -> Reply {
     let (user, pass): (&[u8], &[u8]) = match args {
-        [_, _] if s.state.config.requirepass.is_none() => {
+        [_, _] if s.state.config().requirepass.is_none() => {
             return Reply::error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             )
@@ -89,25 +148,6 @@ fn time(_: &mut Session, _: &[Bytes]) -> Reply {
     ])
 }
 
-fn client(s: &mut Session, args: &[Bytes]) -> Reply {
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    match (sub.as_str(), args.len()) {
-        ("id", 2) => Reply::Integer(s.id as i64),
-        ("getname", 2) => s.name.clone().map_or(Reply::Null, Reply::Bulk),
-        ("setname", 3) => {
-            if args[2].iter().any(|&b| b <= b' ' || b > b'~') {
-                return Reply::error("ERR Client names cannot contain spaces, newlines or special characters.");
-            }
-            s.name = (!args[2].is_empty()).then(|| args[2].clone());
-            Reply::ok()
-        }
-        ("id" | "getname" | "setname", _) => {
-            Reply::error(format!("ERR wrong number of arguments for 'client|{sub}' command"))
-        }
-        _ => Reply::error(format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", String::from_utf8_lossy(&args[1]))),
-    }
-}
-
 /// CPU seconds (user, system) of this process, from /proc/self/stat.
 fn cpu_seconds() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -118,105 +158,321 @@ fn cpu_seconds() -> (f64, f64) {
     (ticks(11), ticks(12))
 }
 
+/// Resident set size in bytes, from /proc/self/statm.
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.2}G", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.2}M", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.2}K", b as f64 / 1024.0),
+        b => format!("{b}B"),
+    }
+}
+
+/// `INFO [section …]`: the sections and fields monitoring tools read, plus `lsm` (engine stats).
 fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     let wanted: Vec<String> = args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
     let all = wanted.is_empty() || wanted.iter().any(|w| w == "all" || w == "everything" || w == "default");
     let show = |name: &str| all || wanted.iter().any(|w| w == name);
     let st = &s.state;
+    let cfg = st.config().clone();
     let stats = st.storage.engine().stats();
     let uptime = st.started.elapsed().as_secs();
     let mut out = String::new();
-    let mut section = |title: &str, body: String| {
+    let mut section = |title: &str, fields: Vec<(&str, String)>| {
         if !out.is_empty() {
             out.push_str("\r\n");
         }
-        let _ = write!(out, "# {title}\r\n{body}");
+        let _ = write!(out, "# {title}\r\n");
+        for (k, v) in fields {
+            let _ = write!(out, "{k}:{v}\r\n");
+        }
     };
     if show("server") {
+        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros();
+        let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
         section(
             "Server",
-            format!(
-                "redis_version:{REDIS_COMPAT_VERSION}\r\nshale_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n",
-                env!("CARGO_PKG_VERSION"),
-                std::env::consts::OS,
-                std::env::consts::ARCH,
-                std::process::id(),
-                st.config.port,
-                uptime / 86400
-            ),
+            vec![
+                ("redis_version", REDIS_COMPAT_VERSION.to_string()),
+                ("shale_version", env!("CARGO_PKG_VERSION").to_string()),
+                ("redis_git_sha1", "00000000".into()),
+                ("redis_git_dirty", "0".into()),
+                ("redis_mode", "standalone".into()),
+                ("os", format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)),
+                ("arch_bits", "64".into()),
+                ("multiplexing_api", "epoll".into()),
+                ("process_id", std::process::id().to_string()),
+                ("run_id", st.run_id.clone()),
+                ("tcp_port", cfg.port.to_string()),
+                ("server_time_usec", now_us.to_string()),
+                ("uptime_in_seconds", uptime.to_string()),
+                ("uptime_in_days", (uptime / 86400).to_string()),
+                ("hz", cfg.get("hz").unwrap_or("10").to_string()),
+                ("executable", exe),
+                ("config_file", cfg.file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()),
+            ],
         );
     }
     if show("clients") {
         section(
             "Clients",
-            format!(
-                "connected_clients:{}\r\nblocked_clients:0\r\nmaxclients:{}\r\n",
-                st.clients.load(Ordering::Relaxed),
-                st.config.maxclients
-            ),
+            vec![
+                ("connected_clients", st.clients.load(Ordering::Relaxed).to_string()),
+                ("cluster_connections", "0".into()),
+                ("maxclients", cfg.maxclients.to_string()),
+                ("blocked_clients", "0".into()),
+                ("tracking_clients", "0".into()),
+                ("pubsub_clients", "0".into()),
+            ],
         );
     }
     if show("memory") {
-        let used = stats.memtable_bytes + stats.block_cache_bytes;
-        section("Memory", format!("used_memory:{used}\r\nused_memory_human:{:.2}M\r\n", used as f64 / 1048576.0));
+        let used = (stats.memtable_bytes + stats.block_cache_bytes) as u64;
+        let rss = rss_bytes();
+        section(
+            "Memory",
+            vec![
+                ("used_memory", used.to_string()),
+                ("used_memory_human", human(used)),
+                ("used_memory_rss", rss.to_string()),
+                ("used_memory_rss_human", human(rss)),
+                ("maxmemory", cfg.get("maxmemory").unwrap_or("0").to_string()),
+                ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
+                ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
+                ("mem_allocator", "libc".into()),
+                ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
+                ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
+            ],
+        );
     }
     if show("persistence") {
-        section("Persistence", format!("loading:0\r\naof_enabled:1\r\nlsm_last_sequence:{}\r\n", stats.last_sequence));
+        section(
+            "Persistence",
+            vec![
+                ("loading", "0".into()),
+                ("async_loading", "0".into()),
+                ("rdb_bgsave_in_progress", "0".into()),
+                ("rdb_last_save_time", st.lastsave.load(Ordering::Relaxed).to_string()),
+                ("rdb_last_bgsave_status", "ok".into()),
+                ("aof_enabled", "1".into()),
+                ("aof_rewrite_in_progress", "0".into()),
+                ("aof_last_write_status", "ok".into()),
+                ("lsm_last_sequence", stats.last_sequence.to_string()),
+            ],
+        );
     }
     if show("stats") {
         section(
             "Stats",
-            format!(
-                "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{:.0}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:0\r\n",
-                st.next_client_id.load(Ordering::Relaxed) - 1,
-                st.commands_processed.load(Ordering::Relaxed),
-                st.ops_per_sec(),
-                st.keyspace_hits.load(Ordering::Relaxed),
-                st.keyspace_misses.load(Ordering::Relaxed),
-            ),
+            vec![
+                ("total_connections_received", st.connections_received.load(Ordering::Relaxed).to_string()),
+                ("total_commands_processed", st.commands_processed.load(Ordering::Relaxed).to_string()),
+                ("instantaneous_ops_per_sec", format!("{:.0}", st.ops_per_sec())),
+                ("rejected_connections", st.rejected_connections.load(Ordering::Relaxed).to_string()),
+                ("expired_keys", st.expired_keys.load(Ordering::Relaxed).to_string()),
+                ("evicted_keys", "0".into()),
+                ("keyspace_hits", st.keyspace_hits.load(Ordering::Relaxed).to_string()),
+                ("keyspace_misses", st.keyspace_misses.load(Ordering::Relaxed).to_string()),
+                ("pubsub_channels", "0".into()),
+                ("pubsub_patterns", "0".into()),
+            ],
         );
     }
     if show("replication") {
         section(
             "Replication",
-            format!("role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{}\r\n", stats.last_sequence),
+            vec![
+                ("role", "master".into()),
+                ("connected_slaves", "0".into()),
+                ("master_replid", st.run_id.clone()),
+                ("master_repl_offset", stats.last_sequence.to_string()),
+            ],
         );
     }
     if show("cpu") {
         let (user, sys) = cpu_seconds();
-        section("CPU", format!("used_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n"));
+        section("CPU", vec![("used_cpu_sys", format!("{sys:.6}")), ("used_cpu_user", format!("{user:.6}"))]);
     }
     if show("keyspace") {
-        let mut body = String::new();
-        let dbs = match st.storage.nonempty_databases() {
+        let mut fields = Vec::new();
+        let dbs = match st.storage.nonempty_databases(cfg.databases) {
             Ok(d) => d,
             Err(e) => return engine_error(e),
         };
         for db in dbs {
             match st.storage.keyspace_counts(db) {
                 Ok((0, _)) => {}
-                Ok((keys, expires)) => {
-                    let _ = write!(body, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
-                }
+                Ok((keys, expires)) => fields.push((db, format!("keys={keys},expires={expires},avg_ttl=0"))),
                 Err(e) => return engine_error(e),
             }
         }
-        section("Keyspace", body);
+        let names: Vec<String> = fields.iter().map(|(db, _)| format!("db{db}")).collect();
+        section("Keyspace", names.iter().map(String::as_str).zip(fields.into_iter().map(|(_, v)| v)).collect());
     }
     if show("lsm") {
-        let levels: String = stats
-            .levels
-            .iter()
-            .enumerate()
-            .map(|(i, l)| format!("lsm_l{i}_files:{}\r\nlsm_l{i}_bytes:{}\r\n", l.files, l.bytes))
-            .collect();
-        section(
-            "LSM",
-            format!(
-                "{levels}lsm_write_amplification:{:.2}\r\nlsm_compactions:{}\r\nlsm_stall_micros:{}\r\nlsm_block_cache_hits:{}\r\nlsm_block_cache_misses:{}\r\n",
-                stats.write_amplification, stats.compactions, stats.stall_micros, stats.block_cache_hits, stats.block_cache_misses
-            ),
-        );
+        let mut fields: Vec<(String, String)> = Vec::new();
+        for (i, l) in stats.levels.iter().enumerate() {
+            fields.push((format!("lsm_l{i}_files"), l.files.to_string()));
+            fields.push((format!("lsm_l{i}_bytes"), l.bytes.to_string()));
+        }
+        fields.push(("lsm_write_amplification".into(), format!("{:.2}", stats.write_amplification)));
+        fields.push(("lsm_compactions".into(), stats.compactions.to_string()));
+        fields.push(("lsm_stall_micros".into(), stats.stall_micros.to_string()));
+        fields.push(("lsm_block_cache_hits".into(), stats.block_cache_hits.to_string()));
+        fields.push(("lsm_block_cache_misses".into(), stats.block_cache_misses.to_string()));
+        section("LSM", fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
     }
     Reply::Verbatim(Bytes::from(out))
+}
+
+/// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: stop accepting, let connections finish, sync
+/// the WAL, exit 0. Every write is already in the WAL, so SAVE and NOSAVE stop the same way.
+fn shutdown(s: &mut Session, args: &[Bytes]) -> Reply {
+    for a in &args[1..] {
+        match String::from_utf8_lossy(a).to_ascii_lowercase().as_str() {
+            "nosave" | "save" | "now" | "force" => {}
+            "abort" => return Reply::error("ERR No shutdown in progress."),
+            _ => return Reply::error("ERR syntax error"),
+        }
+    }
+    tracing::info!(client = s.id, "SHUTDOWN requested by a client");
+    s.state.shutdown.notify_one();
+    s.closing = true;
+    // Redis closes the connection without a reply when the shutdown goes ahead.
+    s.suppress_current = true;
+    Reply::ok()
+}
+
+fn flush_engine(s: &Session) -> Result<(), Reply> {
+    s.state.storage.engine().flush().map_err(engine_error)?;
+    s.state.lastsave.store(now_ms() / 1000, Ordering::Relaxed);
+    Ok(())
+}
+
+fn save(s: &mut Session, _: &[Bytes]) -> Reply {
+    match flush_engine(s) {
+        Ok(()) => Reply::ok(),
+        Err(e) => e,
+    }
+}
+
+fn bgsave(s: &mut Session, args: &[Bytes]) -> Reply {
+    match args {
+        [_] => {}
+        [_, opt] if opt.eq_ignore_ascii_case(b"schedule") => {}
+        _ => return Reply::error("ERR syntax error"),
+    }
+    let state = std::sync::Arc::clone(&s.state);
+    std::thread::spawn(move || match state.storage.engine().flush() {
+        Ok(()) => state.lastsave.store(now_ms() / 1000, Ordering::Relaxed),
+        Err(e) => tracing::error!(target: "shale::storage", error = %e, "BGSAVE (engine flush) failed"),
+    });
+    Reply::Simple("Background saving started".into())
+}
+
+fn lastsave(s: &mut Session, _: &[Bytes]) -> Reply {
+    Reply::Integer(s.state.lastsave.load(Ordering::Relaxed) as i64)
+}
+
+/// `MEMORY USAGE key [SAMPLES n]`, `MEMORY STATS`, `MEMORY DOCTOR`, `MEMORY PURGE`, `MEMORY HELP`.
+fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match (sub.as_str(), args.len()) {
+        ("usage", 3) | ("usage", 5) => {
+            if args.len() == 5 && !args[3].eq_ignore_ascii_case(b"samples") {
+                return Reply::error("ERR syntax error");
+            }
+            match s.state.storage.get(s.db, &args[2]) {
+                // What the key costs on disk before compression: its record key and value.
+                Ok(Some(m)) => Reply::Integer((3 + args[2].len() + 17 + m.body.len()) as i64),
+                Ok(None) => Reply::Null,
+                Err(e) => engine_error(e),
+            }
+        }
+        ("stats", 2) => {
+            let stats = s.state.storage.engine().stats();
+            let used = (stats.memtable_bytes + stats.block_cache_bytes) as i64;
+            let field = |k: &str, v: i64| (Reply::bulk(Bytes::copy_from_slice(k.as_bytes())), Reply::Integer(v));
+            Reply::Map(vec![
+                field("peak.allocated", used),
+                field("total.allocated", used),
+                field("keys.count", 0),
+                field("dataset.bytes", stats.total_bytes() as i64),
+            ])
+        }
+        ("doctor", 2) => Reply::Verbatim(Bytes::from_static(
+            b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.",
+        )),
+        ("purge", 2) => Reply::ok(),
+        ("help", 2) => Reply::Array(
+            [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "USAGE <key> [SAMPLES <count>]",
+                "STATS",
+                "DOCTOR",
+                "PURGE",
+                "HELP",
+            ]
+            .iter()
+            .map(|l| Reply::Simple((*l).into()))
+            .collect(),
+        ),
+        ("usage" | "stats" | "doctor" | "purge" | "help", _) => {
+            Reply::error(format!("ERR wrong number of arguments for 'memory|{sub}' command"))
+        }
+        _ => Reply::error(format!("ERR unknown subcommand '{}'. Try MEMORY HELP.", String::from_utf8_lossy(&args[1]))),
+    }
+}
+
+/// Scripting is not built yet: FUNCTION answers for an empty library, as a fresh Redis does.
+fn function(_: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match sub.as_str() {
+        "flush" if args.len() <= 3 => Reply::ok(),
+        "list" => Reply::Array(Vec::new()),
+        "stats" => Reply::Map(vec![
+            (Reply::bulk(&b"running_script"[..]), Reply::Null),
+            (Reply::bulk(&b"engines"[..]), Reply::Map(Vec::new())),
+        ]),
+        "dump" => Reply::bulk(Bytes::new()),
+        "delete" if args.len() == 3 => Reply::error("ERR Library not found"),
+        "load" | "restore" => Reply::error("ERR scripting is not supported by this server"),
+        "kill" => Reply::error("NOTBUSY No scripts in execution right now."),
+        _ => {
+            Reply::error(format!("ERR unknown subcommand '{}'. Try FUNCTION HELP.", String::from_utf8_lossy(&args[1])))
+        }
+    }
+}
+
+/// `DEBUG SLEEP seconds` (blocks this client's worker like Redis blocks its thread) and
+/// `DEBUG JMAP` / `DEBUG RELOAD`-style no-ops that test suites call.
+fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match sub.as_str() {
+        "sleep" if args.len() == 3 => match String::from_utf8_lossy(&args[2]).parse::<f64>() {
+            Ok(secs) if secs >= 0.0 && secs.is_finite() => {
+                let pause = || std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+                // Off the async workers' hands, so other clients keep being served.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                        tokio::task::block_in_place(pause)
+                    }
+                    _ => pause(),
+                }
+                Reply::ok()
+            }
+            _ => Reply::error("ERR value is not a valid float"),
+        },
+        "set-active-expire" if args.len() == 3 => Reply::ok(),
+        "flush" | "reload" => match flush_engine(s) {
+            Ok(()) => Reply::ok(),
+            Err(e) => e,
+        },
+        _ => Reply::error(format!("ERR unknown subcommand '{}'. Try DEBUG HELP.", String::from_utf8_lossy(&args[1]))),
+    }
 }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::{engine_error, parse_i64, CommandSpec, Session};
 use crate::resp::Reply;
-use crate::storage::{now_ms, KeyType, Meta, Storage};
+use crate::storage::{now_ms, KeyType, Meta};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -269,7 +269,7 @@ fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
     match string_at(s, &args[1]) {
         Ok(Some(m)) => {
             let mut b = lsm::WriteBatch::new();
-            Storage::delete_into(&mut b, s.db, &args[1]);
+            storage.delete_into(&mut b, s.db, &args[1]);
             done(storage.write(b), Reply::Bulk(m.body))
         }
         Ok(None) => Reply::Null,
@@ -295,7 +295,7 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let mut b = lsm::WriteBatch::new();
     for pair in args[1..].chunks(2) {
-        Storage::put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
+        s.state.storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
     }
     done(s.state.storage.write(b), Reply::ok())
 }
@@ -308,7 +308,7 @@ fn append(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => (Vec::new(), 0),
         Err(e) => return e,
     };
-    if value.len() + args[2].len() > s.state.config.proto_max_bulk_len as usize {
+    if value.len() + args[2].len() > s.state.config().proto_max_bulk_len as usize {
         return Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
     value.extend_from_slice(&args[2]);

@@ -10,7 +10,7 @@ use crate::state::ServerState;
 fn session() -> (tempfile::TempDir, Session) {
     let dir = tempfile::tempdir().unwrap();
     let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
-    (dir, Session::new(Arc::new(ServerState::new(Config::default(), db))))
+    (dir, Session::new(Arc::new(ServerState::new(Config::default(), db).unwrap())))
 }
 
 fn run(s: &mut Session, args: &[&str]) -> Reply {
@@ -42,7 +42,7 @@ fn select_and_hello_change_the_session() {
     assert_eq!(run(&mut s, &["hello", "4"]), Reply::error("NOPROTO unsupported protocol version"));
     let Reply::Map(fields) = run(&mut s, &["hello", "3", "setname", "me"]) else { panic!("HELLO replies with a map") };
     assert!(fields.contains(&(Reply::bulk(&b"proto"[..]), Reply::Integer(3))));
-    assert_eq!((s.protocol, s.name.as_deref()), (Protocol::Resp3, Some(&b"me"[..])));
+    assert_eq!((s.protocol, s.handle.name.lock().unwrap().as_deref()), (Protocol::Resp3, Some(&b"me"[..])));
     assert!(matches!(run(&mut s, &["hello", "2", "bogus"]), Reply::Error(e) if e.starts_with("ERR Syntax error")));
     assert_eq!(run(&mut s, &["quit"]), Reply::ok());
     assert!(s.closing);

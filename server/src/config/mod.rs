@@ -3,14 +3,20 @@
 //! `--directive value…` pairs appended as if they were more lines. A bad line stops the server
 //! with Redis's fatal-error report naming the line.
 //!
-//! This is the loader and the directives the server core needs first; `CONFIG GET/SET/REWRITE`
-//! and the full Redis 7 parameter list build on it.
+//! Every parameter lives in [`params::PARAMS`] (Redis 7's full list plus Shale's engine knobs);
+//! [`Config`] keeps each one's canonical text for `CONFIG GET`/`CONFIG REWRITE`, and typed copies
+//! of the ones Shale acts on.
 
+pub mod params;
+mod rewrite;
 mod units;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
+pub use params::{Kind, Param};
+pub use rewrite::rewrite;
 pub use units::parse_memory;
 
 use crate::resp::split_args;
@@ -74,6 +80,10 @@ pub struct Config {
     pub block_cache_size: u64,
     /// Engine block compression.
     pub compression: lsm::Compression,
+    /// Every parameter's value as `CONFIG GET` shows it, by canonical name.
+    values: BTreeMap<&'static str, String>,
+    /// The configuration file the server was started with (for `CONFIG REWRITE`).
+    pub file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -93,12 +103,19 @@ impl Default for Config {
             client_query_buffer_limit: 1 << 30,
             write_buffer_size: 64 << 20,
             block_cache_size: 256 << 20,
-            compression: if lsm::Compression::Snappy.is_available() {
-                lsm::Compression::Snappy
-            } else {
-                lsm::Compression::None
-            },
+            compression: default_compression(),
+            values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
+            file: None,
         }
+        .with_value("compression", default_compression().name())
+    }
+}
+
+fn default_compression() -> lsm::Compression {
+    if lsm::Compression::Snappy.is_available() {
+        lsm::Compression::Snappy
+    } else {
+        lsm::Compression::None
     }
 }
 
@@ -144,12 +161,15 @@ impl Config {
         };
         text.push('\n');
         text.push_str(&options_to_lines(rest)?);
-        Ok(Config::from_text(&text)?)
+        let mut config = Config::from_text(&text)?;
+        config.file = file.filter(|f| *f != "-").map(|f| std::path::absolute(f).unwrap_or_else(|_| f.into()));
+        Ok(config)
     }
 
     /// Parses configuration text on top of the defaults.
     pub fn from_text(text: &str) -> Result<Config, ConfigError> {
         let mut cfg = Config::default();
+        let mut saw_save = false;
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim_matches(|c| c == ' ' || c == '\t' || c == '\r');
             if line.is_empty() || line.starts_with('#') {
@@ -160,70 +180,142 @@ impl Config {
                 split_args(line.as_bytes()).ok_or_else(|| fail("Unbalanced quotes in configuration line".into()))?;
             let argv: Vec<String> = argv.into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect();
             let Some((name, args)) = argv.split_first() else { continue };
-            cfg.apply(&name.to_ascii_lowercase(), args).map_err(fail)?;
+            let name = name.to_ascii_lowercase();
+            // Several `save` lines add up, as in redis.conf; `save ""` clears.
+            if name == "save" && saw_save && !args.iter().all(|a| a.is_empty()) {
+                let joined = format!("{} {}", cfg.get("save").unwrap_or_default(), args.join(" "));
+                cfg.apply("save", &[joined.trim().to_string()]).map_err(fail)?;
+                continue;
+            }
+            saw_save |= name == "save";
+            cfg.apply(&name, args).map_err(fail)?;
         }
         Ok(cfg)
     }
 
-    /// Sets one directive.
+    /// The value of parameter `name` (canonical or alias) as `CONFIG GET` shows it.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(params::find(name)?.name).map(String::as_str)
+    }
+
+    /// Every parameter whose value differs from its default, in name order.
+    pub fn changed(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        params::PARAMS.iter().filter_map(|p| {
+            let v = self.values.get(p.name)?;
+            (v != p.default).then_some((p.name, v.as_str()))
+        })
+    }
+
+    fn with_value(mut self, name: &'static str, value: &str) -> Self {
+        self.values.insert(name, value.to_string());
+        self
+    }
+
+    /// Sets one directive (a configuration line, or one `CONFIG SET` pair with `args` = [value]).
+    /// The error is the reason Redis would give.
     pub fn apply(&mut self, name: &str, args: &[String]) -> Result<(), String> {
-        let one = || match args {
-            [v] => Ok(v.as_str()),
-            _ => Err("wrong number of arguments".to_string()),
+        let param = params::find(name).ok_or("Bad directive or wrong number of arguments")?;
+        let value = match (param.kind, args) {
+            (Kind::Str, []) => return Err("wrong number of arguments".into()),
+            (Kind::Str, _) => args.join(" "),
+            (_, [v]) => v.clone(),
+            _ => return Err("wrong number of arguments".into()),
         };
-        match name {
-            "bind" if !args.is_empty() => self.bind = args.to_vec(),
-            "port" => self.port = parse_num(one()?, 0, 65535, "port")? as u16,
-            "dir" => self.dir = PathBuf::from(one()?),
-            "databases" => self.databases = parse_num(one()?, 1, 65536, "number of databases")? as u32,
-            "requirepass" => {
-                let v = one()?;
-                self.requirepass = (!v.is_empty()).then(|| v.to_string());
+        let canonical = match param.kind {
+            Kind::Bool => match value.to_ascii_lowercase().as_str() {
+                v @ ("yes" | "no") => v.to_string(),
+                _ => return Err("argument must be 'yes' or 'no'".into()),
+            },
+            Kind::Int => {
+                value.parse::<i64>().map_err(|_| "argument couldn't be parsed into an integer".to_string())?.to_string()
             }
-            "maxclients" => self.maxclients = parse_num(one()?, 1, u32::MAX as i64, "maxclients")? as u32,
-            "timeout" => self.timeout = parse_num(one()?, 0, i64::from(i32::MAX), "timeout")? as u64,
+            Kind::Memory => parse_memory(&value).ok_or("argument must be a memory value")?.to_string(),
+            Kind::Enum(words) => {
+                let lower = value.to_ascii_lowercase();
+                if !words.contains(&lower.as_str()) {
+                    return Err(format!("argument(s) must be one of the following: {}", words.join(", ")));
+                }
+                lower
+            }
+            Kind::Str => value,
+        };
+        self.set_typed(param.name, &canonical)?;
+        self.values.insert(param.name, canonical);
+        Ok(())
+    }
+
+    /// Updates the typed copy of a parameter Shale acts on from its (already validated) text.
+    fn set_typed(&mut self, name: &str, v: &str) -> Result<(), String> {
+        let int = |min: i64, max: i64| -> Result<i64, String> {
+            let n: i64 = v.parse().map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            if (min..=max).contains(&n) {
+                Ok(n)
+            } else {
+                Err(format!("argument must be between {min} and {max} inclusive"))
+            }
+        };
+        let bytes = || v.parse::<u64>().map_err(|_| "argument must be a memory value".to_string());
+        match name {
+            "bind" => {
+                let addrs: Vec<String> = v.split_whitespace().map(str::to_string).collect();
+                if addrs.is_empty() {
+                    return Err("wrong number of arguments".into());
+                }
+                self.bind = addrs;
+            }
+            "port" => self.port = int(0, 65535).map_err(|e| format!("Invalid port: {e}"))? as u16,
+            "dir" => self.dir = PathBuf::from(v),
+            "databases" => {
+                self.databases = int(1, 65536).map_err(|e| format!("Invalid number of databases: {e}"))? as u32
+            }
+            "requirepass" => self.requirepass = (!v.is_empty()).then(|| v.to_string()),
+            "maxclients" => self.maxclients = int(1, i64::from(u32::MAX))? as u32,
+            "timeout" => self.timeout = int(0, i64::from(i32::MAX))? as u64,
             "loglevel" => {
-                self.loglevel = match one()?.to_ascii_lowercase().as_str() {
+                self.loglevel = match v {
                     "debug" => LogLevel::Debug,
                     "verbose" => LogLevel::Verbose,
                     "notice" => LogLevel::Notice,
                     "warning" => LogLevel::Warning,
-                    "nothing" => LogLevel::Nothing,
-                    other => return Err(format!("argument(s) must be one of the following: debug, verbose, notice, warning, nothing (got '{other}')")),
+                    _ => LogLevel::Nothing,
                 }
             }
-            "logfile" => self.logfile = one()?.to_string(),
+            "logfile" => self.logfile = v.to_string(),
+            "save" => {
+                let words: Vec<&str> = v.split_whitespace().collect();
+                if !words.len().is_multiple_of(2) || words.iter().any(|w| w.parse::<u64>().is_err()) {
+                    return Err("Invalid save parameters".into());
+                }
+            }
             "appendfsync" => {
-                self.appendfsync = match one()?.to_ascii_lowercase().as_str() {
+                self.appendfsync = match v {
                     "always" => AppendFsync::Always,
                     "everysec" => AppendFsync::EverySec,
-                    "no" => AppendFsync::No,
-                    other => return Err(format!("argument(s) must be one of the following: always, everysec, no (got '{other}')")),
+                    _ => AppendFsync::No,
                 }
             }
-            "proto-max-bulk-len" => self.proto_max_bulk_len = memory(one()?, 1 << 20)?,
-            "client-query-buffer-limit" => self.client_query_buffer_limit = memory(one()?, 1 << 20)?,
-            "write-buffer-size" => self.write_buffer_size = memory(one()?, 4096)?,
-            "block-cache-size" => self.block_cache_size = memory(one()?, 0)?,
-            "compression" => self.compression = one()?.parse().map_err(|e: lsm::Error| e.to_string())?,
-            _ => return Err("Bad directive or wrong number of arguments".into()),
+            "proto-max-bulk-len" => self.proto_max_bulk_len = at_least(bytes()?, 1 << 20)?,
+            "client-query-buffer-limit" => self.client_query_buffer_limit = at_least(bytes()?, 1 << 20)?,
+            "write-buffer-size" => self.write_buffer_size = at_least(bytes()?, 4096)?,
+            "block-cache-size" => self.block_cache_size = bytes()?,
+            "compression" => {
+                let c: lsm::Compression = v.parse().map_err(|e: lsm::Error| e.to_string())?;
+                if !c.is_available() {
+                    return Err(format!("compression '{v}' is not compiled into this build"));
+                }
+                self.compression = c;
+            }
+            _ => {}
         }
         Ok(())
     }
 }
 
-fn parse_num(v: &str, min: i64, max: i64, what: &str) -> Result<i64, String> {
-    match v.parse::<i64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!("Invalid {what} (must be between {min} and {max}, got '{v}')")),
-    }
-}
-
-fn memory(v: &str, min: u64) -> Result<u64, String> {
-    match parse_memory(v) {
-        Some(n) if n >= min => Ok(n),
-        Some(_) => Err(format!("argument must be at least {min} bytes, got '{v}'")),
-        None => Err(format!("argument must be a memory value, got '{v}'")),
+fn at_least(n: u64, min: u64) -> Result<u64, String> {
+    if n >= min {
+        Ok(n)
+    } else {
+        Err(format!("argument must be at least {min} bytes"))
     }
 }
 

@@ -38,7 +38,9 @@ fn bad_lines_are_reported_with_their_number() {
         ("port", 1, "wrong number of arguments"),
         ("dir \"unbalanced", 1, "Unbalanced quotes"),
         ("proto-max-bulk-len 12parsecs", 1, "memory value"),
-        ("compression lz4", 1, "unknown compression"),
+        ("compression lz4", 1, "must be one of the following: none, snappy, zstd"),
+        ("appendonly maybe", 1, "argument must be 'yes' or 'no'"),
+        ("hz often", 1, "couldn't be parsed into an integer"),
     ];
     for (text, line, reason) in cases {
         let e = Config::from_text(text).unwrap_err();

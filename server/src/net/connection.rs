@@ -1,34 +1,60 @@
 //! One client: read, parse every complete request in the buffer, run them in order, write all
-//! their replies with one write (pipelining), repeat.
+//! their replies with one write (pipelining), repeat. The loop also honours `CLIENT PAUSE`,
+//! `CLIENT REPLY`, `CLIENT KILL`, the idle `timeout` and a server shutdown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::commands::{dispatch, Session};
+use crate::commands::{dispatch, lookup, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::state::ServerState;
 
 pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
-    let limits = Limits {
-        max_bulk_len: usize::try_from(state.config.proto_max_bulk_len).unwrap_or(usize::MAX),
-        ..Limits::default()
-    };
-    let query_limit = usize::try_from(state.config.client_query_buffer_limit).unwrap_or(usize::MAX);
-    let mut session = Session::new(state);
+    let addr = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let laddr = socket.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let mut session = Session::connected(Arc::clone(&state), addr, laddr);
+    let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
     loop {
+        let (limits, query_limit, timeout) = {
+            let cfg = state.config();
+            let limits = Limits {
+                max_bulk_len: usize::try_from(cfg.proto_max_bulk_len).unwrap_or(usize::MAX),
+                ..Limits::default()
+            };
+            (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout)
+        };
         // Run every complete request already buffered.
         let mut close = false;
         loop {
+            if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
+                close = true;
+                break;
+            }
             match parse_request(&mut input, &limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => {
-                    dispatch(&mut session, &args).encode(session.protocol, &mut output);
+                    if let Some(spec) = lookup(&args[0]).filter(|c| c.name != "client") {
+                        let is_write = spec.flags.contains(&"write");
+                        while let Some(wait) = state.pause_remaining(is_write) {
+                            // Replies already produced go out before the client waits.
+                            if !output.is_empty() && socket.write_all(&output).await.is_err() {
+                                return;
+                            }
+                            output.clear();
+                            tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
+                        }
+                    }
+                    let reply = dispatch(&mut session, &args);
+                    if session.take_reply_permission() {
+                        reply.encode(session.protocol, &mut output);
+                    }
                     if session.closing {
                         close = true;
                         break;
@@ -57,11 +83,23 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
             tracing::warn!(target: "shale::net", client = session.id, bytes = input.len(), "query buffer limit reached; closing");
             return;
         }
+        let idle = async {
+            if timeout == 0 {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(Duration::from_secs(timeout)).await
+            }
+        };
         tokio::select! {
             read = socket.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             },
+            _ = handle.kill_signal.notified() => {}
+            _ = idle => {
+                tracing::debug!(target: "shale::net", client = session.id, "idle timeout; closing");
+                return;
+            }
             _ = stop.changed() => {
                 // Shutting down: finish what is already buffered (the loop above), then close.
                 if input.is_empty() {

@@ -44,8 +44,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<ServerState>, mut stop: w
                 };
                 let _ = socket.set_nodelay(true);
                 let n = state.clients.fetch_add(1, Ordering::AcqRel) + 1;
-                if n > state.config.maxclients as usize {
+                state.connections_received.fetch_add(1, Ordering::Relaxed);
+                if n > state.config().maxclients as usize {
                     state.clients.fetch_sub(1, Ordering::AcqRel);
+                    state.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     let _ = socket.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
                 }

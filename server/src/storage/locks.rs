@@ -31,7 +31,20 @@ impl KeyLocks {
 
     /// Locks the stripes of `keys` in `db`.
     pub fn lock<'a>(&'a self, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
-        let mut idx: Vec<usize> = keys.into_iter().map(|k| self.stripe(db, k)).collect();
+        self.lock_pairs(keys.into_iter().map(|k| (db, k)))
+    }
+
+    /// Locks the stripes of keys in several databases (MOVE, COPY … DB).
+    pub fn lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> LockGuard<'a> {
+        self.lock_indexes(keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect())
+    }
+
+    /// Locks every stripe: no read-modify-write command runs until the guard drops (SWAPDB).
+    pub fn lock_all(&self) -> LockGuard<'_> {
+        self.lock_indexes((0..self.stripes.len()).collect())
+    }
+
+    fn lock_indexes(&self, mut idx: Vec<usize>) -> LockGuard<'_> {
         idx.sort_unstable();
         idx.dedup();
         LockGuard {

@@ -17,10 +17,40 @@ pub struct Server {
 impl Server {
     /// Starts the server with `extra` directives and waits until it accepts connections.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_in(tempfile::tempdir().unwrap(), None, extra)
+    }
+
+    /// Starts the server with a configuration file holding `config` (then `extra` options).
+    pub fn start_with_config(config: &str, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let mut args =
-            vec!["--port".to_string(), port.to_string(), "--dir".into(), dir.path().join("data").display().to_string()];
+        let file = dir.path().join("shale.conf");
+        std::fs::write(&file, config).unwrap();
+        Server::start_in(dir, Some(file), extra)
+    }
+
+    /// Starts the server again on the same directory (and config file, if any) and port.
+    pub fn restart(self, extra: &[&str]) -> Server {
+        let mut old = self;
+        let status = old.terminate();
+        assert!(status.success(), "clean exit before restart: {status}");
+        let dir = std::mem::replace(&mut old.dir, tempfile::tempdir().unwrap());
+        let file = dir.path().join("shale.conf");
+        let file = file.exists().then_some(file);
+        Server::start_on(dir, file, old.port, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, file: Option<std::path::PathBuf>, extra: &[&str]) -> Server {
+        Server::start_on(dir, file, free_port(), extra)
+    }
+
+    fn start_on(dir: tempfile::TempDir, file: Option<std::path::PathBuf>, port: u16, extra: &[&str]) -> Server {
+        let mut args: Vec<String> = file.iter().map(|f| f.display().to_string()).collect();
+        args.extend([
+            "--port".to_string(),
+            port.to_string(),
+            "--dir".into(),
+            dir.path().join("data").display().to_string(),
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = Command::new(env!("CARGO_BIN_EXE_shale-server"))
             .args(&args)
@@ -49,7 +79,15 @@ impl Server {
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            return status;
+        }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.wait_exit()
+    }
+
+    /// Waits (bounded) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

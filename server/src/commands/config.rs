@@ -1,0 +1,127 @@
+//! `CONFIG GET | SET | REWRITE | RESETSTAT | HELP`, over the parameter table in [`crate::config`].
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use super::{CommandSpec, Session};
+use crate::config::params;
+use crate::glob;
+use crate::resp::Reply;
+
+pub(super) static COMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: "config",
+    arity: -2,
+    flags: &["admin", "noscript", "loading", "stale"],
+    first_key: 0,
+    last_key: 0,
+    step: 0,
+    handler: config,
+}];
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn config(s: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = text(&args[1]).to_ascii_lowercase();
+    let arity_ok = match sub.as_str() {
+        "get" => args.len() >= 3,
+        "set" => args.len() >= 4 && args.len().is_multiple_of(2),
+        "rewrite" | "resetstat" | "help" => args.len() == 2,
+        _ => return Reply::error(format!("ERR unknown subcommand '{}'. Try CONFIG HELP.", text(&args[1]))),
+    };
+    if !arity_ok {
+        return Reply::error(format!("ERR wrong number of arguments for 'config|{sub}' command"));
+    }
+    match sub.as_str() {
+        "get" => get(s, &args[2..]),
+        "set" => set(s, &args[2..]),
+        "rewrite" => rewrite(s),
+        "resetstat" => {
+            s.state.reset_stats();
+            Reply::ok()
+        }
+        _ => help(),
+    }
+}
+
+/// `CONFIG GET pattern…`: a pattern without glob characters is looked up by name (canonical or
+/// alias) and answered under the name as asked, like Redis; others are matched case-insensitively
+/// against every name.
+fn get(s: &Session, patterns: &[Bytes]) -> Reply {
+    let cfg = s.state.config();
+    let mut seen = HashSet::new();
+    let mut pairs = Vec::new();
+    for pattern in patterns {
+        let pat = text(pattern);
+        if !pat.contains(['*', '?', '[']) {
+            if let (Some(p), true) = (params::find(&pat), seen.insert(pat.to_ascii_lowercase())) {
+                pairs.push((pat.clone(), cfg.get(p.name).unwrap_or_default().to_string()));
+            }
+            continue;
+        }
+        for (name, p) in params::all_names() {
+            if glob::matches(pattern, name.as_bytes(), true) && seen.insert(name.to_string()) {
+                pairs.push((name.to_string(), cfg.get(p.name).unwrap_or_default().to_string()));
+            }
+        }
+    }
+    Reply::Map(pairs.into_iter().map(|(k, v)| (Reply::bulk(Bytes::from(k)), Reply::bulk(Bytes::from(v)))).collect())
+}
+
+/// `CONFIG SET name value [name value …]`: all or nothing.
+fn set(s: &Session, pairs: &[Bytes]) -> Reply {
+    let mut next = s.state.config().clone();
+    let mut names = HashSet::new();
+    for pair in pairs.chunks_exact(2) {
+        let name = text(&pair[0]);
+        let Some(param) = params::find(&name) else {
+            return Reply::error(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"));
+        };
+        let fail =
+            |why: &str| Reply::error(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
+        if !names.insert(param.name) {
+            return fail("duplicate parameter");
+        }
+        if !param.mutable {
+            return fail(if param.name == "dir" { "can't set protected config" } else { "can't set immutable config" });
+        }
+        if let Err(why) = next.apply(param.name, &[text(&pair[1])]) {
+            return fail(&why);
+        }
+    }
+    match s.state.replace_config(next) {
+        Ok(()) => Reply::ok(),
+        Err(e) => Reply::error(format!("ERR CONFIG SET failed - {e}")),
+    }
+}
+
+fn rewrite(s: &Session) -> Reply {
+    let cfg = s.state.config();
+    let Some(path) = cfg.file.clone() else { return Reply::error("ERR The server is running without a config file") };
+    match crate::config::rewrite(&cfg, &path) {
+        Ok(()) => Reply::ok(),
+        Err(e) => {
+            tracing::warn!(target: "shale::config", error = %e, path = %path.display(), "CONFIG REWRITE failed");
+            Reply::error(format!("ERR Rewriting config file: {e}"))
+        }
+    }
+}
+
+fn help() -> Reply {
+    let lines = [
+        "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GET <pattern>",
+        "    Return parameters matching the glob-like <pattern> and their values.",
+        "SET <directive> <value>",
+        "    Set the configuration <directive> to <value>.",
+        "RESETSTAT",
+        "    Reset statistics reported by the INFO command.",
+        "REWRITE",
+        "    Rewrite the configuration file.",
+        "HELP",
+        "    Print this help.",
+    ];
+    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
+}

@@ -1,0 +1,43 @@
+//! The active expiry cycle: ten times a second, delete keys whose TTL has passed, found through
+//! the expiry index (so the work is proportional to what expires, not to the keyspace), with a
+//! bounded amount of work per tick so clients never wait behind it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::state::ServerState;
+use crate::storage::now_ms;
+
+/// Index entries looked at per engine call.
+const BATCH: usize = 256;
+/// Time one tick may spend (Redis's default `active-expire-effort` spends 25 % of a 100 ms tick).
+const TICK_BUDGET: Duration = Duration::from_millis(25);
+
+/// Runs until the task is aborted.
+pub async fn active_expiry(state: Arc<ServerState>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let state = Arc::clone(&state);
+        let run = tokio::task::spawn_blocking(move || run_tick(&state)).await;
+        if let Ok(Err(e)) = run {
+            tracing::warn!(target: "shale::expire", error = %e, "active expiry failed; retrying next tick");
+        }
+    }
+}
+
+/// One tick: expire due keys in batches until none are due or the time budget is spent.
+pub fn run_tick(state: &ServerState) -> lsm::Result<u64> {
+    let started = Instant::now();
+    let mut total = 0;
+    loop {
+        let (expired, more) = state.storage.expire_cycle(now_ms(), BATCH)?;
+        total += expired;
+        state.expired_keys.fetch_add(expired, Ordering::Relaxed);
+        if !more || started.elapsed() >= TICK_BUDGET {
+            return Ok(total);
+        }
+    }
+}

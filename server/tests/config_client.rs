@@ -1,0 +1,198 @@
+//! CONFIG, CLIENT, SHUTDOWN, SAVE/LASTSAVE and the idle timeout against a real `shale-server`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{roundtrip, Server};
+use redis::cmd;
+
+fn config_get(c: &mut redis::Connection, pattern: &str) -> HashMap<String, String> {
+    cmd("CONFIG").arg("GET").arg(pattern).query(c).unwrap()
+}
+
+fn err(r: redis::RedisResult<redis::Value>) -> String {
+    let e = r.unwrap_err();
+    format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or(""))
+}
+
+#[test]
+fn config_get_and_set_cover_every_redis_parameter() {
+    let server = Server::start(&["--hash-max-ziplist-entries", "64", "--save", "900 1"]);
+    let mut c = server.client();
+    let all = config_get(&mut c, "*");
+    assert!(all.len() > 190, "the full Redis 7 list with aliases, got {}", all.len());
+    for name in ["save", "appendonly", "list-max-listpack-size", "set-max-intset-entries", "zset-max-listpack-entries"]
+    {
+        assert!(all.contains_key(name), "{name}");
+    }
+    assert_eq!(all["hash-max-listpack-entries"], "64", "the alias set the canonical parameter");
+    assert_eq!(all["save"], "900 1");
+    assert_eq!(all["port"], server.port.to_string());
+    let some = config_get(&mut c, "*max-*-entries*");
+    assert!(some.contains_key("hash-max-ziplist-entries") && some.contains_key("set-max-intset-entries"));
+    assert_eq!(config_get(&mut c, "MAXMEMORY"), HashMap::from([("MAXMEMORY".to_string(), "0".to_string())]));
+    assert!(config_get(&mut c, "no-such-parameter").is_empty());
+
+    let ok: String = cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1mb")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(config_get(&mut c, "maxmemory")["maxmemory"], "1048576");
+    assert_eq!(config_get(&mut c, "notify-keyspace-events")["notify-keyspace-events"], "KEA");
+    let cases = [
+        (vec!["foo", "bar"], "ERR Unknown option or number of arguments for CONFIG SET - 'foo'"),
+        (
+            vec!["appendonly", "maybe"],
+            "ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' or 'no'",
+        ),
+        (
+            vec!["databases", "5"],
+            "ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config",
+        ),
+        (vec!["hz", "5", "hz", "6"], "ERR CONFIG SET failed (possibly related to argument 'hz') - duplicate parameter"),
+        (
+            vec!["maxclients", "0"],
+            "ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument must be between 1 and 4294967295 inclusive",
+        ),
+    ];
+    for (args, want) in cases {
+        assert_eq!(err(cmd("CONFIG").arg("SET").arg(&args).query(&mut c)), want, "{args:?}");
+    }
+    // All or nothing: a bad pair leaves the good one unapplied.
+    let _ = err(cmd("CONFIG").arg("SET").arg("hz").arg("7").arg("appendonly").arg("maybe").query(&mut c));
+    assert_eq!(config_get(&mut c, "hz")["hz"], "10");
+    assert_eq!(err(cmd("CONFIG").arg("REWRITE").query(&mut c)), "ERR The server is running without a config file");
+}
+
+#[test]
+fn runtime_settings_take_effect() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    // appendfsync always: every write is fsynced before its reply, and writes keep working.
+    cmd("CONFIG").arg("SET").arg("appendfsync").arg("always").query::<()>(&mut c).unwrap();
+    cmd("SET").arg("k").arg("v").query::<()>(&mut c).unwrap();
+    cmd("CONFIG").arg("SET").arg("appendfsync").arg("everysec").query::<()>(&mut c).unwrap();
+    cmd("CONFIG").arg("SET").arg("loglevel").arg("debug").query::<()>(&mut c).unwrap();
+    // A password set at runtime applies to new connections and to AUTH.
+    cmd("CONFIG").arg("SET").arg("requirepass").arg("pw").query::<()>(&mut c).unwrap();
+    let mut fresh = server.raw();
+    assert_eq!(roundtrip(&mut fresh, b"GET k\r\n", 34), b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(roundtrip(&mut fresh, b"AUTH pw\r\nGET k\r\n", 12), b"+OK\r\n$1\r\nv\r\n");
+    // CONFIG RESETSTAT zeroes the counters INFO shows.
+    cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut c).unwrap();
+    let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+    assert!(info.contains("total_commands_processed:1\r\n"), "{info}");
+    // proto-max-bulk-len applies to connections already open.
+    cmd("CONFIG").arg("SET").arg("proto-max-bulk-len").arg("1mb").query::<()>(&mut c).unwrap();
+    let mut s = server.raw();
+    let reply = roundtrip(&mut s, b"AUTH pw\r\n*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000\r\n", 60);
+    assert!(String::from_utf8_lossy(&reply).contains("-ERR Protocol error: invalid bulk length"), "{reply:?}");
+}
+
+#[test]
+fn config_rewrite_keeps_the_file_and_survives_a_restart() {
+    let server = Server::start_with_config("# my settings\nhz 20\n\nsave 900 1\n", &[]);
+    let mut c = server.client();
+    cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg("15")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query::<()>(&mut c)
+        .unwrap();
+    cmd("CONFIG").arg("REWRITE").query::<()>(&mut c).unwrap();
+    let text = std::fs::read_to_string(server.dir.path().join("shale.conf")).unwrap();
+    assert!(text.starts_with("# my settings\nhz 15\n\nsave 900 1\n"), "{text}");
+    assert!(
+        text.contains("# Generated by CONFIG REWRITE\n") && text.contains("maxmemory-policy allkeys-lru\n"),
+        "{text}"
+    );
+    let server = server.restart(&[]);
+    let mut c = server.client();
+    assert_eq!(config_get(&mut c, "hz")["hz"], "15");
+    assert_eq!(config_get(&mut c, "maxmemory-policy")["maxmemory-policy"], "allkeys-lru");
+}
+
+#[test]
+fn client_list_kill_and_reply_modes() {
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    let mut victim = server.client();
+    cmd("CLIENT").arg("SETNAME").arg("victim").query::<()>(&mut victim).unwrap();
+    cmd("CLIENT").arg("SETINFO").arg("LIB-NAME").arg("tester").query::<()>(&mut victim).unwrap();
+    cmd("SELECT").arg(3).query::<()>(&mut victim).unwrap();
+    let victim_id: i64 = cmd("CLIENT").arg("ID").query(&mut victim).unwrap();
+    let list: String = cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+    let line = list.lines().find(|l| l.contains("name=victim")).expect(&list);
+    assert!(line.starts_with(&format!("id={victim_id} addr=127.0.0.1:")), "{line}");
+    assert!(line.contains(" db=3 ") && line.contains(" cmd=client ") && line.contains("lib-name=tester"), "{line}");
+    let mine: String = cmd("CLIENT").arg("INFO").query(&mut admin).unwrap();
+    assert!(mine.contains(" name= ") && mine.ends_with('\n'), "{mine}");
+    let only: String = cmd("CLIENT").arg("LIST").arg("ID").arg(victim_id).query(&mut admin).unwrap();
+    assert_eq!(only.lines().count(), 1);
+
+    let killed: i64 = cmd("CLIENT").arg("KILL").arg("ID").arg(victim_id).query(&mut admin).unwrap();
+    assert_eq!(killed, 1);
+    assert!(cmd("PING").query::<String>(&mut victim).is_err(), "the killed connection is closed");
+    assert_eq!(cmd("CLIENT").arg("KILL").arg("ID").arg(victim_id).query::<i64>(&mut admin).unwrap(), 0);
+    assert_eq!(err(cmd("CLIENT").arg("KILL").arg("1.2.3.4:5").query(&mut admin)), "ERR No such client");
+
+    // CLIENT REPLY: OFF and SKIP answer nothing, ON answers +OK.
+    let mut s = server.raw();
+    let got = roundtrip(
+        &mut s,
+        b"CLIENT REPLY SKIP\r\nSET a 1\r\nGET a\r\nCLIENT REPLY OFF\r\nGET a\r\nCLIENT REPLY ON\r\nGET a\r\n",
+        19,
+    );
+    assert_eq!(got, b"$1\r\n1\r\n+OK\r\n$1\r\n1\r\n");
+}
+
+#[test]
+fn client_pause_write_holds_writes_but_not_reads() {
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    let mut other = server.client();
+    cmd("SET").arg("k").arg("before").query::<()>(&mut other).unwrap();
+    cmd("CLIENT").arg("PAUSE").arg(400).arg("WRITE").query::<()>(&mut admin).unwrap();
+    let t = Instant::now();
+    assert_eq!(cmd("GET").arg("k").query::<String>(&mut other).unwrap(), "before");
+    assert!(t.elapsed() < Duration::from_millis(300), "reads are not paused");
+    cmd("SET").arg("k").arg("after").query::<()>(&mut other).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(350), "the write waited for the pause: {:?}", t.elapsed());
+    cmd("CLIENT").arg("PAUSE").arg(10_000).query::<()>(&mut admin).unwrap();
+    cmd("CLIENT").arg("UNPAUSE").query::<()>(&mut admin).unwrap();
+    assert_eq!(cmd("GET").arg("k").query::<String>(&mut other).unwrap(), "after");
+}
+
+#[test]
+fn shutdown_save_lastsave_and_idle_timeout() {
+    let mut server = Server::start(&["--timeout", "1"]);
+    let mut c = server.client();
+    cmd("SET").arg("durable").arg("yes").query::<()>(&mut c).unwrap();
+    let before: i64 = cmd("LASTSAVE").query(&mut c).unwrap();
+    assert_eq!(cmd("SAVE").query::<String>(&mut c).unwrap(), "OK");
+    assert!(cmd("LASTSAVE").query::<i64>(&mut c).unwrap() >= before);
+    let info: String = cmd("INFO").arg("lsm").query(&mut c).unwrap();
+    assert!(!info.contains("lsm_l0_files:0\r\n"), "SAVE flushed the memtable into a table: {info}");
+
+    // An idle client is closed after `timeout` seconds; an active one is not.
+    let mut idle = server.raw();
+    assert_eq!(roundtrip(&mut idle, b"PING\r\n", 7), b"+PONG\r\n");
+    std::thread::sleep(Duration::from_millis(1600));
+    assert!(roundtrip(&mut idle, b"PING\r\n", 7).is_empty(), "the idle connection was closed");
+
+    let mut s = server.raw();
+    assert!(roundtrip(&mut s, b"SHUTDOWN\r\n", 1).is_empty(), "SHUTDOWN closes without a reply");
+    assert!(server.wait_exit().success(), "SHUTDOWN exits 0");
+    let server = Server::start_in(std::mem::replace(&mut server.dir, tempfile::tempdir().unwrap()), None, &[]);
+    let mut c = server.client();
+    assert_eq!(cmd("GET").arg("durable").query::<String>(&mut c).unwrap(), "yes");
+}
