@@ -8,9 +8,11 @@
 pub mod clients;
 pub mod commands;
 pub mod config;
+pub mod cursors;
 pub mod expire;
 pub mod glob;
 pub mod net;
+pub mod num;
 pub mod resp;
 pub mod state;
 pub mod storage;

@@ -55,6 +55,8 @@ pub struct ServerState {
     pub shutdown: Notify,
     /// `CLIENT PAUSE` in force.
     pub pause: Mutex<Option<Pause>>,
+    /// Resume points of SCAN walks.
+    pub cursors: crate::cursors::Cursors,
     log_hook: OnceLock<LogHook>,
     /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
@@ -87,6 +89,7 @@ impl ServerState {
             lastsave: AtomicU64::new(now_s),
             shutdown: Notify::new(),
             pause: Mutex::new(None),
+            cursors: crate::cursors::Cursors::default(),
             log_hook: OnceLock::new(),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })

@@ -5,7 +5,9 @@ mod client;
 mod config;
 mod connection;
 mod keys;
+mod keyspace;
 mod server;
+mod string_range;
 mod strings;
 
 use std::collections::HashMap;
@@ -133,13 +135,39 @@ pub struct CommandSpec {
     pub handler: Handler,
 }
 
+/// A table entry: name, arity, flags, first key, last key, key step, handler.
+pub(super) const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    handler: Handler,
+) -> CommandSpec {
+    CommandSpec { name, arity, flags, first_key: keys.0, last_key: keys.1, step: keys.2, handler }
+}
+
+/// Key positions of a command with one key, the first argument.
+pub(super) const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+/// Key positions of a command without keys.
+pub(super) const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+
 /// Every command, by name.
 static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::new(|| {
-    [connection::COMMANDS, server::COMMANDS, client::COMMANDS, config::COMMANDS, strings::COMMANDS, keys::COMMANDS]
-        .into_iter()
-        .flatten()
-        .map(|c| (c.name, c))
-        .collect()
+    [
+        connection::COMMANDS,
+        server::COMMANDS,
+        client::COMMANDS,
+        config::COMMANDS,
+        strings::COMMANDS,
+        strings::MORE,
+        string_range::COMMANDS,
+        keys::COMMANDS,
+        keyspace::COMMANDS,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|c| (c.name, c))
+    .collect()
 });
 
 /// The reply for an engine failure (the engine logs the details).

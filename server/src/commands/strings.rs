@@ -1,9 +1,10 @@
 //! String commands: GET, SET (NX XX GET EX PX EXAT PXAT KEEPTTL), SETNX, SETEX, PSETEX, GETDEL,
-//! MGET, MSET, APPEND, STRLEN, INCR, DECR, INCRBY, DECRBY.
+//! GETSET, GETEX, MGET, MSET, MSETNX, APPEND, STRLEN, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT.
+//! Ranges and LCS are in `string_range`.
 
 use bytes::Bytes;
 
-use super::{engine_error, parse_i64, CommandSpec, Session};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{now_ms, KeyType, Meta};
 
@@ -136,11 +137,18 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+pub(super) static MORE: &[CommandSpec] = &[
+    spec("getset", 3, &["write", "denyoom", "fast"], ONE_KEY, getset),
+    spec("getex", -2, &["write", "fast"], ONE_KEY, getex),
+    spec("msetnx", -3, &["write", "denyoom"], (1, -1, 2), msetnx),
+    spec("incrbyfloat", 3, &["write", "denyoom", "fast"], ONE_KEY, incrbyfloat),
+];
+
 pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// The live string at `key`: `Ok(None)` if absent, `Err(reply)` if another type.
-fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
+pub(super) fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
     match s.state.storage.get(s.db, key) {
         Ok(Some(m)) if m.kind != KeyType::String => Err(Reply::error(WRONGTYPE)),
         Ok(m) => Ok(m),
@@ -148,7 +156,7 @@ fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
     }
 }
 
-fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
+pub(super) fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
     r.map_or_else(engine_error, |_| ok)
 }
 
@@ -361,5 +369,102 @@ fn decrby(s: &mut Session, args: &[Bytes]) -> Reply {
         Some(i64::MIN) => Reply::error("ERR decrement would overflow"),
         Some(d) => add(s, &args[1], -d),
         None => Reply::error(NOT_INTEGER),
+    }
+}
+
+/// `GETSET key value`: SET … GET without options (the TTL is dropped).
+fn getset(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    match string_at(s, &args[1]) {
+        Ok(old) => done(
+            storage.set_string(s.db, &args[1], args[2].clone(), 0),
+            old.map_or(Reply::Null, |m| Reply::Bulk(m.body)),
+        ),
+        Err(e) => e,
+    }
+}
+
+/// `GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]`.
+fn getex(s: &mut Session, args: &[Bytes]) -> Reply {
+    // None: leave the TTL; Some(0): persist; Some(t): expire at t.
+    let mut new_expiry: Option<u64> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        match (opt.as_str(), args.get(i + 1)) {
+            ("PERSIST", _) if new_expiry.is_none() => {
+                new_expiry = Some(0);
+                i += 1;
+            }
+            ("EX" | "PX" | "EXAT" | "PXAT", Some(v)) if new_expiry.is_none() => {
+                let unit = if opt.starts_with('E') { 1000 } else { 1 };
+                match expiry(v, unit, opt.ends_with("AT"), "getex") {
+                    Ok(at) => new_expiry = Some(at),
+                    Err(e) => return e,
+                }
+                i += 2;
+            }
+            _ => return Reply::error("ERR syntax error"),
+        }
+    }
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let meta = match string_at(s, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Reply::Null,
+        Err(e) => return e,
+    };
+    let value = Reply::Bulk(meta.body.clone());
+    match new_expiry {
+        Some(at) if at != meta.expire_at_ms => {
+            let mut b = lsm::WriteBatch::new();
+            if at != 0 && at <= now_ms() {
+                storage.delete_into(&mut b, s.db, &args[1]);
+            } else {
+                storage.put_into(&mut b, s.db, &args[1], &Meta { expire_at_ms: at, ..meta });
+            }
+            done(storage.write(b), value)
+        }
+        _ => value,
+    }
+}
+
+/// `MSETNX key value …`: sets all the keys only if none of them exists.
+fn msetnx(s: &mut Session, args: &[Bytes]) -> Reply {
+    if args.len().is_multiple_of(2) {
+        return Reply::error("ERR wrong number of arguments for 'msetnx' command");
+    }
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
+    for key in args[1..].iter().step_by(2) {
+        match storage.get(s.db, key) {
+            Ok(Some(_)) => return Reply::Integer(0),
+            Ok(None) => {}
+            Err(e) => return engine_error(e),
+        }
+    }
+    let mut b = lsm::WriteBatch::new();
+    for pair in args[1..].chunks(2) {
+        storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
+    }
+    done(storage.write(b), Reply::Integer(1))
+}
+
+/// `INCRBYFLOAT key increment`, printed as Redis prints long doubles.
+fn incrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
+    let storage = &s.state.storage;
+    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let (current, expire_at) = match string_at(s, &args[1]) {
+        Ok(Some(m)) => (m.body, m.expire_at_ms),
+        Ok(None) => (Bytes::from_static(b"0"), 0),
+        Err(e) => return e,
+    };
+    match crate::num::incr_by_float(&current, &args[2]) {
+        Ok(text) => {
+            let value = Bytes::from(text);
+            done(storage.set_string(s.db, &args[1], value.clone(), expire_at), Reply::Bulk(value))
+        }
+        Err(e) => Reply::error(e.message()),
     }
 }

@@ -19,7 +19,7 @@ mod expiry;
 mod locks;
 mod meta;
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -54,6 +54,15 @@ fn expiry_key(at: u64, pdb: u16, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The prefix of the element records (`E`) or score index (`Z`) of incarnation `uid` in `pdb`.
+fn element_prefix(tag: u8, pdb: u16, uid: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(11);
+    k.push(tag);
+    k.extend_from_slice(&pdb.to_be_bytes());
+    k.extend_from_slice(&uid.to_be_bytes());
+    k
+}
+
 /// The first key after every metadata record of `pdb`.
 fn meta_end(pdb: u16) -> Vec<u8> {
     match pdb.checked_add(1) {
@@ -71,6 +80,10 @@ pub struct Storage {
     map: Vec<AtomicU16>,
     /// Physical database -> logical database.
     inverse: Vec<AtomicU16>,
+    /// Next incarnation id. Starts above the engine's last sequence: every id ever used went
+    /// into a batch together with at least one record, so ids handed out before a restart are
+    /// all below it.
+    next_uid: AtomicU64,
 }
 
 /// One page of a SCAN-style walk of a database.
@@ -98,7 +111,8 @@ impl Storage {
                 inverse[usize::from(physical)].store(logical, Ordering::Relaxed);
             }
         }
-        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse })
+        let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
+        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, next_uid })
     }
 
     /// The engine underneath.
@@ -148,6 +162,59 @@ impl Storage {
     /// Applies `batch` atomically (one command = one batch).
     pub fn write(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
         self.engine.write(batch, &lsm::WriteOptions::default())
+    }
+
+    /// A fresh incarnation id for a new collection.
+    pub fn new_uid(&self) -> u64 {
+        self.next_uid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Adds copies of every element record of incarnation `uid` in `from` (a collection's
+    /// `E` and `Z` records) to `batch`, as incarnation `new_uid` of database `to`. Strings have
+    /// none. Used by COPY and MOVE.
+    pub fn copy_elements_into(
+        &self,
+        batch: &mut lsm::WriteBatch,
+        from: u32,
+        uid: u64,
+        to: u32,
+        new_uid: u64,
+    ) -> lsm::Result<()> {
+        let (src, dst) = (self.phys(from), self.phys(to));
+        for tag in [b'E', b'Z'] {
+            let prefix = element_prefix(tag, src, uid);
+            for kv in self.engine.prefix(&prefix) {
+                let (k, v) = kv?;
+                let mut key = element_prefix(tag, dst, new_uid);
+                key.extend_from_slice(&k[prefix.len()..]);
+                batch.put(key, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// A key of `db` picked at random (RANDOMKEY): the first live key at or after a random point
+    /// of the database's key range, wrapping around once.
+    pub fn random_key(&self, db: u32) -> lsm::Result<Option<Bytes>> {
+        let target: [u8; 8] = rand::random();
+        for start in [&target[..], b""] {
+            let page = self.scan(db, start, 64)?;
+            if let Some((k, _)) = page.keys.into_iter().next() {
+                return Ok(Some(k));
+            }
+        }
+        // Everything near the start was expired; walk on until a live key appears.
+        let mut cursor = Bytes::new();
+        loop {
+            let page = self.scan(db, &cursor, 1024)?;
+            if let Some((k, _)) = page.keys.into_iter().next() {
+                return Ok(Some(k));
+            }
+            match page.next {
+                Some(next) => cursor = next,
+                None => return Ok(None),
+            }
+        }
     }
 
     /// Sets a string, replacing whatever `key` held.
@@ -217,16 +284,25 @@ impl Storage {
         Ok(page)
     }
 
-    /// Deletes every key of `db` with one range tombstone.
+    /// Deletes every key of `db` (metadata and elements) with range tombstones.
     pub fn flushdb(&self, db: u32) -> lsm::Result<()> {
         let pdb = self.phys(db);
-        self.engine.delete_range(meta_key(pdb, b""), meta_end(pdb))
+        let mut b = lsm::WriteBatch::new();
+        b.delete_range(meta_key(pdb, b""), meta_end(pdb));
+        for tag in [b'E', b'Z'] {
+            let end = match pdb.checked_add(1) {
+                Some(next) => vec![tag, (next >> 8) as u8, next as u8],
+                None => vec![tag + 1],
+            };
+            b.delete_range(vec![tag, (pdb >> 8) as u8, pdb as u8], end);
+        }
+        self.write(b)
     }
 
     /// Deletes every key of every database (and the whole expiry index).
     pub fn flushall(&self) -> lsm::Result<()> {
         let mut b = lsm::WriteBatch::new();
-        b.delete_range(b"M", b"N").delete_range(b"X", b"Y");
+        b.delete_range(b"E", b"F").delete_range(b"M", b"N").delete_range(b"X", b"Y").delete_range(b"Z", b"[");
         self.write(b)
     }
 
