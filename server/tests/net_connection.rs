@@ -75,24 +75,60 @@ fn protocol_abuse_closes_only_the_offending_connection() {
         let got = roundtrip(&mut s, req, usize::MAX);
         assert_eq!(String::from_utf8_lossy(&got), *want, "then the connection closed");
     }
-    // A half-sent command just waits; many garbage connections come and go.
+    // A half-sent command just waits; 1000 garbage connections come and go (ten threads of a
+    // hundred each) while a well-behaved client keeps working and gets every reply right.
     let mut half = server.raw();
     std::io::Write::write_all(&mut half, b"*2\r\n$4\r\nECHO\r\n$5\r\nhel").unwrap();
-    let garbage: Vec<_> = (0..200)
-        .map(|i| {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let mut c = server.client();
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                redis::cmd("SET").arg(format!("k{}", n % 50)).arg(n).query::<()>(&mut c).unwrap();
+                assert_eq!(redis::cmd("GET").arg(format!("k{}", n % 50)).query::<u64>(&mut c).unwrap(), n);
+                n += 1;
+            }
+            n
+        })
+    };
+    let garbage: Vec<_> = (0..10u32)
+        .map(|t| {
             let port = server.port;
             std::thread::spawn(move || {
-                let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-                s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-                let junk: Vec<u8> = (0..64).map(|j| ((i * 31 + j * 7) % 251) as u8 | 0x80).collect();
-                let got = roundtrip(&mut s, &[b"*1\r\n$".as_slice(), &junk, b"\r\n"].concat(), usize::MAX);
-                assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+                for i in 0..100u32 {
+                    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+                    let junk: Vec<u8> = (0..64).map(|j| ((t * 977 + i * 31 + j * 7) % 251) as u8 | 0x80).collect();
+                    let (req, want): (Vec<u8>, &[u8]) = match i % 4 {
+                        0 => (
+                            [b"*1\r\n$".as_slice(), &junk, b"\r\n"].concat(),
+                            b"-ERR Protocol error: invalid bulk length\r\n",
+                        ),
+                        1 => (b"*1\r\n$9999999999\r\n".to_vec(), b"-ERR Protocol error: invalid bulk length\r\n"),
+                        2 => (
+                            [b"*".as_slice(), &junk, b"\r\n"].concat(),
+                            b"-ERR Protocol error: invalid multibulk length\r\n",
+                        ),
+                        // Half a command, then the client vanishes.
+                        _ => (b"*3\r\n$3\r\nSET\r\n$1\r\nk".to_vec(), b""),
+                    };
+                    if want.is_empty() {
+                        std::io::Write::write_all(&mut s, &req).unwrap();
+                        continue;
+                    }
+                    let got = roundtrip(&mut s, &req, usize::MAX);
+                    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+                }
             })
         })
         .collect();
     for t in garbage {
         t.join().unwrap();
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(checker.join().unwrap() > 0, "the good client made progress throughout");
     assert_eq!(redis::cmd("PING").query::<String>(&mut good).unwrap(), "PONG");
     assert_eq!(roundtrip(&mut half, b"lo\r\n", 11), b"$5\r\nhello\r\n");
 }

@@ -1,4 +1,4 @@
-//! Connection and server-introspection commands: PING, ECHO, QUIT, SELECT, HELLO, COMMAND.
+//! Connection and server-introspection commands: PING, ECHO, QUIT, SELECT, HELLO, RESET, COMMAND.
 
 use bytes::Bytes;
 
@@ -47,6 +47,7 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
         step: 0,
         handler: command,
     },
+    super::spec("reset", 1, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], super::NO_KEYS, reset),
 ];
 
 fn ping(_: &mut Session, args: &[Bytes]) -> Reply {
@@ -162,4 +163,16 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
         "docs" => Reply::Map(Vec::new()),
         _ => Reply::error(format!("ERR unknown subcommand '{}'. Try COMMAND HELP.", String::from_utf8_lossy(sub))),
     }
+}
+
+/// `RESET`: the connection as it was when it opened (database 0, RESP2, no name, replies on,
+/// authenticated only if no password is required).
+fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
+    s.select(0);
+    s.set_protocol(Protocol::Resp2);
+    s.set_name(None);
+    s.reply_mode = super::ReplyMode::On;
+    s.skip_next = false;
+    s.authenticated = s.state.config().requirepass.is_none();
+    Reply::Simple("RESET".into())
 }

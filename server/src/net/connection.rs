@@ -22,13 +22,14 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
     loop {
-        let (limits, query_limit, timeout) = {
+        let (limits, query_limit, timeout, fsync_always) = {
             let cfg = state.config();
             let limits = Limits {
                 max_bulk_len: usize::try_from(cfg.proto_max_bulk_len).unwrap_or(usize::MAX),
                 ..Limits::default()
             };
-            (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout)
+            let fsync_always = cfg.appendfsync == crate::config::AppendFsync::Always;
+            (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout, fsync_always)
         };
         // Run every complete request already buffered.
         let mut close = false;
@@ -51,7 +52,13 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                             tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
                         }
                     }
-                    let reply = dispatch(&mut session, &args);
+                    // Under `appendfsync always` a write waits for an fsync: let the runtime move
+                    // other connections off this worker meanwhile.
+                    let reply = if fsync_always && lookup(&args[0]).is_some_and(|c| c.flags.contains(&"write")) {
+                        tokio::task::block_in_place(|| dispatch(&mut session, &args))
+                    } else {
+                        dispatch(&mut session, &args)
+                    };
                     if session.take_reply_permission() {
                         reply.encode(session.protocol, &mut output);
                     }
