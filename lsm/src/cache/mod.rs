@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::hash::Hasher;
+
 use bytes::Bytes;
 
 pub use lru::Lru;
@@ -44,8 +46,11 @@ impl BlockCache {
     }
 
     fn shard(&self, key: (u64, u64)) -> &Mutex<Lru<(u64, u64), Bytes>> {
-        let h = xxhash_rust::xxh3::xxh3_64(&[key.0.to_le_bytes(), key.1.to_le_bytes()].concat());
-        &self.shards[(h as usize) % SHARDS]
+        let mut h = lru::FastHasher::default();
+        h.write_u64(key.0);
+        h.write_u64(key.1);
+        // The high bits are the best mixed.
+        &self.shards[(h.finish() >> 60) as usize % SHARDS]
     }
 
     /// The cached block; with `count`, the lookup is counted as a hit or a miss (background

@@ -73,6 +73,8 @@ pub(crate) struct DbInner {
     sv: RwLock<Arc<SuperVersion>>,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
+    /// Write groups committed so far (followers watch it while they spin).
+    groups_done: AtomicU64,
     wal: Mutex<WalState>,
     /// The active WAL's file, for the everysec syncer.
     wal_file: Mutex<Arc<File>>,
