@@ -5,12 +5,34 @@
 //! per-command cost is two relaxed stores.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+
+static NULL_CMD: &str = "NULL";
+
+/// Milliseconds since the epoch, refreshed by [`tick_coarse_clock`] (the server calls it every
+/// 100 ms), so per-command bookkeeping needs no clock call.
+pub fn coarse_now_ms() -> u64 {
+    let v = COARSE_NOW.load(Ordering::Relaxed);
+    if v == 0 {
+        tick_coarse_clock()
+    } else {
+        v
+    }
+}
+
+/// Refreshes the coarse clock and returns it.
+pub fn tick_coarse_clock() -> u64 {
+    let now = crate::storage::now_ms();
+    COARSE_NOW.store(now, Ordering::Relaxed);
+    now
+}
+
+static COARSE_NOW: AtomicU64 = AtomicU64::new(0);
 
 /// What other clients can see of, and do to, one connection.
 #[derive(Debug)]
@@ -31,9 +53,9 @@ pub struct ClientHandle {
     pub db: AtomicU32,
     /// RESP version (2 or 3).
     pub resp: AtomicU8,
-    /// Name of the last command run.
-    pub last_cmd: Mutex<&'static str>,
-    /// Milliseconds since `created` at the last command.
+    /// Name of the last command run (a pointer to a `&'static str` in the command table).
+    last_cmd: AtomicPtr<&'static str>,
+    /// Coarse clock reading (see [`coarse_now_ms`]) at the last command.
     pub last_active_ms: AtomicU64,
     /// Set by `CLIENT KILL`; the connection closes at its next turn.
     pub killed: AtomicBool,
@@ -53,23 +75,29 @@ impl ClientHandle {
             lib: Mutex::new((String::new(), String::new())),
             db: AtomicU32::new(0),
             resp: AtomicU8::new(2),
-            last_cmd: Mutex::new("NULL"),
-            last_active_ms: AtomicU64::new(0),
+            last_cmd: AtomicPtr::new(std::ptr::from_ref(&NULL_CMD).cast_mut()),
+            last_active_ms: AtomicU64::new(coarse_now_ms()),
             killed: AtomicBool::new(false),
             kill_signal: Notify::new(),
         }
     }
 
-    /// Records that `cmd` just ran.
-    pub fn touch(&self, cmd: &'static str) {
-        *self.last_cmd.lock().unwrap_or_else(|e| e.into_inner()) = cmd;
-        self.last_active_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    /// Records that the command named by `cmd` (a field of a static command table) just ran.
+    /// Two relaxed stores: this runs for every command.
+    pub fn touch(&self, cmd: &'static &'static str) {
+        self.last_cmd.store(std::ptr::from_ref(cmd).cast_mut(), Ordering::Relaxed);
+        self.last_active_ms.store(coarse_now_ms(), Ordering::Relaxed);
+    }
+
+    /// The name of the last command run.
+    pub fn last_cmd(&self) -> &'static str {
+        // SAFETY: the pointer always comes from a `&'static &'static str` (see `touch`/`new`).
+        unsafe { *self.last_cmd.load(Ordering::Relaxed) }
     }
 
     /// Seconds since the last command.
     pub fn idle_secs(&self) -> u64 {
-        let now = self.created.elapsed().as_millis() as u64;
-        now.saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000
+        coarse_now_ms().saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000
     }
 
     /// Asks the connection to close.
@@ -82,7 +110,7 @@ impl ClientHandle {
     pub fn info_line(&self, flags: &str, multi: i64, sub: usize, psub: usize) -> String {
         let name = self.name.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
         let (lib_name, lib_ver) = self.lib.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let cmd = *self.last_cmd.lock().unwrap_or_else(|e| e.into_inner());
+        let cmd = self.last_cmd();
         format!(
             "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={flags} db={} sub={sub} psub={psub} ssub=0 \
              multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \

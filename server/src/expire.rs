@@ -20,6 +20,7 @@ pub async fn active_expiry(state: Arc<ServerState>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        crate::clients::tick_coarse_clock();
         let state = Arc::clone(&state);
         let run = tokio::task::spawn_blocking(move || run_tick(&state)).await;
         if let Ok(Err(e)) = run {

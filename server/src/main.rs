@@ -6,6 +6,10 @@ use std::sync::Arc;
 use shale_server::config::{Config, LogLevel};
 use shale_server::state::{sync_mode, LogHook, ServerState};
 
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help" || a == "-v" || a == "--version") {
@@ -34,7 +38,7 @@ fn main() -> ExitCode {
         eprintln!("Can't open the log file: {e}");
         return ExitCode::from(1);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match runtime(config.worker_threads) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the runtime");
@@ -48,6 +52,15 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The multi-threaded runtime serving connections, with `workers` threads (0: one per core).
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if workers > 0 {
+        builder.worker_threads(workers);
+    }
+    builder.enable_all().build()
 }
 
 /// The `EnvFilter` directive for a Redis `loglevel`.

@@ -202,12 +202,60 @@ pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("NOAUTH Authentication required.");
     }
     let Some(spec) = spec else { return unknown_command(args) };
-    session.handle.touch(spec.name);
+    session.handle.touch(&spec.name);
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name));
     }
     (spec.handler)(session, args)
+}
+
+/// Consecutive blind writes of one pipeline (plain `SET key value`), committed to the engine as
+/// one batch instead of one write each. Their replies are produced in order when the batch is
+/// committed, before the reply of any later command, so clients see exactly what they would
+/// see had each been written alone (an engine failure answers every one of them with the error).
+#[derive(Debug, Default)]
+pub struct WriteCoalescer {
+    batch: lsm::WriteBatch,
+    /// For each deferred command, whether its reply is sent (`CLIENT REPLY`).
+    replies: Vec<bool>,
+}
+
+impl WriteCoalescer {
+    /// Defers `args` if it is a plain SET the session may run; false if it must be dispatched.
+    pub fn try_defer(&mut self, s: &mut Session, args: &[Bytes]) -> bool {
+        if args.len() != 3 || !s.authenticated || !args[0].eq_ignore_ascii_case(b"set") {
+            return false;
+        }
+        s.state.commands_processed.fetch_add(1, Ordering::Relaxed);
+        static SET: &str = "set";
+        s.handle.touch(&SET);
+        s.state.storage.put_into(&mut self.batch, s.db, &args[1], &crate::storage::Meta::string(args[2].clone(), 0));
+        let send = s.take_reply_permission();
+        self.replies.push(send);
+        true
+    }
+
+    /// True when the batch should be committed before more is added.
+    pub fn is_full(&self) -> bool {
+        self.replies.len() >= 1024 || self.batch.size_in_bytes() >= 4 << 20
+    }
+
+    /// Commits the deferred writes and appends their replies to `out`.
+    pub fn flush(&mut self, s: &Session, out: &mut bytes::BytesMut) {
+        if self.replies.is_empty() {
+            return;
+        }
+        let reply = match s.state.storage.write(std::mem::take(&mut self.batch)) {
+            Ok(()) => Reply::ok(),
+            Err(e) => engine_error(e),
+        };
+        for send in self.replies.drain(..) {
+            if send {
+                reply.encode(s.protocol, out);
+            }
+        }
+    }
 }
 
 /// Redis's reply to an unknown command: the name and the start of its arguments.

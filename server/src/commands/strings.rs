@@ -195,6 +195,10 @@ fn expiry(arg: &[u8], unit_ms: u64, absolute: bool, cmd: &str) -> Result<u64, Re
 
 fn set(s: &mut Session, args: &[Bytes]) -> Reply {
     let (key, value) = (&args[1], &args[2]);
+    if args.len() == 3 {
+        // A plain SET replaces whatever was there: a blind write, no read and no lock.
+        return done(s.state.storage.set_string(s.db, key, value.clone(), 0), Reply::ok());
+    }
     let (mut nx, mut xx, mut get_old, mut keepttl) = (false, false, false, false);
     let mut expire: Option<u64> = None;
     let mut i = 3;

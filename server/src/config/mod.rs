@@ -76,6 +76,8 @@ pub struct Config {
     pub client_query_buffer_limit: u64,
     /// Engine memtable size.
     pub write_buffer_size: u64,
+    /// Threads serving connections (0: one per core).
+    pub worker_threads: usize,
     /// Engine block cache size.
     pub block_cache_size: u64,
     /// Engine block compression.
@@ -101,7 +103,8 @@ impl Default for Config {
             appendfsync: AppendFsync::EverySec,
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
-            write_buffer_size: 64 << 20,
+            write_buffer_size: 16 << 20,
+            worker_threads: 0,
             block_cache_size: 256 << 20,
             compression: default_compression(),
             values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
@@ -297,6 +300,7 @@ impl Config {
             "proto-max-bulk-len" => self.proto_max_bulk_len = at_least(bytes()?, 1 << 20)?,
             "client-query-buffer-limit" => self.client_query_buffer_limit = at_least(bytes()?, 1 << 20)?,
             "write-buffer-size" => self.write_buffer_size = at_least(bytes()?, 4096)?,
+            "worker-threads" => self.worker_threads = int(0, 1024)? as usize,
             "block-cache-size" => self.block_cache_size = bytes()?,
             "compression" => {
                 let c: lsm::Compression = v.parse().map_err(|e: lsm::Error| e.to_string())?;

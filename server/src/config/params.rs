@@ -57,6 +57,7 @@ pub const EFFECTIVE: &[&str] = &[
     "proto-max-bulk-len",
     "requirepass",
     "timeout",
+    "worker-threads",
     "write-buffer-size",
 ];
 
@@ -267,7 +268,8 @@ pub static PARAMS: &[Param] = &[
     p("tracking-table-max-keys", "1000000", Kind::Int, true),
     p("unixsocket", "", Kind::Str, false),
     p("unixsocketperm", "0", Kind::Int, false),
-    p("write-buffer-size", "67108864", Kind::Memory, false),
+    p("worker-threads", "0", Kind::Int, false),
+    p("write-buffer-size", "16777216", Kind::Memory, false),
     p("zset-max-listpack-entries", "128", Kind::Int, true),
     p("zset-max-listpack-value", "64", Kind::Memory, true),
 ];

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::commands::{dispatch, lookup, Session};
+use crate::commands::{dispatch, lookup, Session, WriteCoalescer};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::state::ServerState;
 
@@ -21,6 +21,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
     let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
+    let mut coalescer = WriteCoalescer::default();
     loop {
         let (limits, query_limit, timeout, fsync_always) = {
             let cfg = state.config();
@@ -45,6 +46,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                         let is_write = spec.flags.contains(&"write");
                         while let Some(wait) = state.pause_remaining(is_write) {
                             // Replies already produced go out before the client waits.
+                            coalescer.flush(&session, &mut output);
                             if !output.is_empty() && socket.write_all(&output).await.is_err() {
                                 return;
                             }
@@ -52,6 +54,13 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                             tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
                         }
                     }
+                    if !fsync_always && coalescer.try_defer(&mut session, &args) {
+                        if coalescer.is_full() {
+                            coalescer.flush(&session, &mut output);
+                        }
+                        continue;
+                    }
+                    coalescer.flush(&session, &mut output);
                     // Under `appendfsync always` a write waits for an fsync: let the runtime move
                     // other connections off this worker meanwhile.
                     let reply = if fsync_always && lookup(&args[0]).is_some_and(|c| c.flags.contains(&"write")) {
@@ -69,6 +78,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    coalescer.flush(&session, &mut output);
                     tracing::debug!(target: "shale::net", client = session.id, error = %e, "protocol error; closing");
                     Reply::error(format!("ERR {e}")).encode(session.protocol, &mut output);
                     close = true;
@@ -76,6 +86,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 }
             }
         }
+        coalescer.flush(&session, &mut output);
         if !output.is_empty() {
             if socket.write_all(&output).await.is_err() {
                 return;

@@ -140,7 +140,17 @@ impl Storage {
     }
 
     fn get_physical(&self, pdb: u16, key: &[u8], now: u64) -> lsm::Result<Option<Meta>> {
-        let Some(raw) = self.engine.get(meta_key(pdb, key))? else { return Ok(None) };
+        // Short keys are built on the stack: this is every read's path.
+        let mut buf = [0u8; 128];
+        let raw = if key.len() + 3 <= buf.len() {
+            buf[0] = b'M';
+            buf[1..3].copy_from_slice(&pdb.to_be_bytes());
+            buf[3..3 + key.len()].copy_from_slice(key);
+            self.engine.get(&buf[..3 + key.len()])?
+        } else {
+            self.engine.get(meta_key(pdb, key))?
+        };
+        let Some(raw) = raw else { return Ok(None) };
         let meta = decode(raw)?;
         Ok((!meta.is_expired(now)).then_some(meta))
     }

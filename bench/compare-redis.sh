@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Side-by-side server benchmark: redis-benchmark against Debian's redis-server and against
+# shale-server on the same machine, runs alternating, medians reported as a markdown table with
+# ratios, plus each server's RSS after its last run.
+#
+#   bench/compare-redis.sh                       # -n 1000000 -r 1000000 -c 50, P1 and P16, 3 runs
+#   REQUESTS=200000 RUNS=5 bench/compare-redis.sh
+#
+# Environment: REQUESTS (1000000), KEYSPACE (1000000), CLIENTS (50), PIPELINES ("1 16"),
+# TESTS (set,get), RUNS (3), DATA_SIZE (3, redis-benchmark's default), REDIS_ARGS (persistence off:
+# --save "" --appendonly no), SHALE_ARGS (appendfsync everysec, the default).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQUESTS=${REQUESTS:-1000000}
+KEYSPACE=${KEYSPACE:-1000000}
+CLIENTS=${CLIENTS:-50}
+PIPELINES=${PIPELINES:-"1 16"}
+TESTS=${TESTS:-set,get}
+RUNS=${RUNS:-3}
+DATA_SIZE=${DATA_SIZE:-3}
+REDIS_ARGS=${REDIS_ARGS:---save "" --appendonly no}
+SHALE_ARGS=${SHALE_ARGS:---appendfsync everysec}
+REDIS_PORT=${REDIS_PORT:-16379}
+SHALE_PORT=${SHALE_PORT:-16380}
+
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  echo "installing Debian's redis-server and redis-tools" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >&2
+fi
+echo "building shale-server (release)" >&2
+cargo build --release -q -p shale-server
+SHALE=$(pwd)/target/release/shale-server
+WORK=$(mktemp -d)
+trap 'redis-cli -p $REDIS_PORT shutdown nosave >/dev/null 2>&1 || true; redis-cli -p $SHALE_PORT shutdown >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+
+wait_port() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no server on $1" >&2; exit 1; }
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+eval redis-server --port "$REDIS_PORT" --dir "$WORK" --daemonize no $REDIS_ARGS >"$WORK/redis.log" 2>&1 &
+eval "$SHALE" --port "$SHALE_PORT" --dir "$WORK/shale" $SHALE_ARGS >"$WORK/shale.log" 2>&1 &
+wait_port "$REDIS_PORT"; wait_port "$SHALE_PORT"
+echo "redis-server $(redis-server --version | awk '{print $3}'), shale-server $("$SHALE" --version 2>&1 | head -1 | awk '{print $2}')" >&2
+
+RESULTS="$WORK/results.txt"
+for run in $(seq "$RUNS"); do
+  for p in $PIPELINES; do
+    for server in redis shale; do
+      port=$REDIS_PORT; [ "$server" = shale ] && port=$SHALE_PORT
+      redis-benchmark -p "$port" -c "$CLIENTS" -n "$REQUESTS" -r "$KEYSPACE" -d "$DATA_SIZE" -P "$p" -t "$TESTS" --csv 2>/dev/null \
+        | tail -n +2 | tr -d '"' | while IFS=, read -r test rps _rest; do
+            echo "$server P$p $test $rps" >> "$RESULTS"
+            echo "run $run: $server P$p $test $rps rps" >&2
+          done
+    done
+  done
+done
+pid_of() { redis-cli -p "$1" info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}'; }
+REDIS_RSS=$(rss_kb "$(pid_of $REDIS_PORT)"); SHALE_RSS=$(rss_kb "$(pid_of $SHALE_PORT)")
+
+python3 - "$RESULTS" "$REDIS_RSS" "$SHALE_RSS" <<'PY'
+import sys, statistics, collections
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    server, p, test, rps = line.split()
+    rows[(p, test, server)].append(float(rps))
+print("| test | pipeline | redis-server rps | shale-server rps | ratio |")
+print("|---|---|---:|---:|---:|")
+for (p, test) in sorted({(p, t) for (p, t, _) in rows}, key=lambda k: (int(k[0][1:]), k[1])):
+    r = statistics.median(rows[(p, test, "redis")]); s = statistics.median(rows[(p, test, "shale")])
+    print(f"| {test} | {p} | {r:,.0f} | {s:,.0f} | {s / r:.2f}x |")
+print(f"\nRSS after the runs: redis-server {int(sys.argv[2]) / 1024:.1f} MiB, shale-server {int(sys.argv[3]) / 1024:.1f} MiB")
+PY
