@@ -280,3 +280,60 @@ fn sync_mode_changes_at_runtime_and_writes_keep_working() {
     assert_eq!(db.sync_mode(), lsm::SyncMode::EverySec, "the mode is a runtime setting, not stored");
     assert!((0..3).all(|i| db.get(format!("k{i}")).unwrap().is_some()));
 }
+
+/// Polls `f` to completion on this thread (a minimal executor: the waker unparks the thread).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn async_and_blocking_writers_share_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    let before = db.latest_sequence();
+    let threads: Vec<_> = (0..6u32)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..400u32 {
+                    let mut b = WriteBatch::new();
+                    b.put(format!("t{t}-{i}"), b"a").put(format!("t{t}-{i}-2"), b"b");
+                    if t % 2 == 0 {
+                        block_on(db.write_async(b, &WriteOptions::default())).unwrap();
+                    } else {
+                        db.write(b, &WriteOptions::default()).unwrap();
+                    }
+                    // Read-your-writes: a resolved write is visible.
+                    assert!(db.get(format!("t{t}-{i}-2")).unwrap().is_some());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(db.latest_sequence(), before + 6 * 400 * 2);
+    // A future dropped before it is polled still commits its batch (and does not stall others).
+    let mut b = WriteBatch::new();
+    b.put(b"dropped", b"still written");
+    drop(db.write_async(b, &WriteOptions::default()));
+    db.put(b"after", b"x").unwrap();
+    assert_eq!(db.get(b"dropped").unwrap().as_deref(), Some(&b"still written"[..]));
+    drop(db);
+    let db = Db::open(dir.path(), small()).unwrap();
+    assert!(db.get(b"t4-399-2").unwrap().is_some() && db.get(b"t5-399").unwrap().is_some());
+}

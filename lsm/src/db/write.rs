@@ -6,11 +6,16 @@
 //! publishes the new sequence number and wakes the group. Followers wait: first briefly without
 //! sleeping (a group usually commits in microseconds, much less than a sleep/wake round trip),
 //! then on a condition variable, which the leader signals only when someone sleeps on it.
+//! Asynchronous writers ([`WriteFuture`]) do not wait at all: they leave a waker and their
+//! thread goes on with other work; the leader wakes them when their group is committed (and
+//! wakes the next writer in line to lead).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use std::sync::MutexGuard;
 
 use super::{lock, DbInner, WalState};
 use crate::batch::WriteBatch;
@@ -46,6 +51,8 @@ pub(super) struct WriteQueue {
     done_through: u64,
     /// Writers asleep on the condition variable.
     sleepers: usize,
+    /// Asynchronous writers waiting, by ticket.
+    wakers: HashMap<u64, std::task::Waker>,
     errors: HashMap<u64, Error>,
 }
 
@@ -83,36 +90,76 @@ impl DbInner {
         opts: &WriteOptions,
         forced_seq: Option<u64>,
     ) -> Result<()> {
+        let ticket = self.enqueue(batch, opts, forced_seq)?;
+        self.wait_blocking(ticket)
+    }
+
+    /// Queues a batch; returns its ticket.
+    pub(super) fn enqueue(&self, batch: WriteBatch, opts: &WriteOptions, forced_seq: Option<u64>) -> Result<u64> {
         self.check_writable()?;
         let sync = opts.sync || self.sync_mode() == SyncMode::Always;
         let mut q = lock(&self.queue);
         q.next_ticket += 1;
         let ticket = q.next_ticket;
         q.pending.push_back(Pending { ticket, batch, sync, forced_seq });
+        Ok(ticket)
+    }
+
+    /// Moves `ticket` along as far as it can go without waiting: its result if its group is
+    /// committed, after leading a group itself if it is first in line and nobody leads.
+    /// `None` means another writer's group is in flight.
+    pub(super) fn progress<'a>(
+        &'a self,
+        mut q: MutexGuard<'a, WriteQueue>,
+        ticket: u64,
+    ) -> (MutexGuard<'a, WriteQueue>, Option<Result<()>>) {
         loop {
             if q.done_through >= ticket {
-                return q.errors.remove(&ticket).map_or(Ok(()), Err);
+                let result = q.errors.remove(&ticket).map_or(Ok(()), Err);
+                return (q, Some(result));
             }
-            if !q.leader_active && q.pending.front().map(|p| p.ticket) == Some(ticket) {
-                q.leader_active = true;
-                let mut group = q.take_group();
-                drop(q);
-                let result = self.write_group(&mut group);
-                q = lock(&self.queue);
-                if let Err(e) = result {
-                    for p in &group {
-                        q.errors.insert(p.ticket, e.duplicate());
-                    }
-                }
-                q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
-                q.leader_active = false;
-                self.groups_done.fetch_add(1, Ordering::Release);
-                if q.sleepers > 0 {
-                    self.queue_cv.notify_all();
-                }
-                continue;
+            if q.leader_active || q.pending.front().map(|p| p.ticket) != Some(ticket) {
+                return (q, None);
             }
-            // Wait for the group in flight to finish: spin, then yield, then sleep.
+            q.leader_active = true;
+            let mut group = q.take_group();
+            drop(q);
+            let result = self.write_group(&mut group);
+            q = lock(&self.queue);
+            if let Err(e) = result {
+                for p in &group {
+                    q.errors.insert(p.ticket, e.duplicate());
+                }
+            }
+            q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
+            q.leader_active = false;
+            self.groups_done.fetch_add(1, Ordering::Release);
+            // Wake the group's asynchronous writers, and whoever is next in line to lead.
+            for p in &group {
+                if let Some(w) = q.wakers.remove(&p.ticket) {
+                    w.wake();
+                }
+            }
+            if let Some(next) = q.pending.front().map(|p| p.ticket) {
+                if let Some(w) = q.wakers.remove(&next) {
+                    w.wake();
+                }
+            }
+            if q.sleepers > 0 {
+                self.queue_cv.notify_all();
+            }
+        }
+    }
+
+    /// Waits for `ticket` on this thread: spin, then yield, then sleep.
+    pub(super) fn wait_blocking(&self, ticket: u64) -> Result<()> {
+        let mut q = lock(&self.queue);
+        loop {
+            let (guard, done) = self.progress(q, ticket);
+            q = guard;
+            if let Some(result) = done {
+                return result;
+            }
             let generation = self.groups_done.load(Ordering::Acquire);
             drop(q);
             for i in 0..SPIN_ROUNDS {
@@ -294,6 +341,73 @@ impl DbInner {
                 return Ok(());
             }
             bg = self.bg_cv.wait_timeout(bg, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+/// A write in flight, from [`Db::write_async`](crate::Db::write_async): resolves when the batch
+/// is committed. Polling it may commit a whole group (this writer leads when it is first in
+/// line), but it never blocks waiting for another writer's group.
+///
+/// Dropping it before it resolves does not cancel the write: the batch is already queued, and
+/// the drop waits for it to commit so the queue keeps moving.
+#[derive(Debug)]
+pub struct WriteFuture {
+    db: Arc<DbInner>,
+    state: FutureState,
+}
+
+#[derive(Debug)]
+enum FutureState {
+    Failed(Option<Error>),
+    Queued(u64),
+    Finished,
+}
+
+impl WriteFuture {
+    pub(super) fn new(db: Arc<DbInner>, batch: WriteBatch, opts: &WriteOptions) -> WriteFuture {
+        let state = match db.enqueue(batch, opts, None) {
+            Ok(ticket) => FutureState::Queued(ticket),
+            Err(e) => FutureState::Failed(Some(e)),
+        };
+        WriteFuture { db, state }
+    }
+}
+
+impl std::future::Future for WriteFuture {
+    type Output = Result<()>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
+        let ticket = match &mut self.state {
+            FutureState::Failed(e) => {
+                let e = e.take().unwrap_or(Error::Closed);
+                self.state = FutureState::Finished;
+                return std::task::Poll::Ready(Err(e));
+            }
+            FutureState::Queued(t) => *t,
+            FutureState::Finished => return std::task::Poll::Ready(Err(Error::Closed)),
+        };
+        let db = Arc::clone(&self.db);
+        let (mut q, done) = db.progress(lock(&db.queue), ticket);
+        match done {
+            Some(result) => {
+                drop(q);
+                self.state = FutureState::Finished;
+                std::task::Poll::Ready(result)
+            }
+            None => {
+                q.wakers.insert(ticket, cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for WriteFuture {
+    fn drop(&mut self) {
+        if let FutureState::Queued(ticket) = self.state {
+            lock(&self.db.queue).wakers.remove(&ticket);
+            let _ = self.db.wait_blocking(ticket);
         }
     }
 }
