@@ -164,3 +164,19 @@ fn sigterm_stops_cleanly_and_config_errors_name_the_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FATAL CONFIG FILE ERROR") && stderr.contains("Invalid port"), "{stderr}");
 }
+
+#[test]
+fn pipelined_sets_are_batched_but_answer_in_order() {
+    let server = Server::start(&[]);
+    let mut s = server.raw();
+    let req = b"SET a 1\r\nSET b 2\r\nGET a\r\nSET a 3\r\nCLIENT REPLY SKIP\r\nSET c 4\r\nGET a\r\nSET d 5 NX\r\nMGET a b c d\r\n";
+    let want = "+OK\r\n+OK\r\n$1\r\n1\r\n+OK\r\n$1\r\n3\r\n+OK\r\n*4\r\n$1\r\n3\r\n$1\r\n2\r\n$1\r\n4\r\n$1\r\n5\r\n";
+    let got = roundtrip(&mut s, req, want.len());
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    // Another client sees every write once the replies have arrived.
+    let mut c = server.client();
+    assert_eq!(
+        redis::cmd("MGET").arg(&["a", "b", "c", "d"]).query::<Vec<String>>(&mut c).unwrap(),
+        ["3", "2", "4", "5"]
+    );
+}

@@ -241,12 +241,14 @@ impl WriteCoalescer {
         self.replies.len() >= 1024 || self.batch.size_in_bytes() >= 4 << 20
     }
 
-    /// Commits the deferred writes and appends their replies to `out`.
-    pub fn flush(&mut self, s: &Session, out: &mut bytes::BytesMut) {
+    /// Commits the deferred writes and appends their replies to `out`. The task waits for the
+    /// engine without holding its thread: other connections run while another writer's group
+    /// commits.
+    pub async fn flush(&mut self, s: &Session, out: &mut bytes::BytesMut) {
         if self.replies.is_empty() {
             return;
         }
-        let reply = match s.state.storage.write(std::mem::take(&mut self.batch)) {
+        let reply = match s.state.storage.write_async(std::mem::take(&mut self.batch)).await {
             Ok(()) => Reply::ok(),
             Err(e) => engine_error(e),
         };

@@ -46,7 +46,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                         let is_write = spec.flags.contains(&"write");
                         while let Some(wait) = state.pause_remaining(is_write) {
                             // Replies already produced go out before the client waits.
-                            coalescer.flush(&session, &mut output);
+                            coalescer.flush(&session, &mut output).await;
                             if !output.is_empty() && socket.write_all(&output).await.is_err() {
                                 return;
                             }
@@ -56,11 +56,11 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                     }
                     if !fsync_always && coalescer.try_defer(&mut session, &args) {
                         if coalescer.is_full() {
-                            coalescer.flush(&session, &mut output);
+                            coalescer.flush(&session, &mut output).await;
                         }
                         continue;
                     }
-                    coalescer.flush(&session, &mut output);
+                    coalescer.flush(&session, &mut output).await;
                     // Under `appendfsync always` a write waits for an fsync: let the runtime move
                     // other connections off this worker meanwhile.
                     let reply = if fsync_always && lookup(&args[0]).is_some_and(|c| c.flags.contains(&"write")) {
@@ -78,7 +78,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    coalescer.flush(&session, &mut output);
+                    coalescer.flush(&session, &mut output).await;
                     tracing::debug!(target: "shale::net", client = session.id, error = %e, "protocol error; closing");
                     Reply::error(format!("ERR {e}")).encode(session.protocol, &mut output);
                     close = true;
@@ -86,7 +86,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 }
             }
         }
-        coalescer.flush(&session, &mut output);
+        coalescer.flush(&session, &mut output).await;
         if !output.is_empty() {
             if socket.write_all(&output).await.is_err() {
                 return;
