@@ -196,3 +196,34 @@ fn shutdown_save_lastsave_and_idle_timeout() {
     let mut c = server.client();
     assert_eq!(cmd("GET").arg("durable").query::<String>(&mut c).unwrap(), "yes");
 }
+
+#[test]
+fn reset_memory_function_debug_bgsave_and_command() {
+    let server = Server::start(&["--requirepass", "pw"]);
+    let mut s = server.raw();
+    let want = "+OK\r\n+OK\r\n+OK\r\n+RESET\r\n-NOAUTH Authentication required.\r\n";
+    let got = roundtrip(&mut s, b"AUTH pw\r\nSELECT 2\r\nCLIENT SETNAME n\r\nRESET\r\nGET k\r\n", want.len());
+    assert_eq!(String::from_utf8_lossy(&got), want, "RESET drops authentication when a password is required");
+    let mut c =
+        redis::Client::open(format!("redis://:pw@127.0.0.1:{}/", server.port)).unwrap().get_connection().unwrap();
+    cmd("SET").arg("k").arg("hello").query::<()>(&mut c).unwrap();
+    let usage: i64 = cmd("MEMORY").arg("USAGE").arg("k").query(&mut c).unwrap();
+    assert!(usage > 5, "{usage}");
+    assert_eq!(cmd("MEMORY").arg("USAGE").arg("nokey").query::<redis::Value>(&mut c).unwrap(), redis::Value::Nil);
+    assert_eq!(cmd("FUNCTION").arg("LIST").query::<Vec<String>>(&mut c).unwrap(), Vec::<String>::new());
+    assert_eq!(cmd("FUNCTION").arg("FLUSH").query::<String>(&mut c).unwrap(), "OK");
+    let t = Instant::now();
+    assert_eq!(cmd("DEBUG").arg("SLEEP").arg("0.2").query::<String>(&mut c).unwrap(), "OK");
+    assert!(t.elapsed() >= Duration::from_millis(190));
+    assert_eq!(cmd("BGSAVE").query::<String>(&mut c).unwrap(), "Background saving started");
+    let count: i64 = cmd("COMMAND").arg("COUNT").query(&mut c).unwrap();
+    let list: Vec<String> = cmd("COMMAND").arg("LIST").query(&mut c).unwrap();
+    assert_eq!(count as usize, list.len());
+    assert!(list.iter().any(|n| n == "lcs") && list.iter().any(|n| n == "swapdb"), "{list:?}");
+    let info: redis::Value = cmd("COMMAND").arg("INFO").arg("get").arg("nosuch").query(&mut c).unwrap();
+    let redis::Value::Array(entries) = info else { panic!("{info:?}") };
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1], redis::Value::Nil);
+    let redis::Value::Array(get) = &entries[0] else { panic!() };
+    assert_eq!((&get[0], &get[1]), (&redis::Value::BulkString(b"get".to_vec()), &redis::Value::Int(2)));
+}
