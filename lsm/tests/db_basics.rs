@@ -337,3 +337,17 @@ fn async_and_blocking_writers_share_group_commit() {
     let db = Db::open(dir.path(), small()).unwrap();
     assert!(db.get(b"t4-399-2").unwrap().is_some() && db.get(b"t5-399").unwrap().is_some());
 }
+
+#[test]
+fn weak_handles_read_without_keeping_the_database_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    let weak = db.downgrade();
+    assert_eq!(weak.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    drop(db);
+    assert!(matches!(weak.get(b"k"), Err(Error::Closed)));
+    // The directory is free again: the weak handle did not keep it locked.
+    let db = Db::open(dir.path(), small()).unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}

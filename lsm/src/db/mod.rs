@@ -133,6 +133,18 @@ pub struct Db {
 #[derive(Debug)]
 struct CloseOnDrop(Arc<DbInner>);
 
+/// A non-owning read handle from [`Db::downgrade`]: reads fail with [`Error::Closed`] once the
+/// database is closed or every [`Db`] is dropped.
+#[derive(Debug, Clone)]
+pub struct WeakDb(std::sync::Weak<DbInner>);
+
+impl WeakDb {
+    /// The value of `key`, if present (the latest committed state).
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.0.upgrade().ok_or(Error::Closed)?.get_with(key.as_ref(), &ReadOptions::default())
+    }
+}
+
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         if let Err(e) = self.0.shutdown() {
@@ -160,28 +172,15 @@ impl Db {
 
     /// The value of `key` with explicit read options (e.g. at a snapshot).
     pub fn get_with(&self, key: impl AsRef<[u8]>, opts: &ReadOptions) -> Result<Option<Bytes>> {
-        self.inner.check_open()?;
-        let (seq, sv) = self.inner.read_view(opts);
-        let key = key.as_ref();
-        // Newest source first; stop at the first point version or covering range tombstone
-        // (everything below either is older). Point lookups always fill the block cache.
-        let mut tomb = None;
-        let mut found = None;
-        for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
-            tomb = tomb.max(m.max_covering_tombstone(key, seq));
-            found = m.get(key, seq);
-            if found.is_some() || tomb.is_some() {
-                break;
-            }
-        }
-        if found.is_none() {
-            (found, tomb) = sv.version.get(key, seq, tomb)?;
-        }
-        Ok(match found {
-            Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
-            _ => None,
-        })
+        self.inner.get_with(key.as_ref(), opts)
     }
+
+    /// A handle that reads this database without keeping it open: for a compaction filter that
+    /// must look other keys up (holding a `Db` there would keep the database open forever).
+    pub fn downgrade(&self) -> WeakDb {
+        WeakDb(Arc::downgrade(&self.inner))
+    }
+
 
     /// Sets `key` to `value`.
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
@@ -434,6 +433,29 @@ fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fil
 }
 
 impl DbInner {
+    fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
+        self.check_open()?;
+        let (seq, sv) = self.read_view(opts);
+        // Newest source first; stop at the first point version or covering range tombstone
+        // (everything below either is older). Point lookups always fill the block cache.
+        let mut tomb = None;
+        let mut found = None;
+        for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
+            tomb = tomb.max(m.max_covering_tombstone(key, seq));
+            found = m.get(key, seq);
+            if found.is_some() || tomb.is_some() {
+                break;
+            }
+        }
+        if found.is_none() {
+            (found, tomb) = sv.version.get(key, seq, tomb)?;
+        }
+        Ok(match found {
+            Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
+            _ => None,
+        })
+    }
+
     pub(super) fn sync_mode(&self) -> SyncMode {
         match self.sync_mode.load(Ordering::Acquire) {
             0 => SyncMode::Always,
