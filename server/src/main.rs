@@ -94,13 +94,15 @@ where
 }
 
 async fn run(config: Config, log_hook: LogHook) -> Result<(), Box<dyn std::error::Error>> {
+    let filter = Arc::new(shale_server::storage::ShaleFilter::default());
     let opts = lsm::Options::default()
         .sync_mode(sync_mode(config.appendfsync))
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.block_cache_size as usize)
         .compression(config.compression)
-        .compaction_filter(Arc::new(shale_server::storage::ExpiryFilter));
+        .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
     let db = lsm::Db::open(&config.dir, opts)?;
+    filter.attach(&db);
     let mut listeners = Vec::new();
     if config.port != 0 {
         for addr in &config.bind {

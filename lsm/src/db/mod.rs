@@ -143,6 +143,28 @@ impl WeakDb {
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
         self.0.upgrade().ok_or(Error::Closed)?.get_with(key.as_ref(), &ReadOptions::default())
     }
+
+    /// A consistent view for several dependent reads (each `get` sees the same state).
+    pub fn snapshot(&self) -> Result<WeakSnapshot> {
+        let inner = self.0.upgrade().ok_or(Error::Closed)?;
+        inner.check_open()?;
+        let snapshot = Snapshot::new(inner.visible_seq.load(Ordering::Acquire), &inner.snapshots);
+        Ok(WeakSnapshot { inner, opts: ReadOptions::default().snapshot(&snapshot) })
+    }
+}
+
+/// Reads at one sequence number, from [`WeakDb::snapshot`]. Keep it short-lived.
+#[derive(Debug)]
+pub struct WeakSnapshot {
+    inner: Arc<DbInner>,
+    opts: ReadOptions,
+}
+
+impl WeakSnapshot {
+    /// The value of `key` at the snapshot.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.inner.get_with(key.as_ref(), &self.opts)
+    }
 }
 
 impl Drop for CloseOnDrop {

@@ -53,9 +53,13 @@ fn place(
 ) -> Result<(), Reply> {
     let storage = &s.state.storage;
     let mut placed = meta.clone();
-    if meta.kind != KeyType::String && (fresh_uid || from_db != to_db) {
-        placed.uid = storage.new_uid();
-        storage.copy_elements_into(batch, from_db, meta.uid, to_db, placed.uid).map_err(engine_error)?;
+    if meta.kind != KeyType::String {
+        if fresh_uid || from_db != to_db {
+            placed.uid = storage.new_uid();
+            storage.copy_elements_into(batch, from_db, meta.uid, to_db, placed.uid).map_err(engine_error)?;
+        }
+        // The incarnation now belongs to the new key (compaction checks this owner record).
+        storage.view(to_db).claim(batch, placed.uid, to_key);
     }
     storage.put_into(batch, to_db, to_key, &placed);
     Ok(())

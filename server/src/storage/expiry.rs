@@ -1,27 +1,70 @@
-//! Dropping expired keys during compaction, through the engine's compaction filter.
+//! The compaction filter: drops expired keys and the elements of dead collection incarnations.
 
+use std::sync::{Mutex, OnceLock};
+
+use super::collection::is_live;
 use super::{now_ms, Meta};
 
-/// Removes metadata records whose expiry has passed (the engine turns a removal into a
-/// tombstone, so nothing older reappears). Reads already hide expired keys; this gets the space
-/// back.
+/// Decides, during compaction, what no read can see any more:
+/// - metadata records whose expiry has passed (the engine turns a removal into a tombstone, so
+///   nothing older reappears; reads already hide them, this gets the space back);
+/// - element (`E`), score-index (`Z`) and owner (`U`) records of collection incarnations that
+///   are no longer the live value of their key (deleted, overwritten, expired, flushed).
+///
+/// Liveness needs lookups, so the filter holds a non-owning handle to the database, attached
+/// after it opens; until then it keeps every element. Elements of one incarnation are adjacent
+/// in a compaction's input, so one answer is cached for the whole run.
 #[derive(Debug, Default)]
-pub struct ExpiryFilter;
+pub struct ShaleFilter {
+    db: OnceLock<lsm::WeakDb>,
+    last: Mutex<Option<(u16, u64, bool)>>,
+}
 
-impl lsm::CompactionFilter for ExpiryFilter {
-    fn filter(&self, _level: usize, key: &[u8], value: &[u8]) -> lsm::Decision {
-        if key.first() == Some(&b'M') {
-            if let Some(m) = Meta::decode(bytes::Bytes::copy_from_slice(value)) {
-                if m.is_expired(now_ms()) {
-                    return lsm::Decision::Remove;
-                }
+impl ShaleFilter {
+    /// Gives the filter the database it filters (call once, right after opening it).
+    pub fn attach(&self, db: &lsm::Db) {
+        let _ = self.db.set(db.downgrade());
+    }
+
+    fn live(&self, pdb: u16, uid: u64) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, u, live)) = *last {
+            if (p, u) == (pdb, uid) {
+                return live;
             }
         }
-        lsm::Decision::Keep
+        let Some(db) = self.db.get() else { return true };
+        // Any doubt (an error reading) keeps the record.
+        let live = db.snapshot().and_then(|snap| is_live(&snap, pdb, uid)).unwrap_or(true);
+        *last = Some((pdb, uid, live));
+        live
+    }
+}
+
+impl lsm::CompactionFilter for ShaleFilter {
+    fn filter(&self, _level: usize, key: &[u8], value: &[u8]) -> lsm::Decision {
+        let keep = match key.first() {
+            Some(b'M') => Meta::decode(bytes::Bytes::copy_from_slice(value)).is_none_or(|m| !m.is_expired(now_ms())),
+            Some(b'E' | b'Z') if key.len() >= 11 => {
+                let pdb = u16::from_be_bytes([key[1], key[2]]);
+                let uid = u64::from_be_bytes(key[3..11].try_into().unwrap_or_default());
+                self.live(pdb, uid)
+            }
+            Some(b'U') if key.len() == 9 && value.len() >= 2 => {
+                let uid = u64::from_be_bytes(key[1..9].try_into().unwrap_or_default());
+                self.live(u16::from_be_bytes([value[0], value[1]]), uid)
+            }
+            _ => true,
+        };
+        if keep {
+            lsm::Decision::Keep
+        } else {
+            lsm::Decision::Remove
+        }
     }
 
     fn name(&self) -> &str {
-        "shale expiry"
+        "shale"
     }
 }
 
@@ -32,13 +75,16 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::storage::Storage;
+    use crate::storage::{KeyType, Storage};
 
     #[test]
     fn compaction_drops_expired_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = lsm::Options::default().compaction_filter(Arc::new(ExpiryFilter));
-        let s = Storage::new(lsm::Db::open(dir.path(), opts).unwrap()).unwrap();
+        let filter = Arc::new(ShaleFilter::default());
+        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+        let db = lsm::Db::open(dir.path(), opts).unwrap();
+        filter.attach(&db);
+        let s = Storage::new(db).unwrap();
         for i in 0..100u32 {
             let expire = if i % 2 == 0 { now_ms() - 1 } else { 0 };
             s.set_string(0, format!("k{i}").as_bytes(), Bytes::from_static(b"v"), expire).unwrap();
@@ -50,5 +96,44 @@ mod tests {
         assert_eq!(s.expire_cycle(now_ms(), 1000).unwrap(), (0, false), "nothing left to delete, only entries");
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         assert_eq!(entries(&s), 50, "the active cycle removed the stale index entries");
+    }
+
+    #[test]
+    fn compaction_drops_elements_of_dead_incarnations_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let filter = Arc::new(ShaleFilter::default());
+        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+        let db = lsm::Db::open(dir.path(), opts).unwrap();
+        filter.attach(&db);
+        let s = Storage::new(db).unwrap();
+        let v = s.view(0);
+        let make = |key: &[u8], n: u32| {
+            let mut b = lsm::WriteBatch::new();
+            let mut meta = v.create(&mut b, key, KeyType::Hash);
+            for i in 0..n {
+                v.put_element(&mut b, meta.uid, format!("f{i}").as_bytes(), b"x");
+            }
+            meta.body = crate::storage::Header { count: u64::from(n), ..Default::default() }.body(false);
+            v.put_meta(&mut b, key, &meta);
+            s.write(b).unwrap();
+            meta
+        };
+        let kept = make(b"kept", 100);
+        let _deleted = make(b"deleted", 1000);
+        let _overwritten = make(b"overwritten", 1000);
+        let renamed = make(b"old-name", 10);
+        let mut b = lsm::WriteBatch::new();
+        v.delete_meta(&mut b, b"deleted");
+        v.delete_meta(&mut b, b"old-name");
+        v.put_meta(&mut b, b"new-name", &renamed);
+        v.claim(&mut b, renamed.uid, b"new-name");
+        s.write(b).unwrap();
+        s.set_string(0, b"overwritten", Bytes::from_static(b"now a string"), 0).unwrap();
+        s.engine().compact_range::<&[u8], _>(..).unwrap();
+        let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
+        // kept: meta + owner + 100; renamed: meta + owner + 10; overwritten: its string meta.
+        assert_eq!(entries, 102 + 12 + 1);
+        assert_eq!(v.elements(kept.uid, std::ops::Bound::Unbounded).count(), 100);
+        assert_eq!(v.elements(renamed.uid, std::ops::Bound::Unbounded).count(), 10);
     }
 }

@@ -15,6 +15,7 @@
 //! Index entries are written beside every TTL and never updated: an entry whose key has since
 //! changed its expiry is stale and is simply dropped when its time comes.
 
+mod collection;
 mod expiry;
 mod locks;
 mod meta;
@@ -23,7 +24,8 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-pub use expiry::ExpiryFilter;
+pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreIter, View, LIST_START};
+pub use expiry::ShaleFilter;
 pub use locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
 
