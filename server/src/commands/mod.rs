@@ -2,11 +2,14 @@
 //! handler. Dispatch, arity errors, `COMMAND` and (later) key locking and WATCH read it.
 
 mod client;
+mod coll;
 mod config;
 mod connection;
+mod hash;
 mod keys;
 mod keyspace;
 mod server;
+mod set;
 mod string_range;
 mod strings;
 
@@ -163,6 +166,8 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         string_range::COMMANDS,
         keys::COMMANDS,
         keyspace::COMMANDS,
+        hash::COMMANDS,
+        set::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -41,6 +41,9 @@ pub enum Reply {
     Verbatim(Bytes),
     /// `>n` in RESP3 (pub/sub messages); an array in RESP2.
     Push(Vec<Reply>),
+    /// Pairs such as (member, score): an array of 2-element arrays in RESP3, a flat array in
+    /// RESP2 (ZRANGE … WITHSCORES, HRANDFIELD … WITHVALUES).
+    Pairs(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -83,6 +86,16 @@ impl Reply {
                 for (k, v) in pairs {
                     k.encode(proto, out);
                     v.encode(proto, out);
+                }
+            }
+            Reply::Pairs(pairs) => {
+                header(out, b'*', if resp3 { pairs.len() } else { 2 * pairs.len() } as i64);
+                for (a, b) in pairs {
+                    if resp3 {
+                        out.put_slice(b"*2\r\n");
+                    }
+                    a.encode(proto, out);
+                    b.encode(proto, out);
                 }
             }
             Reply::Double(d) if resp3 => line(out, b',', format_double(*d).as_bytes()),

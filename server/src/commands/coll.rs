@@ -1,0 +1,145 @@
+//! Helpers shared by the collection families: typed lookups, header bookkeeping (a collection
+//! that becomes empty disappears), the SCAN-style cursor walk of a collection's elements, and
+//! random picks.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::{engine_error, parse_i64, Session};
+use crate::glob;
+use crate::resp::Reply;
+use crate::storage::{Header, KeyType, Meta, View};
+
+pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(super) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub(super) const SYNTAX: &str = "ERR syntax error";
+
+/// The live collection of `kind` at `key`: `Ok(None)` if absent, `Err(WRONGTYPE)` if another type.
+pub(super) fn fetch(view: &View, key: &[u8], kind: KeyType) -> Result<Option<Meta>, Reply> {
+    match view.get(key) {
+        Ok(Some(m)) if m.kind != kind => Err(Reply::error(WRONGTYPE)),
+        Ok(m) => Ok(m),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// The collection at `key`, or a new empty incarnation (its owner record goes into `batch`).
+pub(super) fn fetch_or_create(
+    view: &View,
+    batch: &mut lsm::WriteBatch,
+    key: &[u8],
+    kind: KeyType,
+) -> Result<Meta, Reply> {
+    Ok(match fetch(view, key, kind)? {
+        Some(m) => m,
+        None => view.create(batch, key, kind),
+    })
+}
+
+/// Adds the metadata of `meta` with `header` to `batch`, or its deletion when the collection is
+/// now empty (an empty collection does not exist).
+pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, header: Header) {
+    if header.count == 0 {
+        view.delete_meta(batch, key);
+    } else {
+        let updated = Meta { body: header.body(meta.kind == KeyType::List), ..meta.clone() };
+        view.put_meta(batch, key, &updated);
+    }
+}
+
+/// Commits `batch` and answers `ok`.
+pub(super) fn commit(s: &Session, batch: lsm::WriteBatch, ok: Reply) -> Reply {
+    if batch.is_empty() {
+        return ok;
+    }
+    s.state.storage.write(batch).map_or_else(engine_error, |_| ok)
+}
+
+/// Options of HSCAN / SSCAN / ZSCAN.
+pub(super) struct ScanArgs {
+    pub cursor: u64,
+    pub pattern: Option<Bytes>,
+    pub count: usize,
+    pub novalues: bool,
+}
+
+/// Parses `cursor [MATCH p] [COUNT n] [NOVALUES]` (NOVALUES only when `allow_novalues`).
+pub(super) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs, Reply> {
+    let cursor = std::str::from_utf8(&args[0])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| Reply::error("ERR invalid cursor"))?;
+    let mut out = ScanArgs { cursor, pattern: None, count: 10, novalues: false };
+    let mut i = 1;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_lowercase();
+        if opt == "novalues" && allow_novalues {
+            out.novalues = true;
+            i += 1;
+            continue;
+        }
+        let Some(value) = args.get(i + 1) else { return Err(Reply::error(SYNTAX)) };
+        match opt.as_str() {
+            "match" => out.pattern = Some(value.clone()),
+            "count" => match parse_i64(value) {
+                Some(n) if n >= 1 => out.count = n.min(1 << 20) as usize,
+                Some(_) => return Err(Reply::error(SYNTAX)),
+                None => return Err(Reply::error(NOT_INTEGER)),
+            },
+            _ => return Err(Reply::error(SYNTAX)),
+        }
+        i += 2;
+    }
+    Ok(out)
+}
+
+/// Collections this small answer a whole SCAN in one call with cursor 0, as Redis does for its
+/// compact encodings (so clients see the same pages).
+pub(super) const SMALL_SCAN: u64 = 128;
+
+/// One page of a SCAN-style walk over a collection's elements: `(next cursor, elements)`.
+/// `map` turns an element record into what the reply shows (None: skip, e.g. a MATCH miss).
+pub(super) fn scan_elements(
+    s: &Session,
+    view: &View,
+    meta: &Meta,
+    args: &ScanArgs,
+) -> Result<(u64, Vec<(Bytes, Bytes)>), Reply> {
+    let position = s.state.cursors.position(args.cursor).ok_or_else(|| Reply::error("ERR invalid cursor"))?;
+    let all = Header::of(meta).count <= SMALL_SCAN && args.cursor == 0;
+    let limit = if all { usize::MAX } else { args.count };
+    let from = if position.is_empty() { Bound::Unbounded } else { Bound::Included(&position[..]) };
+    let mut out = Vec::new();
+    let mut next = 0;
+    for (seen, kv) in view.elements(meta.uid, from).enumerate() {
+        let (field, value) = kv.map_err(engine_error)?;
+        if seen == limit {
+            next = s.state.cursors.save(field);
+            break;
+        }
+        if args.pattern.as_ref().is_none_or(|p| glob::matches(p, &field, false)) {
+            out.push((field, value));
+        }
+    }
+    Ok((next, out))
+}
+
+/// The `[cursor, [items…]]` reply of a SCAN-style command.
+pub(super) fn scan_reply(next: u64, items: Vec<Reply>) -> Reply {
+    Reply::Array(vec![Reply::bulk(Bytes::from(next.to_string())), Reply::Array(items)])
+}
+
+/// `n` distinct indexes below `len` (all of them if `n >= len`), in random order.
+pub(super) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
+    use rand::seq::index::sample;
+    let n = n.min(len);
+    sample(&mut rand::rng(), len, n).into_vec()
+}
+
+/// `n` indexes below `len`, repetitions allowed.
+pub(super) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n).map(|_| rng.random_range(0..len)).collect()
+}

@@ -1,0 +1,319 @@
+//! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HDEL, HEXISTS, HLEN, HSTRLEN, HKEYS, HVALS,
+//! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is an element record.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::coll::{
+    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_args, scan_elements, scan_reply, store,
+    NOT_INTEGER, SYNTAX,
+};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
+use crate::resp::Reply;
+use crate::storage::{Header, KeyType, Meta, View};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("hset", -4, &["write", "denyoom", "fast"], ONE_KEY, hset),
+    spec("hmset", -4, &["write", "denyoom", "fast"], ONE_KEY, hmset),
+    spec("hsetnx", 4, &["write", "denyoom", "fast"], ONE_KEY, hsetnx),
+    spec("hget", 3, &["readonly", "fast"], ONE_KEY, hget),
+    spec("hmget", -3, &["readonly", "fast"], ONE_KEY, hmget),
+    spec("hdel", -3, &["write", "fast"], ONE_KEY, hdel),
+    spec("hexists", 3, &["readonly", "fast"], ONE_KEY, hexists),
+    spec("hlen", 2, &["readonly", "fast"], ONE_KEY, hlen),
+    spec("hstrlen", 3, &["readonly", "fast"], ONE_KEY, hstrlen),
+    spec("hkeys", 2, &["readonly"], ONE_KEY, hkeys),
+    spec("hvals", 2, &["readonly"], ONE_KEY, hvals),
+    spec("hgetall", 2, &["readonly"], ONE_KEY, hgetall),
+    spec("hincrby", 4, &["write", "denyoom", "fast"], ONE_KEY, hincrby),
+    spec("hincrbyfloat", 4, &["write", "denyoom", "fast"], ONE_KEY, hincrbyfloat),
+    spec("hrandfield", -2, &["readonly"], ONE_KEY, hrandfield),
+    spec("hscan", -3, &["readonly"], ONE_KEY, hscan),
+];
+
+fn hash(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    fetch(view, key, KeyType::Hash)
+}
+
+/// Sets field/value pairs; returns how many fields were new.
+fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Result<i64, Reply> {
+    let view = s.state.storage.view(s.db);
+    let mut b = lsm::WriteBatch::new();
+    let meta = fetch_or_create(&view, &mut b, key, KeyType::Hash)?;
+    let mut header = Header::of(&meta);
+    let mut added = 0;
+    let mut seen = std::collections::HashSet::new();
+    for pair in pairs.chunks_exact(2) {
+        let exists = header.count > 0 && view.element(meta.uid, &pair[0]).map_err(engine_error)?.is_some();
+        if exists && only_new {
+            continue;
+        }
+        if !exists && seen.insert(&pair[0]) {
+            added += 1;
+        }
+        view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+    }
+    header.count += added as u64;
+    store(&view, &mut b, key, &meta, header);
+    s.state.storage.write(b).map_err(engine_error)?;
+    Ok(added)
+}
+
+fn hset(s: &mut Session, args: &[Bytes]) -> Reply {
+    if !args.len().is_multiple_of(2) {
+        return Reply::error("ERR wrong number of arguments for 'hset' command");
+    }
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    set_fields(s, &args[1], &args[2..], false).map_or_else(|e| e, Reply::Integer)
+}
+
+fn hmset(s: &mut Session, args: &[Bytes]) -> Reply {
+    if !args.len().is_multiple_of(2) {
+        return Reply::error("ERR wrong number of arguments for 'hmset' command");
+    }
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    set_fields(s, &args[1], &args[2..], false).map_or_else(|e| e, |_| Reply::ok())
+}
+
+fn hsetnx(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    set_fields(s, &args[1], &args[2..], true).map_or_else(|e| e, Reply::Integer)
+}
+
+fn field_value(s: &Session, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, Reply> {
+    let view = s.state.storage.view(s.db);
+    match hash(&view, key)? {
+        Some(meta) => view.element(meta.uid, field).map_err(engine_error),
+        None => Ok(None),
+    }
+}
+
+fn hget(s: &mut Session, args: &[Bytes]) -> Reply {
+    match field_value(s, &args[1], &args[2]) {
+        Ok(v) => v.map_or(Reply::Null, Reply::Bulk),
+        Err(e) => e,
+    }
+}
+
+fn hmget(s: &mut Session, args: &[Bytes]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let meta = match hash(&view, &args[1]) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let mut out = Vec::with_capacity(args.len() - 2);
+    for field in &args[2..] {
+        let v = match &meta {
+            Some(m) => match view.element(m.uid, field) {
+                Ok(v) => v,
+                Err(e) => return engine_error(e),
+            },
+            None => None,
+        };
+        out.push(v.map_or(Reply::Null, Reply::Bulk));
+    }
+    Reply::Array(out)
+}
+
+fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    let meta = match hash(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Reply::Integer(0),
+        Err(e) => return e,
+    };
+    let mut header = Header::of(&meta);
+    let mut b = lsm::WriteBatch::new();
+    let mut removed = std::collections::HashSet::new();
+    for field in &args[2..] {
+        match view.element(meta.uid, field) {
+            Ok(Some(_)) if removed.insert(field) => view.delete_element(&mut b, meta.uid, field),
+            Ok(_) => {}
+            Err(e) => return engine_error(e),
+        }
+    }
+    header.count -= removed.len() as u64;
+    if !removed.is_empty() {
+        store(&view, &mut b, &args[1], &meta, header);
+    }
+    commit(s, b, Reply::Integer(removed.len() as i64))
+}
+
+fn hexists(s: &mut Session, args: &[Bytes]) -> Reply {
+    match field_value(s, &args[1], &args[2]) {
+        Ok(v) => Reply::Integer(i64::from(v.is_some())),
+        Err(e) => e,
+    }
+}
+
+fn hlen(s: &mut Session, args: &[Bytes]) -> Reply {
+    match hash(&s.state.storage.view(s.db), &args[1]) {
+        Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
+        Err(e) => e,
+    }
+}
+
+fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
+    match field_value(s, &args[1], &args[2]) {
+        Ok(v) => Reply::Integer(v.map_or(0, |v| v.len() as i64)),
+        Err(e) => e,
+    }
+}
+
+/// Every (field, value) of the hash at `key` (empty if absent).
+fn all_fields(s: &Session, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+    let view = s.state.storage.view(s.db);
+    let Some(meta) = hash(&view, key)? else { return Ok(Vec::new()) };
+    view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>().map_err(engine_error)
+}
+
+fn hkeys(s: &mut Session, args: &[Bytes]) -> Reply {
+    match all_fields(s, &args[1]) {
+        Ok(all) => Reply::Array(all.into_iter().map(|(f, _)| Reply::Bulk(f)).collect()),
+        Err(e) => e,
+    }
+}
+
+fn hvals(s: &mut Session, args: &[Bytes]) -> Reply {
+    match all_fields(s, &args[1]) {
+        Ok(all) => Reply::Array(all.into_iter().map(|(_, v)| Reply::Bulk(v)).collect()),
+        Err(e) => e,
+    }
+}
+
+fn hgetall(s: &mut Session, args: &[Bytes]) -> Reply {
+    match all_fields(s, &args[1]) {
+        Ok(all) => Reply::Map(all.into_iter().map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v))).collect()),
+        Err(e) => e,
+    }
+}
+
+/// Read-modify-write of one field: `update` gets the current value (if any) and returns the
+/// new one and the reply.
+fn update_field(
+    s: &Session,
+    key: &[u8],
+    field: &[u8],
+    update: impl FnOnce(Option<&Bytes>) -> Result<(Bytes, Reply), Reply>,
+) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [key]);
+    let view = s.state.storage.view(s.db);
+    let mut b = lsm::WriteBatch::new();
+    let meta = match fetch_or_create(&view, &mut b, key, KeyType::Hash) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let mut header = Header::of(&meta);
+    let current = if header.count == 0 {
+        None
+    } else {
+        match view.element(meta.uid, field) {
+            Ok(v) => v,
+            Err(e) => return engine_error(e),
+        }
+    };
+    let (value, reply) = match update(current.as_ref()) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if current.is_none() {
+        header.count += 1;
+    }
+    view.put_element(&mut b, meta.uid, field, &value);
+    store(&view, &mut b, key, &meta, header);
+    commit(s, b, reply)
+}
+
+fn hincrby(s: &mut Session, args: &[Bytes]) -> Reply {
+    let Some(delta) = parse_i64(&args[3]) else { return Reply::error(NOT_INTEGER) };
+    update_field(s, &args[1], &args[2], |current| {
+        let n = match current {
+            Some(v) => parse_i64(v).filter(|_| v.len() <= 20).ok_or_else(|| Reply::error("ERR hash value is not an integer"))?,
+            None => 0,
+        };
+        let next = n.checked_add(delta).ok_or_else(|| Reply::error("ERR increment or decrement would overflow"))?;
+        Ok((Bytes::from(next.to_string()), Reply::Integer(next)))
+    })
+}
+
+fn hincrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
+    if crate::num::parse_float(&args[3]).is_none() {
+        return Reply::error("ERR value is not a valid float");
+    }
+    update_field(s, &args[1], &args[2], |current| {
+        let current = current.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
+        if crate::num::parse_float(&current).is_none() {
+            return Err(Reply::error("ERR hash value is not a float"));
+        }
+        let text = crate::num::incr_by_float(&current, &args[3]).map_err(|e| Reply::error(e.message()))?;
+        let value = Bytes::from(text);
+        Ok((value.clone(), Reply::Bulk(value)))
+    })
+}
+
+/// `HRANDFIELD key [count [WITHVALUES]]`.
+fn hrandfield(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (count, withvalues) = match args.len() {
+        2 => (None, false),
+        3 | 4 => {
+            let Some(n) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
+            if args.len() == 4 && !args[3].eq_ignore_ascii_case(b"withvalues") {
+                return Reply::error(SYNTAX);
+            }
+            if n < -(i64::MAX / 2) {
+                return Reply::error("ERR value is out of range");
+            }
+            (Some(n), args.len() == 4)
+        }
+        _ => return Reply::error(SYNTAX),
+    };
+    let all = match all_fields(s, &args[1]) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let Some(count) = count else {
+        return match distinct_picks(all.len(), 1).first() {
+            Some(&i) => Reply::Bulk(all[i].0.clone()),
+            None => Reply::Null,
+        };
+    };
+    if all.is_empty() {
+        return Reply::Array(Vec::new());
+    }
+    let picks =
+        if count >= 0 { distinct_picks(all.len(), count as usize) } else { repeated_picks(all.len(), count.unsigned_abs() as usize) };
+    if withvalues {
+        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Bulk(all[i].1.clone()))).collect())
+    } else {
+        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
+    }
+}
+
+/// `HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]`.
+fn hscan(s: &mut Session, args: &[Bytes]) -> Reply {
+    let opts = match scan_args(&args[2..], true) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let view = s.state.storage.view(s.db);
+    let meta = match hash(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return scan_reply(0, Vec::new()),
+        Err(e) => return e,
+    };
+    match scan_elements(s, &view, &meta, &opts) {
+        Ok((next, items)) => {
+            let mut out = Vec::new();
+            for (f, v) in items {
+                out.push(Reply::Bulk(f));
+                if !opts.novalues {
+                    out.push(Reply::Bulk(v));
+                }
+            }
+            scan_reply(next, out)
+        }
+        Err(e) => e,
+    }
+}

@@ -1,0 +1,394 @@
+//! Sets: SADD, SREM, SCARD, SISMEMBER, SMISMEMBER, SMEMBERS, SMOVE, SPOP, SRANDMEMBER, SINTER,
+//! SINTERCARD, SINTERSTORE, SUNION, SUNIONSTORE, SDIFF, SDIFFSTORE, SSCAN. Each member is an
+//! element record with an empty value.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::coll::{
+    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_args, scan_elements, scan_reply, store,
+    NOT_INTEGER, SYNTAX,
+};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
+use crate::resp::Reply;
+use crate::storage::{Header, KeyType, Meta, View};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("sadd", -3, &["write", "denyoom", "fast"], ONE_KEY, sadd),
+    spec("srem", -3, &["write", "fast"], ONE_KEY, srem),
+    spec("scard", 2, &["readonly", "fast"], ONE_KEY, scard),
+    spec("sismember", 3, &["readonly", "fast"], ONE_KEY, sismember),
+    spec("smismember", -3, &["readonly", "fast"], ONE_KEY, smismember),
+    spec("smembers", 2, &["readonly"], ONE_KEY, smembers),
+    spec("smove", 4, &["write", "fast"], (1, 2, 1), smove),
+    spec("spop", -2, &["write", "fast"], ONE_KEY, spop),
+    spec("srandmember", -2, &["readonly"], ONE_KEY, srandmember),
+    spec("sinter", -2, &["readonly"], (1, -1, 1), sinter),
+    spec("sintercard", -3, &["readonly"], (0, 0, 0), sintercard),
+    spec("sinterstore", -3, &["write", "denyoom"], (1, -1, 1), sinterstore),
+    spec("sunion", -2, &["readonly"], (1, -1, 1), sunion),
+    spec("sunionstore", -3, &["write", "denyoom"], (1, -1, 1), sunionstore),
+    spec("sdiff", -2, &["readonly"], (1, -1, 1), sdiff),
+    spec("sdiffstore", -3, &["write", "denyoom"], (1, -1, 1), sdiffstore),
+    spec("sscan", -3, &["readonly"], ONE_KEY, sscan),
+];
+
+fn set_at(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    fetch(view, key, KeyType::Set)
+}
+
+/// Every member of the set at `key` (empty if absent).
+fn members(view: &View, key: &[u8]) -> Result<BTreeSet<Bytes>, Reply> {
+    let Some(meta) = set_at(view, key)? else { return Ok(BTreeSet::new()) };
+    view.elements(meta.uid, Bound::Unbounded).map(|kv| kv.map(|(m, _)| m)).collect::<lsm::Result<_>>().map_err(engine_error)
+}
+
+fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    let mut b = lsm::WriteBatch::new();
+    let meta = match fetch_or_create(&view, &mut b, &args[1], KeyType::Set) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let mut header = Header::of(&meta);
+    let mut added = BTreeSet::new();
+    for m in &args[2..] {
+        if added.contains(m) {
+            continue;
+        }
+        let exists = match header.count {
+            0 => false,
+            _ => match view.element(meta.uid, m) {
+                Ok(v) => v.is_some(),
+                Err(e) => return engine_error(e),
+            },
+        };
+        if !exists {
+            view.put_element(&mut b, meta.uid, m, b"");
+            added.insert(m.clone());
+        }
+    }
+    header.count += added.len() as u64;
+    store(&view, &mut b, &args[1], &meta, header);
+    commit(s, b, Reply::Integer(added.len() as i64))
+}
+
+/// Removes `targets` from the set at `key` in `batch`; returns how many were there.
+fn remove_members(
+    view: &View,
+    b: &mut lsm::WriteBatch,
+    key: &[u8],
+    meta: &Meta,
+    targets: &[Bytes],
+) -> Result<usize, Reply> {
+    let mut header = Header::of(meta);
+    let mut removed = BTreeSet::new();
+    for m in targets {
+        if !removed.contains(m) && view.element(meta.uid, m).map_err(engine_error)?.is_some() {
+            view.delete_element(b, meta.uid, m);
+            removed.insert(m.clone());
+        }
+    }
+    if !removed.is_empty() {
+        header.count -= removed.len() as u64;
+        store(view, b, key, meta, header);
+    }
+    Ok(removed.len())
+}
+
+fn srem(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Reply::Integer(0),
+        Err(e) => return e,
+    };
+    let mut b = lsm::WriteBatch::new();
+    match remove_members(&view, &mut b, &args[1], &meta, &args[2..]) {
+        Ok(n) => commit(s, b, Reply::Integer(n as i64)),
+        Err(e) => e,
+    }
+}
+
+fn scard(s: &mut Session, args: &[Bytes]) -> Reply {
+    match set_at(&s.state.storage.view(s.db), &args[1]) {
+        Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
+        Err(e) => e,
+    }
+}
+
+fn is_member(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<bool, Reply> {
+    match meta {
+        Some(m) => Ok(view.element(m.uid, member).map_err(engine_error)?.is_some()),
+        None => Ok(false),
+    }
+}
+
+fn sismember(s: &mut Session, args: &[Bytes]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let result = set_at(&view, &args[1]).and_then(|m| is_member(&view, &m, &args[2]));
+    result.map_or_else(|e| e, |b| Reply::Integer(i64::from(b)))
+}
+
+fn smismember(s: &mut Session, args: &[Bytes]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let mut out = Vec::new();
+    for m in &args[2..] {
+        match is_member(&view, &meta, m) {
+            Ok(b) => out.push(Reply::Integer(i64::from(b))),
+            Err(e) => return e,
+        }
+    }
+    Reply::Array(out)
+}
+
+fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
+    Reply::Set(members.into_iter().map(Reply::Bulk).collect())
+}
+
+fn smembers(s: &mut Session, args: &[Bytes]) -> Reply {
+    members(&s.state.storage.view(s.db), &args[1]).map_or_else(|e| e, set_reply)
+}
+
+fn smove(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (src, dst, member) = (&args[1], &args[2], &args[3]);
+    let _guard = s.state.storage.lock(s.db, [&src[..], &dst[..]]);
+    let view = s.state.storage.view(s.db);
+    let (src_meta, dst_meta) = match (set_at(&view, src), set_at(&view, dst)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let Some(src_meta) = src_meta else { return Reply::Integer(0) };
+    match is_member(&view, &Some(src_meta.clone()), member) {
+        Ok(false) => return Reply::Integer(0),
+        Ok(true) => {}
+        Err(e) => return e,
+    }
+    if src == dst {
+        return Reply::Integer(1);
+    }
+    let mut b = lsm::WriteBatch::new();
+    if let Err(e) = remove_members(&view, &mut b, src, &src_meta, std::slice::from_ref(member)) {
+        return e;
+    }
+    let dst_meta = dst_meta.unwrap_or_else(|| view.create(&mut b, dst, KeyType::Set));
+    let mut header = Header::of(&dst_meta);
+    match is_member(&view, &Some(dst_meta.clone()), member) {
+        Ok(true) => {}
+        Ok(false) => {
+            view.put_element(&mut b, dst_meta.uid, member, b"");
+            header.count += 1;
+            store(&view, &mut b, dst, &dst_meta, header);
+        }
+        Err(e) => return e,
+    }
+    commit(s, b, Reply::Integer(1))
+}
+
+fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
+    let count = match args.len() {
+        2 => None,
+        3 => match parse_i64(&args[2]) {
+            Some(n) if n >= 0 => Some(n as usize),
+            _ => return Reply::error("ERR value is out of range, must be positive"),
+        },
+        _ => return Reply::error(SYNTAX),
+    };
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return if count.is_some() { Reply::Set(Vec::new()) } else { Reply::Null },
+        Err(e) => return e,
+    };
+    let all: Vec<Bytes> = match members(&view, &args[1]) {
+        Ok(m) => m.into_iter().collect(),
+        Err(e) => return e,
+    };
+    let picked: Vec<Bytes> = distinct_picks(all.len(), count.unwrap_or(1)).into_iter().map(|i| all[i].clone()).collect();
+    let mut b = lsm::WriteBatch::new();
+    if let Err(e) = remove_members(&view, &mut b, &args[1], &meta, &picked) {
+        return e;
+    }
+    let reply = match count {
+        Some(_) => set_reply(picked),
+        None => picked.into_iter().next().map_or(Reply::Null, Reply::Bulk),
+    };
+    commit(s, b, reply)
+}
+
+fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
+    let count = match args.len() {
+        2 => None,
+        3 => match parse_i64(&args[2]) {
+            Some(n) if n >= -(i64::MAX / 2) => Some(n),
+            Some(_) => return Reply::error("ERR value is out of range"),
+            None => return Reply::error(NOT_INTEGER),
+        },
+        _ => return Reply::error(SYNTAX),
+    };
+    let all: Vec<Bytes> = match members(&s.state.storage.view(s.db), &args[1]) {
+        Ok(m) => m.into_iter().collect(),
+        Err(e) => return e,
+    };
+    match count {
+        None => distinct_picks(all.len(), 1).first().map_or(Reply::Null, |&i| Reply::Bulk(all[i].clone())),
+        Some(_) if all.is_empty() => Reply::Array(Vec::new()),
+        Some(n) if n >= 0 => {
+            Reply::Array(distinct_picks(all.len(), n as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect())
+        }
+        Some(n) => Reply::Array(
+            repeated_picks(all.len(), n.unsigned_abs() as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect(),
+        ),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Inter,
+    Union,
+    Diff,
+}
+
+/// The result of `op` over the sets at `keys` (missing keys are empty sets).
+fn combine(view: &View, keys: &[Bytes], op: Op) -> Result<BTreeSet<Bytes>, Reply> {
+    // Check every type first: WRONGTYPE wins over an empty intersection.
+    let mut sets = Vec::with_capacity(keys.len());
+    for k in keys {
+        sets.push(set_at(view, k)?);
+    }
+    let mut acc: Option<BTreeSet<Bytes>> = None;
+    for (k, meta) in keys.iter().zip(&sets) {
+        if op == Op::Inter && meta.is_none() {
+            return Ok(BTreeSet::new());
+        }
+        let these = if meta.is_some() { members(view, k)? } else { BTreeSet::new() };
+        acc = Some(match (acc, op) {
+            (None, _) => these,
+            (Some(a), Op::Inter) => a.intersection(&these).cloned().collect(),
+            (Some(mut a), Op::Union) => {
+                a.extend(these);
+                a
+            }
+            (Some(a), Op::Diff) => a.difference(&these).cloned().collect(),
+        });
+    }
+    Ok(acc.unwrap_or_default())
+}
+
+fn read_op(s: &Session, keys: &[Bytes], op: Op) -> Reply {
+    combine(&s.state.storage.view(s.db), keys, op).map_or_else(|e| e, set_reply)
+}
+
+/// Replaces whatever `dest` holds with a set of `members` (deleting it if there are none).
+pub(super) fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let mut b = lsm::WriteBatch::new();
+    if members.is_empty() {
+        view.delete_meta(&mut b, dest);
+    } else {
+        let meta = view.create(&mut b, dest, KeyType::Set);
+        for m in members {
+            view.put_element(&mut b, meta.uid, m, b"");
+        }
+        store(&view, &mut b, dest, &meta, Header { count: members.len() as u64, ..Header::default() });
+    }
+    commit(s, b, Reply::Integer(members.len() as i64))
+}
+
+fn store_op(s: &Session, args: &[Bytes], op: Op) -> Reply {
+    let _guard = s.state.storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
+    match combine(&s.state.storage.view(s.db), &args[2..], op) {
+        Ok(result) => store_set(s, &args[1], &result),
+        Err(e) => e,
+    }
+}
+
+fn sinter(s: &mut Session, args: &[Bytes]) -> Reply {
+    read_op(s, &args[1..], Op::Inter)
+}
+
+fn sunion(s: &mut Session, args: &[Bytes]) -> Reply {
+    read_op(s, &args[1..], Op::Union)
+}
+
+fn sdiff(s: &mut Session, args: &[Bytes]) -> Reply {
+    read_op(s, &args[1..], Op::Diff)
+}
+
+fn sinterstore(s: &mut Session, args: &[Bytes]) -> Reply {
+    store_op(s, args, Op::Inter)
+}
+
+fn sunionstore(s: &mut Session, args: &[Bytes]) -> Reply {
+    store_op(s, args, Op::Union)
+}
+
+fn sdiffstore(s: &mut Session, args: &[Bytes]) -> Reply {
+    store_op(s, args, Op::Diff)
+}
+
+/// `numkeys key … [LIMIT n]` of SINTERCARD / ZINTERCARD: the keys and the limit (0 = none).
+pub(super) fn numkeys_and_limit(args: &[Bytes]) -> Result<(&[Bytes], usize), Reply> {
+    let n = parse_i64(&args[1]).unwrap_or(0);
+    if n <= 0 {
+        return Err(Reply::error("ERR numkeys should be greater than 0"));
+    }
+    let n = n as usize;
+    if n > args.len() - 2 {
+        return Err(Reply::error("ERR Number of keys can't be greater than number of args"));
+    }
+    let keys = &args[2..2 + n];
+    let mut limit = 0;
+    let mut rest = &args[2 + n..];
+    while let [opt, tail @ ..] = rest {
+        match (String::from_utf8_lossy(opt).to_ascii_lowercase().as_str(), tail) {
+            ("limit", [value, more @ ..]) => {
+                let l = parse_i64(value).ok_or_else(|| Reply::error(NOT_INTEGER))?;
+                if l < 0 {
+                    return Err(Reply::error("ERR LIMIT can't be negative"));
+                }
+                limit = l as usize;
+                rest = more;
+            }
+            _ => return Err(Reply::error(SYNTAX)),
+        }
+    }
+    Ok((keys, limit))
+}
+
+fn sintercard(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (keys, limit) = match numkeys_and_limit(args) {
+        Ok(k) => k,
+        Err(e) => return e,
+    };
+    match combine(&s.state.storage.view(s.db), keys, Op::Inter) {
+        Ok(r) => Reply::Integer(if limit > 0 { r.len().min(limit) } else { r.len() } as i64),
+        Err(e) => e,
+    }
+}
+
+fn sscan(s: &mut Session, args: &[Bytes]) -> Reply {
+    let opts = match scan_args(&args[2..], false) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let view = s.state.storage.view(s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return scan_reply(0, Vec::new()),
+        Err(e) => return e,
+    };
+    match scan_elements(s, &view, &meta, &opts) {
+        Ok((next, items)) => scan_reply(next, items.into_iter().map(|(m, _)| Reply::Bulk(m)).collect()),
+        Err(e) => e,
+    }
+}
