@@ -203,7 +203,6 @@ impl Db {
         WeakDb(Arc::downgrade(&self.inner))
     }
 
-
     /// Sets `key` to `value`.
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let mut b = WriteBatch::new();

@@ -230,7 +230,9 @@ fn hincrby(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(delta) = parse_i64(&args[3]) else { return Reply::error(NOT_INTEGER) };
     update_field(s, &args[1], &args[2], |current| {
         let n = match current {
-            Some(v) => parse_i64(v).filter(|_| v.len() <= 20).ok_or_else(|| Reply::error("ERR hash value is not an integer"))?,
+            Some(v) => parse_i64(v)
+                .filter(|_| v.len() <= 20)
+                .ok_or_else(|| Reply::error("ERR hash value is not an integer"))?,
             None => 0,
         };
         let next = n.checked_add(delta).ok_or_else(|| Reply::error("ERR increment or decrement would overflow"))?;
@@ -282,10 +284,15 @@ fn hrandfield(s: &mut Session, args: &[Bytes]) -> Reply {
     if all.is_empty() {
         return Reply::Array(Vec::new());
     }
-    let picks =
-        if count >= 0 { distinct_picks(all.len(), count as usize) } else { repeated_picks(all.len(), count.unsigned_abs() as usize) };
+    let picks = if count >= 0 {
+        distinct_picks(all.len(), count as usize)
+    } else {
+        repeated_picks(all.len(), count.unsigned_abs() as usize)
+    };
     if withvalues {
-        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Bulk(all[i].1.clone()))).collect())
+        Reply::Pairs(
+            picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Bulk(all[i].1.clone()))).collect(),
+        )
     } else {
         Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
     }

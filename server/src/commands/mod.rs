@@ -12,6 +12,7 @@ mod server;
 mod set;
 mod string_range;
 mod strings;
+mod zset;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -168,6 +169,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         keyspace::COMMANDS,
         hash::COMMANDS,
         set::COMMANDS,
+        zset::COMMANDS,
     ]
     .into_iter()
     .flatten()

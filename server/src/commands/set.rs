@@ -42,7 +42,10 @@ fn set_at(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
 /// Every member of the set at `key` (empty if absent).
 fn members(view: &View, key: &[u8]) -> Result<BTreeSet<Bytes>, Reply> {
     let Some(meta) = set_at(view, key)? else { return Ok(BTreeSet::new()) };
-    view.elements(meta.uid, Bound::Unbounded).map(|kv| kv.map(|(m, _)| m)).collect::<lsm::Result<_>>().map_err(engine_error)
+    view.elements(meta.uid, Bound::Unbounded)
+        .map(|kv| kv.map(|(m, _)| m))
+        .collect::<lsm::Result<_>>()
+        .map_err(engine_error)
 }
 
 fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -213,7 +216,8 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(m) => m.into_iter().collect(),
         Err(e) => return e,
     };
-    let picked: Vec<Bytes> = distinct_picks(all.len(), count.unwrap_or(1)).into_iter().map(|i| all[i].clone()).collect();
+    let picked: Vec<Bytes> =
+        distinct_picks(all.len(), count.unwrap_or(1)).into_iter().map(|i| all[i].clone()).collect();
     let mut b = lsm::WriteBatch::new();
     if let Err(e) = remove_members(&view, &mut b, &args[1], &meta, &picked) {
         return e;
@@ -242,11 +246,14 @@ fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
     match count {
         None => distinct_picks(all.len(), 1).first().map_or(Reply::Null, |&i| Reply::Bulk(all[i].clone())),
         Some(_) if all.is_empty() => Reply::Array(Vec::new()),
-        Some(n) if n >= 0 => {
-            Reply::Array(distinct_picks(all.len(), n as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect())
-        }
+        Some(n) if n >= 0 => Reply::Array(
+            distinct_picks(all.len(), n as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect(),
+        ),
         Some(n) => Reply::Array(
-            repeated_picks(all.len(), n.unsigned_abs() as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect(),
+            repeated_picks(all.len(), n.unsigned_abs() as usize)
+                .into_iter()
+                .map(|i| Reply::Bulk(all[i].clone()))
+                .collect(),
         ),
     }
 }

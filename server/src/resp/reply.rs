@@ -120,9 +120,8 @@ impl Reply {
     }
 }
 
-/// A double as Redis prints it: `inf`, `-inf`, `nan`, integers without a fraction, otherwise
-/// the shortest digits that read back to the same value, in `%g` layout (exponent form with
-/// `e+NN` / `e-NN` below 1e-4 or from 1e17 up).
+/// A double as Redis 7.0 prints scores and RESP3 doubles: C's `%.17g` (`1.1000000000000001`,
+/// `1e+20`, `inf`, `-inf`, `nan`), checked against redis-server 7.0.15.
 pub fn format_double(d: f64) -> String {
     if d.is_nan() {
         return "nan".into();
@@ -130,16 +129,23 @@ pub fn format_double(d: f64) -> String {
     if d.is_infinite() {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }
-    if d == d.trunc() && d.abs() < 1e17 {
-        return format!("{}", d as i64);
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
-    let sci = format!("{d:e}"); // shortest digits, e.g. "1.5e-7"
+    let sci = format!("{d:.16e}"); // 17 significant digits, e.g. "1.1000000000000001e0"
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |t: &str| -> String {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t.to_string()
+        }
+    };
     if (-4..17).contains(&exp) {
-        format!("{d}")
+        trim(&format!("{:.*}", (16 - exp) as usize, d))
     } else {
-        format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+        format!("{}e{}{:02}", trim(mantissa), if exp < 0 { '-' } else { '+' }, exp.abs())
     }
 }
 
@@ -246,9 +252,16 @@ mod tests {
         assert_eq!(format_double(-0.5), "-0.5");
         assert_eq!(format_double(f64::INFINITY), "inf");
         assert_eq!(format_double(f64::NEG_INFINITY), "-inf");
-        assert_eq!(format_double(1.1), "1.1");
-        assert_eq!(format_double(1e300), "1e+300");
-        assert_eq!(format_double(-2.5e-7), "-2.5e-07");
+        // %.17g, as redis-server 7.0.15 prints ZSCORE replies.
+        assert_eq!(format_double(1.1), "1.1000000000000001");
+        assert_eq!(format_double(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(format_double(1e20), "1e+20");
+        assert_eq!(format_double(123456789012345678.0), "1.2345678901234568e+17");
+        assert_eq!(format_double(1e-5), "1.0000000000000001e-05");
+        assert_eq!(format_double(2.5), "2.5");
+        assert_eq!(format_double(1e16), "10000000000000000");
+        assert_eq!(format_double(1e300), "1.0000000000000001e+300");
+        assert_eq!(format_double(-2.5e-7), "-2.4999999999999999e-07");
         assert_eq!(format_double(0.001), "0.001");
         assert_eq!(format_double(f64::NAN), "nan");
     }

@@ -1,0 +1,524 @@
+//! Sorted sets. Each member is an element record holding its order-preserving score, plus a
+//! score-index record `(score, member)`, so ranges by score and rank walk the index in order
+//! and ranges by member walk the element records. Ranges and parsing are in `range`, the
+//! multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms) in `algebra`.
+
+mod algebra;
+mod range;
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::coll::{commit, fetch, scan_args, scan_elements, scan_reply, store, NOT_INTEGER, SYNTAX};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
+use crate::resp::Reply;
+use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("zadd", -4, &["write", "denyoom", "fast"], ONE_KEY, zadd),
+    spec("zincrby", 4, &["write", "denyoom", "fast"], ONE_KEY, zincrby),
+    spec("zrem", -3, &["write", "fast"], ONE_KEY, zrem),
+    spec("zcard", 2, &["readonly", "fast"], ONE_KEY, zcard),
+    spec("zscore", 3, &["readonly", "fast"], ONE_KEY, zscore),
+    spec("zmscore", -3, &["readonly", "fast"], ONE_KEY, zmscore),
+    spec("zrank", -3, &["readonly", "fast"], ONE_KEY, zrank),
+    spec("zrevrank", -3, &["readonly", "fast"], ONE_KEY, zrevrank),
+    spec("zpopmin", -2, &["write", "fast"], ONE_KEY, zpopmin),
+    spec("zpopmax", -2, &["write", "fast"], ONE_KEY, zpopmax),
+    spec("zmpop", -4, &["write"], (0, 0, 0), zmpop),
+    spec("zrandmember", -2, &["readonly"], ONE_KEY, zrandmember),
+    spec("zscan", -3, &["readonly"], ONE_KEY, zscan),
+    spec("zrange", -4, &["readonly"], ONE_KEY, range::zrange),
+    spec("zrangestore", -5, &["write", "denyoom"], (1, 2, 1), range::zrangestore),
+    spec("zrevrange", -4, &["readonly"], ONE_KEY, range::zrevrange),
+    spec("zrangebyscore", -4, &["readonly"], ONE_KEY, range::zrangebyscore),
+    spec("zrevrangebyscore", -4, &["readonly"], ONE_KEY, range::zrevrangebyscore),
+    spec("zrangebylex", -4, &["readonly"], ONE_KEY, range::zrangebylex),
+    spec("zrevrangebylex", -4, &["readonly"], ONE_KEY, range::zrevrangebylex),
+    spec("zcount", 4, &["readonly", "fast"], ONE_KEY, range::zcount),
+    spec("zlexcount", 4, &["readonly", "fast"], ONE_KEY, range::zlexcount),
+    spec("zremrangebyrank", 4, &["write"], ONE_KEY, range::zremrangebyrank),
+    spec("zremrangebyscore", 4, &["write"], ONE_KEY, range::zremrangebyscore),
+    spec("zremrangebylex", 4, &["write"], ONE_KEY, range::zremrangebylex),
+    spec("zunion", -3, &["readonly"], (0, 0, 0), algebra::zunion),
+    spec("zinter", -3, &["readonly"], (0, 0, 0), algebra::zinter),
+    spec("zdiff", -3, &["readonly"], (0, 0, 0), algebra::zdiff),
+    spec("zunionstore", -4, &["write", "denyoom"], (1, 1, 1), algebra::zunionstore),
+    spec("zinterstore", -4, &["write", "denyoom"], (1, 1, 1), algebra::zinterstore),
+    spec("zdiffstore", -4, &["write", "denyoom"], (1, 1, 1), algebra::zdiffstore),
+    spec("zintercard", -3, &["readonly"], (0, 0, 0), algebra::zintercard),
+];
+
+const NOT_FLOAT: &str = "ERR value is not a valid float";
+
+/// A score argument (`inf`, `-inf`, `+inf` allowed; NaN is not).
+fn parse_score(arg: &[u8]) -> Option<f64> {
+    crate::num::parse_float(arg)
+}
+
+fn zset(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    fetch(view, key, KeyType::ZSet)
+}
+
+/// A sorted set being changed by one command: its metadata, header and pending batch.
+pub(super) struct ZWrite<'a> {
+    pub view: View<'a>,
+    pub key: &'a [u8],
+    pub meta: Meta,
+    pub header: Header,
+    pub batch: lsm::WriteBatch,
+}
+
+impl<'a> ZWrite<'a> {
+    /// Opens the sorted set at `key` for writing (a new incarnation if absent).
+    pub fn open(view: View<'a>, key: &'a [u8]) -> Result<ZWrite<'a>, Reply> {
+        let mut batch = lsm::WriteBatch::new();
+        let meta = match zset(&view, key)? {
+            Some(m) => m,
+            None => view.create(&mut batch, key, KeyType::ZSet),
+        };
+        let header = Header::of(&meta);
+        Ok(ZWrite { view, key, meta, header, batch })
+    }
+
+    /// The current score of `member`.
+    pub fn score(&self, member: &[u8]) -> Result<Option<f64>, Reply> {
+        if self.header.count == 0 {
+            return Ok(None);
+        }
+        Ok(self.view.element(self.meta.uid, member).map_err(engine_error)?.map(|v| decode_score(&v)))
+    }
+
+    /// Sets `member` to `score` (`old` is its current score, if any).
+    pub fn set(&mut self, member: &[u8], score: f64, old: Option<f64>) {
+        if let Some(o) = old {
+            self.view.delete_score(&mut self.batch, self.meta.uid, o, member);
+        } else {
+            self.header.count += 1;
+        }
+        self.view.put_element(&mut self.batch, self.meta.uid, member, &encode_score(score));
+        self.view.put_score(&mut self.batch, self.meta.uid, score, member);
+    }
+
+    /// Removes `member`, whose score is `score`.
+    pub fn remove(&mut self, member: &[u8], score: f64) {
+        self.view.delete_element(&mut self.batch, self.meta.uid, member);
+        self.view.delete_score(&mut self.batch, self.meta.uid, score, member);
+        self.header.count -= 1;
+    }
+
+    /// Commits the changes (deleting the key if it became empty) and answers `reply`.
+    pub fn commit(mut self, s: &Session, changed: bool, reply: Reply) -> Reply {
+        if changed {
+            store(&self.view, &mut self.batch, self.key, &self.meta, self.header);
+            commit(s, self.batch, reply)
+        } else {
+            reply
+        }
+    }
+}
+
+/// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member …]`.
+fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) = (false, false, false, false, false, false);
+    let mut i = 2;
+    while i < args.len() {
+        match String::from_utf8_lossy(&args[i]).to_ascii_lowercase().as_str() {
+            "nx" => nx = true,
+            "xx" => xx = true,
+            "gt" => gt = true,
+            "lt" => lt = true,
+            "ch" => ch = true,
+            "incr" => incr = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    let pairs = &args[i..];
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return Reply::error(SYNTAX);
+    }
+    if nx && xx {
+        return Reply::error("ERR XX and NX options at the same time are not compatible");
+    }
+    if (nx && (gt || lt)) || (gt && lt) {
+        return Reply::error("ERR GT, LT, and/or NX options at the same time are not compatible");
+    }
+    if incr && pairs.len() > 2 {
+        return Reply::error("ERR INCR option supports a single increment-element pair");
+    }
+    let mut parsed = Vec::with_capacity(pairs.len() / 2);
+    for pair in pairs.chunks_exact(2) {
+        match parse_score(&pair[0]) {
+            Some(score) => parsed.push((score, &pair[1])),
+            None => return Reply::error(NOT_FLOAT),
+        }
+    }
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(s.state.storage.view(s.db), &args[1]) {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    let (mut added, mut updated) = (0, 0);
+    let mut incr_result = None;
+    let mut seen: std::collections::HashMap<&Bytes, f64> = std::collections::HashMap::new();
+    for (score, member) in parsed {
+        let old = match seen.get(member) {
+            Some(&s) => Some(s),
+            None => match w.score(member) {
+                Ok(o) => o,
+                Err(e) => return e,
+            },
+        };
+        if (nx && old.is_some()) || (xx && old.is_none()) {
+            continue;
+        }
+        let mut new = score;
+        if incr {
+            new = old.unwrap_or(0.0) + score;
+            if new.is_nan() {
+                return Reply::error("ERR resulting score is not a number (NaN)");
+            }
+        }
+        if let Some(o) = old {
+            if (gt && new <= o) || (lt && new >= o) {
+                continue;
+            }
+            if new != o {
+                w.set(member, new, Some(o));
+                updated += 1;
+            }
+        } else {
+            w.set(member, new, None);
+            added += 1;
+        }
+        seen.insert(member, new);
+        incr_result = Some(new);
+    }
+    let reply = if incr {
+        incr_result.map_or(Reply::Null, Reply::Double)
+    } else {
+        Reply::Integer(if ch { added + updated } else { added })
+    };
+    w.commit(s, added + updated > 0, reply)
+}
+
+fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
+    let Some(delta) = parse_score(&args[2]) else { return Reply::error(NOT_FLOAT) };
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(s.state.storage.view(s.db), &args[1]) {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    let old = match w.score(&args[3]) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let new = old.unwrap_or(0.0) + delta;
+    if new.is_nan() {
+        return Reply::error("ERR resulting score is not a number (NaN)");
+    }
+    w.set(&args[3], new, old);
+    w.commit(s, true, Reply::Double(new))
+}
+
+fn zrem(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    match zset(&view, &args[1]) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Reply::Integer(0),
+        Err(e) => return e,
+    }
+    let mut w = match ZWrite::open(view, &args[1]) {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    let mut removed = 0;
+    let mut gone = std::collections::HashSet::new();
+    for m in &args[2..] {
+        if !gone.insert(m) {
+            continue;
+        }
+        match w.score(m) {
+            Ok(Some(score)) => {
+                w.remove(m, score);
+                removed += 1;
+            }
+            Ok(None) => {}
+            Err(e) => return e,
+        }
+    }
+    w.commit(s, removed > 0, Reply::Integer(removed))
+}
+
+fn zcard(s: &mut Session, args: &[Bytes]) -> Reply {
+    match zset(&s.state.storage.view(s.db), &args[1]) {
+        Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
+        Err(e) => e,
+    }
+}
+
+fn score_of(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<Option<f64>, Reply> {
+    match meta {
+        Some(m) => Ok(view.element(m.uid, member).map_err(engine_error)?.map(|v| decode_score(&v))),
+        None => Ok(None),
+    }
+}
+
+fn zscore(s: &mut Session, args: &[Bytes]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    match zset(&view, &args[1]).and_then(|m| score_of(&view, &m, &args[2])) {
+        Ok(score) => score.map_or(Reply::Null, Reply::Double),
+        Err(e) => e,
+    }
+}
+
+fn zmscore(s: &mut Session, args: &[Bytes]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let meta = match zset(&view, &args[1]) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let mut out = Vec::new();
+    for m in &args[2..] {
+        match score_of(&view, &meta, m) {
+            Ok(score) => out.push(score.map_or(Reply::Null, Reply::Double)),
+            Err(e) => return e,
+        }
+    }
+    Reply::Array(out)
+}
+
+/// The 0-based rank of `member` (whose score is `score`) counting from the lowest score.
+fn rank_of(view: &View, meta: &Meta, score: f64, member: &[u8]) -> Result<u64, Reply> {
+    let mut rank = 0;
+    for item in view.scores(meta.uid, None) {
+        let (sc, m) = item.map_err(engine_error)?;
+        if sc == score && m == member {
+            return Ok(rank);
+        }
+        rank += 1;
+    }
+    Ok(rank)
+}
+
+fn rank_generic(s: &Session, args: &[Bytes], reverse: bool) -> Reply {
+    let withscore = match args.len() {
+        3 => false,
+        4 if args[3].eq_ignore_ascii_case(b"withscore") => true,
+        _ => return Reply::error(SYNTAX),
+    };
+    let view = s.state.storage.view(s.db);
+    let meta = match zset(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return if withscore { Reply::NullArray } else { Reply::Null },
+        Err(e) => return e,
+    };
+    let score = match score_of(&view, &Some(meta.clone()), &args[2]) {
+        Ok(Some(sc)) => sc,
+        Ok(None) => return if withscore { Reply::NullArray } else { Reply::Null },
+        Err(e) => return e,
+    };
+    let rank = match rank_of(&view, &meta, score, &args[2]) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let rank = if reverse { Header::of(&meta).count - 1 - rank } else { rank } as i64;
+    if withscore {
+        Reply::Array(vec![Reply::Integer(rank), Reply::Double(score)])
+    } else {
+        Reply::Integer(rank)
+    }
+}
+
+fn zrank(s: &mut Session, args: &[Bytes]) -> Reply {
+    rank_generic(s, args, false)
+}
+
+fn zrevrank(s: &mut Session, args: &[Bytes]) -> Reply {
+    rank_generic(s, args, true)
+}
+
+/// Pops up to `count` members from the low (or `max`) end; returns (member, score) pairs.
+pub(super) fn pop(s: &Session, key: &[u8], count: usize, max: bool) -> Result<Vec<(Bytes, f64)>, Reply> {
+    let view = s.state.storage.view(s.db);
+    if zset(&view, key)?.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut w = ZWrite::open(view, key)?;
+    let mut popped = Vec::new();
+    {
+        let iter = view.scores(w.meta.uid, None);
+        let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
+            if max { Box::new(iter.rev()) } else { Box::new(iter) };
+        for item in iter.take(count) {
+            let (score, member) = item.map_err(engine_error)?;
+            popped.push((member, score));
+        }
+    }
+    for (m, sc) in &popped {
+        w.remove(m, *sc);
+    }
+    let changed = !popped.is_empty();
+    if let Reply::Error(e) = w.commit(s, changed, Reply::ok()) {
+        return Err(Reply::Error(e));
+    }
+    Ok(popped)
+}
+
+fn pop_generic(s: &Session, args: &[Bytes], max: bool) -> Reply {
+    let count = match args.len() {
+        2 => None,
+        3 => match parse_i64(&args[2]) {
+            Some(n) if n >= 0 => Some(n as usize),
+            _ => return Reply::error("ERR value is out of range, must be positive"),
+        },
+        _ => return Reply::error(SYNTAX),
+    };
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    match pop(s, &args[1], count.unwrap_or(1), max) {
+        Ok(popped) if count.is_none() => match popped.into_iter().next() {
+            Some((m, sc)) => Reply::Array(vec![Reply::Bulk(m), Reply::Double(sc)]),
+            None => Reply::Array(Vec::new()),
+        },
+        Ok(popped) => Reply::Pairs(popped.into_iter().map(|(m, sc)| (Reply::Bulk(m), Reply::Double(sc))).collect()),
+        Err(e) => e,
+    }
+}
+
+fn zpopmin(s: &mut Session, args: &[Bytes]) -> Reply {
+    pop_generic(s, args, false)
+}
+
+fn zpopmax(s: &mut Session, args: &[Bytes]) -> Reply {
+    pop_generic(s, args, true)
+}
+
+/// `numkeys key … MIN|MAX [COUNT n]` of ZMPOP / BZMPOP (after any timeout argument).
+pub(super) fn mpop_args(args: &[Bytes]) -> Result<(&[Bytes], bool, usize), Reply> {
+    let n = parse_i64(&args[0]).unwrap_or(0);
+    if n <= 0 {
+        return Err(Reply::error("ERR numkeys should be greater than 0"));
+    }
+    let n = n as usize;
+    if args.len() < n + 2 {
+        return Err(Reply::error(SYNTAX));
+    }
+    let keys = &args[1..=n];
+    let max = match String::from_utf8_lossy(&args[n + 1]).to_ascii_lowercase().as_str() {
+        "min" => false,
+        "max" => true,
+        _ => return Err(Reply::error(SYNTAX)),
+    };
+    let count = match &args[n + 2..] {
+        [] => 1,
+        [opt, value] if opt.eq_ignore_ascii_case(b"count") => match parse_i64(value) {
+            Some(c) if c > 0 => c as usize,
+            _ => return Err(Reply::error("ERR count should be greater than 0")),
+        },
+        _ => return Err(Reply::error(SYNTAX)),
+    };
+    Ok((keys, max, count))
+}
+
+/// ZMPOP's reply for members popped from `key`.
+pub(super) fn mpop_reply(key: &Bytes, popped: Vec<(Bytes, f64)>) -> Reply {
+    let items = popped.into_iter().map(|(m, sc)| Reply::Array(vec![Reply::Bulk(m), Reply::Double(sc)])).collect();
+    Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Array(items)])
+}
+
+/// Pops from the first non-empty key of `keys`; `None` if all are empty.
+pub(super) fn mpop_first(s: &Session, keys: &[Bytes], max: bool, count: usize) -> Result<Option<Reply>, Reply> {
+    let _guard = s.state.storage.lock(s.db, keys.iter().map(|k| &k[..]));
+    for key in keys {
+        let popped = pop(s, key, count, max)?;
+        if !popped.is_empty() {
+            return Ok(Some(mpop_reply(key, popped)));
+        }
+    }
+    Ok(None)
+}
+
+fn zmpop(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (keys, max, count) = match mpop_args(&args[1..]) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    match mpop_first(s, keys, max, count) {
+        Ok(r) => r.unwrap_or(Reply::NullArray),
+        Err(e) => e,
+    }
+}
+
+fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (count, withscores) = match args.len() {
+        2 => (None, false),
+        3 | 4 => {
+            let Some(n) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
+            if args.len() == 4 && !args[3].eq_ignore_ascii_case(b"withscores") {
+                return Reply::error(SYNTAX);
+            }
+            if n < -(i64::MAX / 2) {
+                return Reply::error("ERR value is out of range");
+            }
+            (Some(n), args.len() == 4)
+        }
+        _ => return Reply::error(SYNTAX),
+    };
+    let view = s.state.storage.view(s.db);
+    let all: Vec<(Bytes, f64)> = match zset(&view, &args[1]) {
+        Ok(Some(m)) => {
+            match view.elements(m.uid, Bound::Unbounded).map(|kv| kv.map(|(k, v)| (k, decode_score(&v)))).collect() {
+                Ok(a) => a,
+                Err(e) => return engine_error(e),
+            }
+        }
+        Ok(None) => Vec::new(),
+        Err(e) => return e,
+    };
+    let Some(count) = count else {
+        return super::coll::distinct_picks(all.len(), 1)
+            .first()
+            .map_or(Reply::Null, |&i| Reply::Bulk(all[i].0.clone()));
+    };
+    if all.is_empty() {
+        return Reply::Array(Vec::new());
+    }
+    let picks = if count >= 0 {
+        super::coll::distinct_picks(all.len(), count as usize)
+    } else {
+        super::coll::repeated_picks(all.len(), count.unsigned_abs() as usize)
+    };
+    if withscores {
+        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Double(all[i].1))).collect())
+    } else {
+        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
+    }
+}
+
+fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {
+    let opts = match scan_args(&args[2..], false) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let view = s.state.storage.view(s.db);
+    let meta = match zset(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => return scan_reply(0, Vec::new()),
+        Err(e) => return e,
+    };
+    match scan_elements(s, &view, &meta, &opts) {
+        Ok((next, items)) => {
+            let mut out = Vec::new();
+            for (m, v) in items {
+                out.push(Reply::Bulk(m));
+                // ZSCAN scores are always strings, whatever the protocol.
+                out.push(Reply::Bulk(Bytes::from(crate::resp::format_double(decode_score(&v)))));
+            }
+            scan_reply(next, out)
+        }
+        Err(e) => e,
+    }
+}

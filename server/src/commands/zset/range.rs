@@ -1,0 +1,416 @@
+//! Ranges of sorted sets: ZRANGE (BYSCORE BYLEX REV LIMIT WITHSCORES) and its older forms,
+//! ZRANGESTORE, ZCOUNT, ZLEXCOUNT and the ZREMRANGEBY* commands.
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::{zset, ZWrite};
+use crate::commands::coll::{commit, store, NOT_INTEGER, SYNTAX};
+use crate::commands::{engine_error, parse_i64, Session};
+use crate::resp::Reply;
+use crate::storage::{decode_score, Header, KeyType, Meta, View};
+
+/// One end of a score range.
+#[derive(Debug, Clone, Copy)]
+struct ScoreBound {
+    value: f64,
+    exclusive: bool,
+}
+
+fn parse_score_bound(arg: &[u8]) -> Result<ScoreBound, Reply> {
+    let bad = || Reply::error("ERR min or max is not a float");
+    let (exclusive, text) = match arg.first() {
+        Some(b'(') => (true, &arg[1..]),
+        _ => (false, arg),
+    };
+    let value = crate::num::parse_float(text).ok_or_else(bad)?;
+    Ok(ScoreBound { value, exclusive })
+}
+
+impl ScoreBound {
+    fn above_min(&self, score: f64) -> bool {
+        if self.exclusive {
+            score > self.value
+        } else {
+            score >= self.value
+        }
+    }
+
+    fn below_max(&self, score: f64) -> bool {
+        if self.exclusive {
+            score < self.value
+        } else {
+            score <= self.value
+        }
+    }
+}
+
+/// One end of a lexicographic range.
+#[derive(Debug, Clone)]
+enum LexBound {
+    NegInf,
+    PosInf,
+    Inclusive(Bytes),
+    Exclusive(Bytes),
+}
+
+fn parse_lex_bound(arg: &Bytes) -> Result<LexBound, Reply> {
+    match arg.first() {
+        Some(b'-') if arg.len() == 1 => Ok(LexBound::NegInf),
+        Some(b'+') if arg.len() == 1 => Ok(LexBound::PosInf),
+        Some(b'[') => Ok(LexBound::Inclusive(arg.slice(1..))),
+        Some(b'(') => Ok(LexBound::Exclusive(arg.slice(1..))),
+        _ => Err(Reply::error("ERR min or max not valid string range item")),
+    }
+}
+
+impl LexBound {
+    fn above_min(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::NegInf => true,
+            LexBound::PosInf => false,
+            LexBound::Inclusive(b) => m >= &b[..],
+            LexBound::Exclusive(b) => m > &b[..],
+        }
+    }
+
+    fn below_max(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::NegInf => false,
+            LexBound::PosInf => true,
+            LexBound::Inclusive(b) => m <= &b[..],
+            LexBound::Exclusive(b) => m < &b[..],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Rank,
+    Score,
+    Lex,
+}
+
+/// A parsed range request: what to select, in which direction, how many.
+struct Query {
+    by: By,
+    rev: bool,
+    start: Bytes,
+    stop: Bytes,
+    limit: Option<(i64, i64)>,
+    withscores: bool,
+}
+
+/// The (member, score) pairs `q` selects from the sorted set `meta`.
+fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Reply> {
+    let len = Header::of(meta).count as i64;
+    let (offset, count) = match q.limit {
+        Some((o, _)) if o < 0 => return Ok(Vec::new()),
+        Some((o, c)) => (o as usize, if c < 0 { usize::MAX } else { c as usize }),
+        None => (0, usize::MAX),
+    };
+    let mut out = Vec::new();
+    match q.by {
+        By::Rank => {
+            let (Some(mut start), Some(mut end)) = (parse_i64(&q.start), parse_i64(&q.stop)) else {
+                return Err(Reply::error(NOT_INTEGER));
+            };
+            if start < 0 {
+                start += len;
+            }
+            if end < 0 {
+                end += len;
+            }
+            start = start.max(0);
+            if start > end || start >= len {
+                return Ok(out);
+            }
+            end = end.min(len - 1);
+            let take = (end - start + 1) as usize;
+            let scores = view.scores(meta.uid, None);
+            let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
+                if q.rev { Box::new(scores.rev()) } else { Box::new(scores) };
+            for item in iter.skip(start as usize).take(take) {
+                let (sc, m) = item.map_err(engine_error)?;
+                out.push((m, sc));
+            }
+        }
+        By::Score => {
+            let (min, max) = if q.rev { (&q.stop, &q.start) } else { (&q.start, &q.stop) };
+            let (min, max) = (parse_score_bound(min)?, parse_score_bound(max)?);
+            let mut skipped = 0;
+            let mut visit = |sc: f64, m: Bytes| -> bool {
+                if skipped < offset {
+                    skipped += 1;
+                    return true;
+                }
+                if out.len() >= count {
+                    return false;
+                }
+                out.push((m, sc));
+                true
+            };
+            if q.rev {
+                for item in view.scores(meta.uid, None).rev() {
+                    let (sc, m) = item.map_err(engine_error)?;
+                    if !max.below_max(sc) {
+                        continue;
+                    }
+                    if !min.above_min(sc) || !visit(sc, m) {
+                        break;
+                    }
+                }
+            } else {
+                let from = (min.value > f64::NEG_INFINITY).then_some(min.value);
+                for item in view.scores(meta.uid, from) {
+                    let (sc, m) = item.map_err(engine_error)?;
+                    if !min.above_min(sc) {
+                        continue;
+                    }
+                    if !max.below_max(sc) || !visit(sc, m) {
+                        break;
+                    }
+                }
+            }
+        }
+        By::Lex => {
+            let (min, max) = if q.rev { (&q.stop, &q.start) } else { (&q.start, &q.stop) };
+            let (min, max) = (parse_lex_bound(min)?, parse_lex_bound(max)?);
+            let mut skipped = 0;
+            let iter: Box<dyn Iterator<Item = lsm::Result<(Bytes, Bytes)>>> = if q.rev {
+                Box::new(view.elements_rev(meta.uid))
+            } else {
+                let from = match &min {
+                    LexBound::Inclusive(b) | LexBound::Exclusive(b) => Bound::Included(&b[..]),
+                    _ => Bound::Unbounded,
+                };
+                Box::new(view.elements(meta.uid, from))
+            };
+            for item in iter {
+                let (m, v) = item.map_err(engine_error)?;
+                let (in_low, in_high) = (min.above_min(&m), max.below_max(&m));
+                if (!q.rev && !in_low) || (q.rev && !in_high) {
+                    continue;
+                }
+                if (!q.rev && !in_high) || (q.rev && !in_low) {
+                    break;
+                }
+                if skipped < offset {
+                    skipped += 1;
+                    continue;
+                }
+                if out.len() >= count {
+                    break;
+                }
+                out.push((m, decode_score(&v)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses `[BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]` after `start stop`.
+fn parse_query(args: &[Bytes], allow_withscores: bool) -> Result<Query, Reply> {
+    let mut q = Query {
+        by: By::Rank,
+        rev: false,
+        start: args[0].clone(),
+        stop: args[1].clone(),
+        limit: None,
+        withscores: false,
+    };
+    let mut i = 2;
+    while i < args.len() {
+        match String::from_utf8_lossy(&args[i]).to_ascii_lowercase().as_str() {
+            "byscore" => q.by = By::Score,
+            "bylex" => q.by = By::Lex,
+            "rev" => q.rev = true,
+            "withscores" if allow_withscores => q.withscores = true,
+            "limit" if i + 2 < args.len() => {
+                let (Some(o), Some(c)) = (parse_i64(&args[i + 1]), parse_i64(&args[i + 2])) else {
+                    return Err(Reply::error(NOT_INTEGER));
+                };
+                q.limit = Some((o, c));
+                i += 2;
+            }
+            _ => return Err(Reply::error(SYNTAX)),
+        }
+        i += 1;
+    }
+    if q.limit.is_some() && q.by == By::Rank {
+        return Err(Reply::error(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    if q.withscores && q.by == By::Lex {
+        return Err(Reply::error("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
+    }
+    Ok(q)
+}
+
+fn reply(items: Vec<(Bytes, f64)>, withscores: bool) -> Reply {
+    if withscores {
+        Reply::Pairs(items.into_iter().map(|(m, sc)| (Reply::Bulk(m), Reply::Double(sc))).collect())
+    } else {
+        Reply::Array(items.into_iter().map(|(m, _)| Reply::Bulk(m)).collect())
+    }
+}
+
+fn run(s: &Session, key: &[u8], q: Query) -> Reply {
+    let view = s.state.storage.view(s.db);
+    // Bad ranges are errors even on a missing key.
+    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+    let meta = match zset(&view, key) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    match select(&view, meta.as_ref().unwrap_or(&empty), &q) {
+        Ok(items) => reply(items, q.withscores),
+        Err(e) => e,
+    }
+}
+
+pub(super) fn zrange(s: &mut Session, args: &[Bytes]) -> Reply {
+    match parse_query(&args[2..], true) {
+        Ok(q) => run(s, &args[1], q),
+        Err(e) => e,
+    }
+}
+
+/// The old forms: a fixed `by` and direction, then `[WITHSCORES] [LIMIT offset count]`.
+fn legacy(s: &Session, args: &[Bytes], by: By, rev: bool) -> Reply {
+    let mut q = Query { by, rev, start: args[2].clone(), stop: args[3].clone(), limit: None, withscores: false };
+    let mut i = 4;
+    while i < args.len() {
+        match String::from_utf8_lossy(&args[i]).to_ascii_lowercase().as_str() {
+            "withscores" if by != By::Lex => q.withscores = true,
+            "limit" if by != By::Rank && i + 2 < args.len() => {
+                let (Some(o), Some(c)) = (parse_i64(&args[i + 1]), parse_i64(&args[i + 2])) else {
+                    return Reply::error(NOT_INTEGER);
+                };
+                q.limit = Some((o, c));
+                i += 2;
+            }
+            _ => return Reply::error(SYNTAX),
+        }
+        i += 1;
+    }
+    run(s, &args[1], q)
+}
+
+pub(super) fn zrevrange(s: &mut Session, args: &[Bytes]) -> Reply {
+    legacy(s, args, By::Rank, true)
+}
+
+pub(super) fn zrangebyscore(s: &mut Session, args: &[Bytes]) -> Reply {
+    legacy(s, args, By::Score, false)
+}
+
+pub(super) fn zrevrangebyscore(s: &mut Session, args: &[Bytes]) -> Reply {
+    legacy(s, args, By::Score, true)
+}
+
+pub(super) fn zrangebylex(s: &mut Session, args: &[Bytes]) -> Reply {
+    legacy(s, args, By::Lex, false)
+}
+
+pub(super) fn zrevrangebylex(s: &mut Session, args: &[Bytes]) -> Reply {
+    legacy(s, args, By::Lex, true)
+}
+
+/// Replaces whatever `dest` holds with a sorted set of `items` (deleting it if empty).
+pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Reply {
+    let view = s.state.storage.view(s.db);
+    let mut b = lsm::WriteBatch::new();
+    if items.is_empty() {
+        view.delete_meta(&mut b, dest);
+    } else {
+        let meta = view.create(&mut b, dest, KeyType::ZSet);
+        for (m, sc) in items {
+            view.put_element(&mut b, meta.uid, m, &crate::storage::encode_score(*sc));
+            view.put_score(&mut b, meta.uid, *sc, m);
+        }
+        store(&view, &mut b, dest, &meta, Header { count: items.len() as u64, ..Header::default() });
+    }
+    commit(s, b, Reply::Integer(items.len() as i64))
+}
+
+pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
+    let q = match parse_query(&args[3..], false) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    let _guard = s.state.storage.lock(s.db, [&args[1][..], &args[2][..]]);
+    let view = s.state.storage.view(s.db);
+    let items = match zset(&view, &args[2]) {
+        Ok(Some(meta)) => match select(&view, &meta, &q) {
+            Ok(i) => i,
+            Err(e) => return e,
+        },
+        Ok(None) => Vec::new(),
+        Err(e) => return e,
+    };
+    store_zset(s, &args[1], &items)
+}
+
+fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
+    let q = Query { by, rev: false, start: args[2].clone(), stop: args[3].clone(), limit: None, withscores: false };
+    let view = s.state.storage.view(s.db);
+    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+    let meta = match zset(&view, &args[1]) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    match select(&view, meta.as_ref().unwrap_or(&empty), &q) {
+        Ok(items) => Reply::Integer(items.len() as i64),
+        Err(e) => e,
+    }
+}
+
+pub(super) fn zcount(s: &mut Session, args: &[Bytes]) -> Reply {
+    count_generic(s, args, By::Score)
+}
+
+pub(super) fn zlexcount(s: &mut Session, args: &[Bytes]) -> Reply {
+    count_generic(s, args, By::Lex)
+}
+
+fn remove_range(s: &Session, args: &[Bytes], by: By) -> Reply {
+    let q = Query { by, rev: false, start: args[2].clone(), stop: args[3].clone(), limit: None, withscores: false };
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let view = s.state.storage.view(s.db);
+    let meta = match zset(&view, &args[1]) {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            // Still validate the range, as Redis does.
+            let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+            return select(&view, &empty, &q).map_or_else(|e| e, |_| Reply::Integer(0));
+        }
+        Err(e) => return e,
+    };
+    let items = match select(&view, &meta, &q) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    let mut w = match ZWrite::open(view, &args[1]) {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    for (m, sc) in &items {
+        w.remove(m, *sc);
+    }
+    w.commit(s, !items.is_empty(), Reply::Integer(items.len() as i64))
+}
+
+pub(super) fn zremrangebyrank(s: &mut Session, args: &[Bytes]) -> Reply {
+    remove_range(s, args, By::Rank)
+}
+
+pub(super) fn zremrangebyscore(s: &mut Session, args: &[Bytes]) -> Reply {
+    remove_range(s, args, By::Score)
+}
+
+pub(super) fn zremrangebylex(s: &mut Session, args: &[Bytes]) -> Reply {
+    remove_range(s, args, By::Lex)
+}
