@@ -5,6 +5,7 @@
 //! command table ([`commands`]), the keyspace on the engine ([`storage`]), connection commands
 //! and the first string and keyspace commands.
 
+pub mod blocking;
 pub mod clients;
 pub mod commands;
 pub mod config;

@@ -57,6 +57,8 @@ pub struct ServerState {
     pub pause: Mutex<Option<Pause>>,
     /// Resume points of SCAN walks.
     pub cursors: crate::cursors::Cursors,
+    /// Clients blocked on keys.
+    pub blocking: crate::blocking::Registry,
     log_hook: OnceLock<LogHook>,
     /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
@@ -90,6 +92,7 @@ impl ServerState {
             shutdown: Notify::new(),
             pause: Mutex::new(None),
             cursors: crate::cursors::Cursors::default(),
+            blocking: crate::blocking::Registry::default(),
             log_hook: OnceLock::new(),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })

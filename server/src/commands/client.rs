@@ -89,16 +89,16 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
             Reply::ok()
         }
         "unblock" => {
-            let Some(_id) = parse_i64(&args[2]) else {
+            let Some(id) = parse_i64(&args[2]) else {
                 return Reply::error("ERR value is not an integer or out of range");
             };
-            if let Some(reason) = args.get(3) {
-                if !matches!(lower(reason).as_str(), "timeout" | "error") {
-                    return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
-                }
-            }
-            // No command blocks yet (blocking pops arrive with lists), so no client is blocked.
-            Reply::Integer(0)
+            let error = match args.get(3).map(|r| lower(r)) {
+                None => false,
+                Some(r) if r == "timeout" => false,
+                Some(r) if r == "error" => true,
+                Some(_) => return Reply::error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+            };
+            Reply::Integer(i64::from(id > 0 && s.state.blocking.unblock(id as u64, error)))
         }
         "no-evict" | "no-touch" => match lower(&args[2]).as_str() {
             "on" | "off" => Reply::ok(),

@@ -8,6 +8,7 @@ mod connection;
 mod hash;
 mod keys;
 mod keyspace;
+mod list;
 mod server;
 mod set;
 mod string_range;
@@ -23,6 +24,24 @@ use bytes::Bytes;
 use crate::clients::ClientHandle;
 use crate::resp::{Protocol, Reply};
 use crate::state::ServerState;
+
+/// A blocking command waiting for one of its keys.
+pub struct BlockRequest {
+    /// The keys (of the session's database) to wait on.
+    pub keys: Vec<Bytes>,
+    /// How long (None: forever).
+    pub timeout: Option<std::time::Duration>,
+    /// Retried when a key is signalled.
+    pub attempt: crate::blocking::Attempt,
+    /// The reply when the timeout passes.
+    pub timeout_reply: Reply,
+}
+
+impl std::fmt::Debug for BlockRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockRequest").field("keys", &self.keys).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
 
 /// `CLIENT REPLY`: whether replies are sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +73,11 @@ pub struct Session {
     pub suppress_current: bool,
     /// What other clients see of this one.
     pub handle: Arc<ClientHandle>,
+    /// Set by a blocking command that found nothing: the connection waits on it.
+    pub blocked: Option<BlockRequest>,
+    /// Keys (of `db`) the command just run may have given elements (blocked clients are
+    /// served once it has finished).
+    pub signals: Vec<Bytes>,
     /// The server.
     pub state: Arc<ServerState>,
 }
@@ -80,6 +104,8 @@ impl Session {
             skip_next: false,
             suppress_current: false,
             handle,
+            blocked: None,
+            signals: Vec::new(),
             state,
         }
     }
@@ -99,6 +125,17 @@ impl Session {
     /// `CLIENT SETNAME`.
     pub fn set_name(&self, name: Option<Bytes>) {
         *self.handle.name.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    /// Notes that `key` may have gained elements (pushes, moves, stores).
+    pub fn signal(&mut self, key: &Bytes) {
+        self.signals.push(key.clone());
+    }
+
+    /// Asks the connection to block on `req`; the returned reply is never sent.
+    pub fn block(&mut self, req: BlockRequest) -> Reply {
+        self.blocked = Some(req);
+        Reply::Null
     }
 
     /// True if the reply to the command just run should be sent (and consumes a SKIP).
@@ -170,6 +207,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         hash::COMMANDS,
         set::COMMANDS,
         zset::COMMANDS,
+        list::COMMANDS,
     ]
     .into_iter()
     .flatten()
@@ -209,12 +247,23 @@ pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("NOAUTH Authentication required.");
     }
     let Some(spec) = spec else { return unknown_command(args) };
-    session.handle.touch(&spec.name);
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name));
     }
-    (spec.handler)(session, args)
+    session.handle.touch(&spec.name);
+    let reply = (spec.handler)(session, args);
+    serve_signals(session);
+    reply
+}
+
+/// Serves clients blocked on the keys the last command signalled.
+fn serve_signals(session: &mut Session) {
+    for key in std::mem::take(&mut session.signals) {
+        if session.state.blocking.has_waiters(session.db, &key) {
+            session.state.blocking.serve(session.db, &key);
+        }
+    }
 }
 
 /// Consecutive blind writes of one pipeline (plain `SET key value`), committed to the engine as

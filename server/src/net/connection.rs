@@ -68,6 +68,20 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                     } else {
                         dispatch(&mut session, &args)
                     };
+                    let reply = match session.blocked.take() {
+                        Some(req) => {
+                            // Replies already produced go out before the client waits.
+                            if !output.is_empty() && socket.write_all(&output).await.is_err() {
+                                return;
+                            }
+                            output.clear();
+                            match wait_blocked(&mut socket, &mut session, req, &mut input, &mut stop).await {
+                                Some(r) => r,
+                                None => return,
+                            }
+                        }
+                        None => reply,
+                    };
                     if session.take_reply_permission() {
                         reply.encode(session.protocol, &mut output);
                     }
@@ -124,6 +138,58 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Waits for a blocking command's reply: served by a pusher, the timeout, `CLIENT UNBLOCK`. Input
+/// arriving meanwhile is buffered for afterwards. `None` if the connection must close (the
+/// client went away, was killed, or the server is stopping).
+async fn wait_blocked(
+    socket: &mut TcpStream,
+    session: &mut Session,
+    req: crate::commands::BlockRequest,
+    input: &mut BytesMut,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Reply> {
+    let state = Arc::clone(&session.state);
+    let keys = req.keys.clone();
+    let (registration, mut rx) =
+        state.blocking.block(session.id, session.db, req.keys, req.attempt, req.timeout_reply.clone());
+    // An element pushed between the command's own attempt and the registration would otherwise
+    // wake nobody: serve our keys once now that we are registered.
+    for key in &keys {
+        state.blocking.serve(session.db, key);
+    }
+    let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+    let handle = Arc::clone(&session.handle);
+    loop {
+        let timeout = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reply = &mut rx => return Some(reply.unwrap_or(req.timeout_reply)),
+            _ = timeout => {
+                // Withdraw, unless a pusher is serving us this very moment: then take its answer.
+                loop {
+                    if registration.cancel() {
+                        return Some(req.timeout_reply);
+                    }
+                    if let Ok(reply) = rx.try_recv() {
+                        return Some(reply);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+            read = socket.read_buf(input) => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+            _ = handle.kill_signal.notified() => return None,
+            _ = stop.changed() => return None,
         }
     }
 }
