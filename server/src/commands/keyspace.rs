@@ -94,11 +94,16 @@ fn rename_generic(s: &mut Session, args: &[Bytes], nx: bool) -> Reply {
 }
 
 fn rename(s: &mut Session, args: &[Bytes]) -> Reply {
-    rename_generic(s, args, false)
+    let reply = rename_generic(s, args, false);
+    // A list or sorted set arriving under a new name may serve clients blocked on that name.
+    s.signal(&args[2]);
+    reply
 }
 
 fn renamenx(s: &mut Session, args: &[Bytes]) -> Reply {
-    rename_generic(s, args, true)
+    let reply = rename_generic(s, args, true);
+    s.signal(&args[2]);
+    reply
 }
 
 /// `COPY source destination [DB destination-db] [REPLACE]`.
@@ -139,7 +144,12 @@ fn copy(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (to_db, to), true) {
         return e;
     }
-    storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+    let reply = storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1));
+    drop(_guard);
+    if to_db == s.db {
+        s.signal(&args[2]);
+    }
+    reply
 }
 
 /// `MOVE key db`: 1 if moved, 0 if the key is missing here or present there.
@@ -290,6 +300,55 @@ fn string_encoding(v: &[u8]) -> &'static str {
     }
 }
 
+/// The encoding redis-server 7.0 would report, judged from the value's current size and
+/// contents against the same `*-max-*` settings (Shale stores every type the same way).
+fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'static str, Reply> {
+    let cfg = |name: &str, default: u64| s.state.config().get(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    let count = crate::storage::Header::of(meta).count;
+    let view = s.state.storage.view(s.db);
+    // Small collections: look at every element (at most a few hundred).
+    let elements = |limit: u64| -> Result<Vec<(Bytes, Bytes)>, Reply> {
+        if count > limit {
+            return Ok(Vec::new());
+        }
+        view.elements(meta.uid, std::ops::Bound::Unbounded).collect::<lsm::Result<_>>().map_err(engine_error)
+    };
+    Ok(match meta.kind {
+        KeyType::String => string_encoding(&meta.body),
+        KeyType::List => "quicklist",
+        KeyType::Hash => {
+            let (max_entries, max_value) = (cfg("hash-max-listpack-entries", 128), cfg("hash-max-listpack-value", 64));
+            let small = count <= max_entries
+                && elements(max_entries)?
+                    .iter()
+                    .all(|(f, v)| f.len() as u64 <= max_value && v.len() as u64 <= max_value);
+            if small {
+                "listpack"
+            } else {
+                "hashtable"
+            }
+        }
+        KeyType::Set => {
+            let max = cfg("set-max-intset-entries", 512);
+            let ints = count <= max && elements(max)?.iter().all(|(m, _)| m.len() <= 20 && parse_i64(m).is_some());
+            if ints {
+                "intset"
+            } else {
+                "hashtable"
+            }
+        }
+        KeyType::ZSet => {
+            let (max_entries, max_value) = (cfg("zset-max-listpack-entries", 128), cfg("zset-max-listpack-value", 64));
+            let small = count <= max_entries && elements(max_entries)?.iter().all(|(m, _)| m.len() as u64 <= max_value);
+            if small {
+                "listpack"
+            } else {
+                "skiplist"
+            }
+        }
+    })
+}
+
 /// `OBJECT ENCODING | REFCOUNT | IDLETIME | FREQ key`, `OBJECT HELP`.
 fn object(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
@@ -336,16 +395,10 @@ fn object(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let lfu = s.state.config().get("maxmemory-policy").is_some_and(|p| p.ends_with("lfu"));
     match sub.as_str() {
-        "encoding" => Reply::bulk(
-            match meta.kind {
-                KeyType::String => string_encoding(&meta.body),
-                KeyType::List => "quicklist",
-                KeyType::Hash => "hashtable",
-                KeyType::Set => "hashtable",
-                KeyType::ZSet => "skiplist",
-            }
-            .as_bytes(),
-        ),
+        "encoding" => match collection_encoding(s, &meta) {
+            Ok(enc) => Reply::bulk(enc.as_bytes()),
+            Err(e) => e,
+        },
         // Redis shares the integers 0..9999 (refcount INT_MAX); anything else has one owner.
         "refcount" => {
             let shared = meta.kind == KeyType::String

@@ -175,7 +175,13 @@ fn read(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
     }
 }
 
-fn write(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
+fn write(s: &mut Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
+    let reply = write_locked(s, args, op, cmd);
+    s.signal(&args[1]);
+    reply
+}
+
+fn write_locked(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
     let req = match parse(&args[2..], op, cmd, true) {
         Ok(r) => r,
         Err(e) => return e,

@@ -28,6 +28,9 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("zpopmax", -2, &["write", "fast"], ONE_KEY, zpopmax),
     spec("zmpop", -4, &["write"], (0, 0, 0), zmpop),
     spec("zrandmember", -2, &["readonly"], ONE_KEY, zrandmember),
+    spec("bzpopmin", -3, &["write", "blocking", "fast"], (1, -2, 1), bzpopmin),
+    spec("bzpopmax", -3, &["write", "blocking", "fast"], (1, -2, 1), bzpopmax),
+    spec("bzmpop", -5, &["write", "blocking"], (0, 0, 0), bzmpop),
     spec("zscan", -3, &["readonly"], ONE_KEY, zscan),
     spec("zrange", -4, &["readonly"], ONE_KEY, range::zrange),
     spec("zrangestore", -5, &["write", "denyoom"], (1, 2, 1), range::zrangestore),
@@ -155,8 +158,9 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
             None => return Reply::error(NOT_FLOAT),
         }
     }
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let mut w = match ZWrite::open(s.state.storage.view(s.db), &args[1]) {
+    let state = std::sync::Arc::clone(&s.state);
+    let _guard = state.storage.lock(s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(state.storage.view(s.db), &args[1]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -201,13 +205,18 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
     } else {
         Reply::Integer(if ch { added + updated } else { added })
     };
-    w.commit(s, added + updated > 0, reply)
+    let reply = w.commit(s, added + updated > 0, reply);
+    if added > 0 {
+        s.signal(&args[1]);
+    }
+    reply
 }
 
 fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(delta) = parse_score(&args[2]) else { return Reply::error(NOT_FLOAT) };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let mut w = match ZWrite::open(s.state.storage.view(s.db), &args[1]) {
+    let state = std::sync::Arc::clone(&s.state);
+    let _guard = state.storage.lock(s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(state.storage.view(s.db), &args[1]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -220,7 +229,9 @@ fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("ERR resulting score is not a number (NaN)");
     }
     w.set(&args[3], new, old);
-    w.commit(s, true, Reply::Double(new))
+    let reply = w.commit(s, true, Reply::Double(new));
+    s.signal(&args[1]);
+    reply
 }
 
 fn zrem(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -342,8 +353,19 @@ fn zrevrank(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// Pops up to `count` members from the low (or `max`) end; returns (member, score) pairs.
+/// The caller holds the key's lock.
 pub(super) fn pop(s: &Session, key: &[u8], count: usize, max: bool) -> Result<Vec<(Bytes, f64)>, Reply> {
-    let view = s.state.storage.view(s.db);
+    pop_in(&s.state, s.db, key, count, max)
+}
+
+fn pop_in(
+    state: &crate::state::ServerState,
+    db: u32,
+    key: &[u8],
+    count: usize,
+    max: bool,
+) -> Result<Vec<(Bytes, f64)>, Reply> {
+    let view = state.storage.view(db);
     if zset(&view, key)?.is_none() {
         return Ok(Vec::new());
     }
@@ -361,9 +383,9 @@ pub(super) fn pop(s: &Session, key: &[u8], count: usize, max: bool) -> Result<Ve
     for (m, sc) in &popped {
         w.remove(m, *sc);
     }
-    let changed = !popped.is_empty();
-    if let Reply::Error(e) = w.commit(s, changed, Reply::ok()) {
-        return Err(Reply::Error(e));
+    if !popped.is_empty() {
+        store(&w.view, &mut w.batch, w.key, &w.meta, w.header);
+        state.storage.write(w.batch).map_err(engine_error)?;
     }
     Ok(popped)
 }
@@ -521,4 +543,55 @@ fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         Err(e) => e,
     }
+}
+
+/// Pops one member for BZPOPMIN/BZPOPMAX: `[key, member, score]`.
+fn bzpop(s: &mut Session, args: &[Bytes], max: bool) -> Reply {
+    let keys = args[1..args.len() - 1].to_vec();
+    let view = s.state.storage.view(s.db);
+    for key in &keys {
+        if let Err(e) = zset(&view, key) {
+            return e;
+        }
+    }
+    let db = s.db;
+    super::list::block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
+        let _guard = state.storage.lock(db, [&key[..]]);
+        let popped = pop_in(state, db, key, 1, max)?;
+        Ok(popped
+            .into_iter()
+            .next()
+            .map(|(m, sc)| Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Bulk(m), Reply::Double(sc)])))
+    })
+}
+
+fn bzpopmin(s: &mut Session, args: &[Bytes]) -> Reply {
+    bzpop(s, args, false)
+}
+
+fn bzpopmax(s: &mut Session, args: &[Bytes]) -> Reply {
+    bzpop(s, args, true)
+}
+
+fn bzmpop(s: &mut Session, args: &[Bytes]) -> Reply {
+    let timeout = args[1].clone();
+    let (keys, max, count) = match mpop_args(&args[2..]) {
+        Ok((k, m, c)) => (k.to_vec(), m, c),
+        Err(e) => return e,
+    };
+    if let Err(e) = crate::blocking::parse_timeout(&timeout) {
+        return e;
+    }
+    let view = s.state.storage.view(s.db);
+    for key in &keys {
+        if let Err(e) = zset(&view, key) {
+            return e;
+        }
+    }
+    let db = s.db;
+    super::list::block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| {
+        let _guard = state.storage.lock(db, [&key[..]]);
+        let popped = pop_in(state, db, key, count, max)?;
+        Ok((!popped.is_empty()).then(|| mpop_reply(key, popped)))
+    })
 }

@@ -351,7 +351,10 @@ pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => Vec::new(),
         Err(e) => return e,
     };
-    store_zset(s, &args[1], &items)
+    let reply = store_zset(s, &args[1], &items);
+    drop(_guard);
+    s.signal(&args[1]);
+    reply
 }
 
 fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
