@@ -449,8 +449,9 @@ fn function(_: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-/// `DEBUG SLEEP seconds` (blocks this client's worker like Redis blocks its thread) and
-/// `DEBUG JMAP` / `DEBUG RELOAD`-style no-ops that test suites call.
+/// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
+/// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), and Shale's `DEBUG COMPACT` (a full
+/// compaction, e.g. to get the space of deleted collections back at once).
 fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
@@ -469,6 +470,18 @@ fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
             _ => Reply::error("ERR value is not a valid float"),
         },
         "set-active-expire" if args.len() == 3 => Reply::ok(),
+        // Shale: compact the whole keyspace now (reclaims deleted collections' elements).
+        "compact" if args.len() == 2 => {
+            let engine = s.state.storage.engine().clone();
+            let run = || engine.compact_range::<&[u8], _>(..);
+            let result = match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(run)
+                }
+                _ => run(),
+            };
+            result.map_or_else(engine_error, |_| Reply::ok())
+        }
         "flush" | "reload" => match flush_engine(s) {
             Ok(()) => Reply::ok(),
             Err(e) => e,

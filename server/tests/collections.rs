@@ -1,0 +1,214 @@
+//! Hashes, sets, sorted sets and lists against a real `shale-server`: options, negative
+//! indexes, WRONGTYPE, empty collections disappearing, RESP3 reply types, persistence across a
+//! restart, expiry, and big collections (O(1) DEL, space reclaimed by compaction).
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use common::{roundtrip, Server};
+use redis::{cmd, Value};
+
+fn err(r: redis::RedisResult<Value>) -> String {
+    let e = r.unwrap_err();
+    format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or(""))
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[test]
+fn every_family_checks_types_and_drops_empty_keys() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("SET").arg("str").arg("x").query::<()>(&mut c).unwrap();
+    for (name, args) in [
+        ("HSET", vec!["str", "f", "v"]),
+        ("SADD", vec!["str", "m"]),
+        ("ZADD", vec!["str", "1", "m"]),
+        ("LPUSH", vec!["str", "e"]),
+        ("HGETALL", vec!["str"]),
+        ("SMEMBERS", vec!["str"]),
+        ("ZRANGE", vec!["str", "0", "-1"]),
+        ("LRANGE", vec!["str", "0", "-1"]),
+    ] {
+        assert_eq!(err(cmd(name).arg(&args).query(&mut c)), WRONGTYPE, "{name}");
+    }
+    cmd("HSET").arg("h").arg("f").arg("v").query::<()>(&mut c).unwrap();
+    assert_eq!(err(cmd("GET").arg("h").query(&mut c)), WRONGTYPE);
+    assert_eq!(err(cmd("APPEND").arg("h").arg("x").query(&mut c)), WRONGTYPE);
+    // A collection emptied by removals no longer exists.
+    cmd("SADD").arg("s").arg("a").query::<()>(&mut c).unwrap();
+    cmd("ZADD").arg("z").arg(1).arg("a").query::<()>(&mut c).unwrap();
+    cmd("RPUSH").arg("l").arg("a").query::<()>(&mut c).unwrap();
+    cmd("HDEL").arg("h").arg("f").query::<()>(&mut c).unwrap();
+    cmd("SREM").arg("s").arg("a").query::<()>(&mut c).unwrap();
+    cmd("ZREM").arg("z").arg("a").query::<()>(&mut c).unwrap();
+    cmd("LPOP").arg("l").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("EXISTS").arg(&["h", "s", "z", "l"]).query::<i64>(&mut c).unwrap(), 0);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 1);
+    // Re-created keys start empty (a new incarnation, nothing of the old one shows).
+    cmd("SADD").arg("s").arg("fresh").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("SMEMBERS").arg("s").query::<Vec<String>>(&mut c).unwrap(), ["fresh"]);
+    // Overwriting a collection with a string, and back.
+    cmd("RPUSH").arg("l").arg("1").arg("2").query::<()>(&mut c).unwrap();
+    cmd("SET").arg("l").arg("now a string").query::<()>(&mut c).unwrap();
+    cmd("DEL").arg("l").query::<()>(&mut c).unwrap();
+    cmd("RPUSH").arg("l").arg("3").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("LRANGE").arg("l").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["3"]);
+    let types: Vec<String> =
+        ["str", "s", "l", "nokey"].iter().map(|k| cmd("TYPE").arg(k).query(&mut c).unwrap()).collect();
+    assert_eq!(types, ["string", "set", "list", "none"]);
+    let (_, hashes): (u64, Vec<String>) = cmd("SCAN").arg(0).arg("TYPE").arg("set").query(&mut c).unwrap();
+    assert_eq!(hashes, ["s"]);
+}
+
+#[test]
+fn lists_index_from_both_ends() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("RPUSH").arg("l").arg(&["a", "b", "c", "d", "e"]).query::<()>(&mut c).unwrap();
+    cmd("LPUSH").arg("l").arg("z").query::<()>(&mut c).unwrap();
+    let range = |c: &mut redis::Connection, a: i64, b: i64| -> Vec<String> {
+        cmd("LRANGE").arg("l").arg(a).arg(b).query(c).unwrap()
+    };
+    assert_eq!(range(&mut c, 0, -1), ["z", "a", "b", "c", "d", "e"]);
+    assert_eq!(range(&mut c, -2, -1), ["d", "e"]);
+    assert_eq!(range(&mut c, 4, 100), ["d", "e"]);
+    assert!(range(&mut c, 3, 1).is_empty());
+    assert_eq!(cmd("LINDEX").arg("l").arg(-1).query::<String>(&mut c).unwrap(), "e");
+    assert_eq!(cmd("LINDEX").arg("l").arg(6).query::<Value>(&mut c).unwrap(), Value::Nil);
+    cmd("LSET").arg("l").arg(-2).arg("D").query::<()>(&mut c).unwrap();
+    assert_eq!(err(cmd("LSET").arg("l").arg(9).arg("x").query(&mut c)), "ERR index out of range");
+    assert_eq!(cmd("LINSERT").arg("l").arg("BEFORE").arg("b").arg("ab").query::<i64>(&mut c).unwrap(), 7);
+    cmd("RPUSH").arg("l").arg(&["a", "a"]).query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("LPOS").arg("l").arg("a").arg("RANK").arg(-1).query::<i64>(&mut c).unwrap(), 8);
+    assert_eq!(cmd("LPOS").arg("l").arg("a").arg("COUNT").arg(0).query::<Vec<i64>>(&mut c).unwrap(), [1, 7, 8]);
+    assert_eq!(cmd("LREM").arg("l").arg(-2).arg("a").query::<i64>(&mut c).unwrap(), 2);
+    cmd("LTRIM").arg("l").arg(1).arg(-2).query::<()>(&mut c).unwrap();
+    assert_eq!(range(&mut c, 0, -1), ["a", "ab", "b", "c", "D"]);
+    assert_eq!(cmd("LPOP").arg("l").arg(2).query::<Vec<String>>(&mut c).unwrap(), ["a", "ab"]);
+    assert_eq!(cmd("RPOP").arg("l").arg(10).query::<Vec<String>>(&mut c).unwrap(), ["D", "c", "b"]);
+    assert_eq!(cmd("LPOP").arg("l").arg(1).query::<Value>(&mut c).unwrap(), Value::Nil);
+    // Pushes on one end and pops on the other, many times: indexes move, LINDEX stays O(1).
+    for i in 0..300 {
+        cmd("RPUSH").arg("q").arg(i).query::<()>(&mut c).unwrap();
+    }
+    for _ in 0..100 {
+        cmd("LPOP").arg("q").query::<()>(&mut c).unwrap();
+    }
+    assert_eq!(cmd("LINDEX").arg("q").arg(0).query::<i64>(&mut c).unwrap(), 100);
+    assert_eq!(cmd("LLEN").arg("q").query::<i64>(&mut c).unwrap(), 200);
+}
+
+#[test]
+fn resp3_gives_maps_sets_doubles_and_pairs() {
+    let server = Server::start(&[]);
+    let mut s = server.raw();
+    let setup = b"HELLO 3\r\nHSET h f v\r\nSADD s m\r\nZADD z 1.5 a 2 b\r\n";
+    let hello = roundtrip(&mut s, setup, 1);
+    assert!(hello.starts_with(b"%7"));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut sink = [0u8; 4096];
+    let _ = std::io::Read::read(&mut s, &mut sink);
+    let cases: &[(&[u8], &str)] = &[
+        (b"HGETALL h\r\n", "%1\r\n$1\r\nf\r\n$1\r\nv\r\n"),
+        (b"SMEMBERS s\r\n", "~1\r\n$1\r\nm\r\n"),
+        (b"ZSCORE z a\r\n", ",1.5\r\n"),
+        (b"ZRANGE z 0 -1 WITHSCORES\r\n", "*2\r\n*2\r\n$1\r\na\r\n,1.5\r\n*2\r\n$1\r\nb\r\n,2\r\n"),
+        (b"ZPOPMIN nokey\r\n", "*0\r\n"),
+        (b"HGET h nof\r\n", "_\r\n"),
+    ];
+    for (req, want) in cases {
+        let got = roundtrip(&mut s, req, want.len());
+        assert_eq!(String::from_utf8_lossy(&got), *want, "{}", String::from_utf8_lossy(req));
+    }
+}
+
+#[test]
+fn collections_persist_and_expire() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("HSET").arg("h").arg(&["a", "1", "b", "2"]).query::<()>(&mut c).unwrap();
+    cmd("SADD").arg("s").arg(&["x", "y"]).query::<()>(&mut c).unwrap();
+    cmd("ZADD").arg("z").arg(&["1", "a", "2", "b"]).query::<()>(&mut c).unwrap();
+    cmd("RPUSH").arg("l").arg(&["1", "2", "3"]).query::<()>(&mut c).unwrap();
+    cmd("HSET").arg("ttl").arg("f").arg("v").query::<()>(&mut c).unwrap();
+    cmd("EXPIRE").arg("ttl").arg(1000).query::<()>(&mut c).unwrap();
+    cmd("RENAME").arg("z").arg("z2").query::<()>(&mut c).unwrap();
+    let server = server.restart(&[]);
+    let mut c = server.client();
+    let h: HashMap<String, String> = cmd("HGETALL").arg("h").query(&mut c).unwrap();
+    assert_eq!(h, HashMap::from([("a".into(), "1".into()), ("b".into(), "2".into())]));
+    let s: BTreeSet<String> = cmd("SMEMBERS").arg("s").query(&mut c).unwrap();
+    assert_eq!(s, BTreeSet::from(["x".to_string(), "y".to_string()]));
+    assert_eq!(cmd("ZRANGE").arg("z2").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["a", "b"]);
+    assert_eq!(cmd("LRANGE").arg("l").arg(0).arg(-1).query::<Vec<i64>>(&mut c).unwrap(), [1, 2, 3]);
+    assert!(cmd("TTL").arg("ttl").query::<i64>(&mut c).unwrap() > 990);
+    // Expiry of a collection: gone for every reader, then deleted by the active cycle.
+    cmd("PEXPIRE").arg("h").arg(30).query::<()>(&mut c).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(cmd("HGET").arg("h").arg("a").query::<Value>(&mut c).unwrap(), Value::Nil);
+    assert_eq!(cmd("HLEN").arg("h").query::<i64>(&mut c).unwrap(), 0);
+    cmd("HSET").arg("h").arg("new").arg("1").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("HKEYS").arg("h").query::<Vec<String>>(&mut c).unwrap(), ["new"], "nothing of the expired one");
+}
+
+#[test]
+fn big_collections_delete_at_once_and_their_space_comes_back() {
+    let n: usize = std::env::var("SHALE_BIG_COLLECTION").ok().and_then(|v| v.parse().ok()).unwrap_or(50_000);
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    // Values that do not compress (the point is to see disk space come back).
+    let value_of = |i: usize| -> String {
+        let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (0..4)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                format!("{x:016x}")
+            })
+            .collect()
+    };
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut hset = cmd("HSET");
+        hset.arg("bighash");
+        let mut zadd = cmd("ZADD");
+        zadd.arg("bigzset");
+        for i in chunk {
+            hset.arg(format!("field:{i}")).arg(value_of(*i));
+            zadd.arg(*i as f64).arg(format!("member:{i}"));
+        }
+        redis::pipe().add_command(hset).ignore().add_command(zadd).ignore().query::<()>(&mut c).unwrap();
+    }
+    assert_eq!(cmd("HLEN").arg("bighash").query::<usize>(&mut c).unwrap(), n);
+    assert_eq!(cmd("ZCARD").arg("bigzset").query::<usize>(&mut c).unwrap(), n);
+    let t = Instant::now();
+    for i in (0..n).step_by(n / 100) {
+        assert_eq!(cmd("HGET").arg("bighash").arg(format!("field:{i}")).query::<String>(&mut c).unwrap(), value_of(i));
+        assert_eq!(cmd("ZSCORE").arg("bigzset").arg(format!("member:{i}")).query::<f64>(&mut c).unwrap(), i as f64);
+    }
+    eprintln!("{n} elements: 100 HGET + 100 ZSCORE in {:?}", t.elapsed());
+    let t = Instant::now();
+    assert_eq!(cmd("ZRANK").arg("bigzset").arg(format!("member:{}", n / 2)).query::<usize>(&mut c).unwrap(), n / 2);
+    eprintln!("ZRANK at the middle of {n}: {:?}", t.elapsed());
+    cmd("SAVE").query::<()>(&mut c).unwrap();
+    let bytes = |c: &mut redis::Connection| -> i64 {
+        let stats: HashMap<String, Value> = cmd("MEMORY").arg("STATS").query(c).unwrap();
+        match stats["dataset.bytes"] {
+            Value::Int(n) => n,
+            ref other => panic!("{other:?}"),
+        }
+    };
+    let before = bytes(&mut c);
+    assert!(before > (n * 64) as i64, "the data is on disk: {before}");
+    let t = Instant::now();
+    assert_eq!(cmd("DEL").arg("bighash").arg("bigzset").query::<i64>(&mut c).unwrap(), 2);
+    eprintln!("DEL of 2 x {n} elements: {:?}", t.elapsed());
+    assert_eq!(cmd("HLEN").arg("bighash").query::<i64>(&mut c).unwrap(), 0);
+    assert_eq!(cmd("ZRANGE").arg("bigzset").arg(0).arg(10).query::<Vec<String>>(&mut c).unwrap(), Vec::<String>::new());
+    cmd("DEBUG").arg("COMPACT").query::<()>(&mut c).unwrap();
+    let after = bytes(&mut c);
+    assert!(after < before / 20, "compaction dropped the orphaned elements: {before} -> {after} bytes");
+}
