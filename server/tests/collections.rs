@@ -212,3 +212,22 @@ fn big_collections_delete_at_once_and_their_space_comes_back() {
     let after = bytes(&mut c);
     assert!(after < before / 20, "compaction dropped the orphaned elements: {before} -> {after} bytes");
 }
+
+#[test]
+fn copy_move_and_rename_carry_collections_whole() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("ZADD").arg("z").arg(&["1", "a", "2", "b"]).query::<()>(&mut c).unwrap();
+    cmd("RPUSH").arg("l").arg(&["x", "y"]).query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("COPY").arg("z").arg("z-copy").query::<i64>(&mut c).unwrap(), 1);
+    cmd("ZADD").arg("z").arg(3).arg("c").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("ZCARD").arg("z-copy").query::<i64>(&mut c).unwrap(), 2, "the copy is independent");
+    assert_eq!(cmd("MOVE").arg("l").arg(4).query::<i64>(&mut c).unwrap(), 1);
+    cmd("RENAME").arg("z").arg("z-renamed").query::<()>(&mut c).unwrap();
+    cmd("DEBUG").arg("COMPACT").query::<()>(&mut c).unwrap();
+    // Compaction must not take the elements of the renamed, copied or moved collections.
+    assert_eq!(cmd("ZRANGE").arg("z-renamed").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["a", "b", "c"]);
+    assert_eq!(cmd("ZRANGE").arg("z-copy").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["a", "b"]);
+    cmd("SELECT").arg(4).query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("LRANGE").arg("l").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["x", "y"]);
+}

@@ -1,15 +1,13 @@
 //! Ranges of sorted sets: ZRANGE (BYSCORE BYLEX REV LIMIT WITHSCORES) and its older forms,
 //! ZRANGESTORE, ZCOUNT, ZLEXCOUNT and the ZREMRANGEBY* commands.
 
-use std::ops::Bound;
-
 use bytes::Bytes;
 
 use super::{zset, ZWrite};
 use crate::commands::coll::{commit, store, NOT_INTEGER, SYNTAX};
 use crate::commands::{engine_error, parse_i64, Session};
 use crate::resp::Reply;
-use crate::storage::{decode_score, Header, KeyType, Meta, View};
+use crate::storage::{Header, KeyType, Meta, View};
 
 /// One end of a score range.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +100,25 @@ struct Query {
     withscores: bool,
 }
 
+/// Checks the range arguments before the key is even looked up (Redis answers a bad range with
+/// its error whatever the key holds).
+fn validate(q: &Query) -> Result<(), Reply> {
+    match q.by {
+        By::Rank => {
+            parse_i64(&q.start).zip(parse_i64(&q.stop)).ok_or_else(|| Reply::error(NOT_INTEGER))?;
+        }
+        By::Score => {
+            parse_score_bound(&q.start)?;
+            parse_score_bound(&q.stop)?;
+        }
+        By::Lex => {
+            parse_lex_bound(&q.start)?;
+            parse_lex_bound(&q.stop)?;
+        }
+    }
+    Ok(())
+}
+
 /// The (member, score) pairs `q` selects from the sorted set `meta`.
 fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Reply> {
     let len = Header::of(meta).count as i64;
@@ -175,25 +192,35 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
             }
         }
         By::Lex => {
+            // Lex ranges assume equal scores (then score order is member order). Walking the
+            // score index as Redis walks its compact encoding keeps the answers identical even
+            // when the scores differ: skip to the first member inside the low bound, then take
+            // members until one falls outside the high bound.
             let (min, max) = if q.rev { (&q.stop, &q.start) } else { (&q.start, &q.stop) };
             let (min, max) = (parse_lex_bound(min)?, parse_lex_bound(max)?);
-            let mut skipped = 0;
-            let iter: Box<dyn Iterator<Item = lsm::Result<(Bytes, Bytes)>>> = if q.rev {
-                Box::new(view.elements_rev(meta.uid))
-            } else {
-                let from = match &min {
-                    LexBound::Inclusive(b) | LexBound::Exclusive(b) => Bound::Included(&b[..]),
-                    _ => Bound::Unbounded,
-                };
-                Box::new(view.elements(meta.uid, from))
-            };
+            let (enter, stay): (&LexBound, &LexBound) = if q.rev { (&max, &min) } else { (&min, &max) };
+            let inside_enter = |m: &[u8]| if q.rev { enter.below_max(m) } else { enter.above_min(m) };
+            let inside_stay = |m: &[u8]| if q.rev { stay.above_min(m) } else { stay.below_max(m) };
+            // Redis first checks that the range overlaps [first member, last member] at all.
+            let first = view.scores(meta.uid, None).next().transpose().map_err(engine_error)?;
+            let last = view.scores(meta.uid, None).next_back().transpose().map_err(engine_error)?;
+            match (first, last) {
+                (Some((_, f)), Some((_, l))) if max.below_max(&f) && min.above_min(&l) => {}
+                _ => return Ok(out),
+            }
+            let scores = view.scores(meta.uid, None);
+            let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
+                if q.rev { Box::new(scores.rev()) } else { Box::new(scores) };
+            let (mut entered, mut skipped) = (false, 0);
             for item in iter {
-                let (m, v) = item.map_err(engine_error)?;
-                let (in_low, in_high) = (min.above_min(&m), max.below_max(&m));
-                if (!q.rev && !in_low) || (q.rev && !in_high) {
-                    continue;
+                let (sc, m) = item.map_err(engine_error)?;
+                if !entered {
+                    if !inside_enter(&m) {
+                        continue;
+                    }
+                    entered = true;
                 }
-                if (!q.rev && !in_high) || (q.rev && !in_low) {
+                if !inside_stay(&m) {
                     break;
                 }
                 if skipped < offset {
@@ -203,7 +230,7 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
                 if out.len() >= count {
                     break;
                 }
-                out.push((m, decode_score(&v)));
+                out.push((m, sc));
             }
         }
     }
@@ -258,6 +285,9 @@ fn reply(items: Vec<(Bytes, f64)>, withscores: bool) -> Reply {
 }
 
 fn run(s: &Session, key: &[u8], q: Query) -> Reply {
+    if let Err(e) = validate(&q) {
+        return e;
+    }
     let view = s.state.storage.view(s.db);
     // Bad ranges are errors even on a missing key.
     let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
@@ -337,7 +367,7 @@ pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Re
 }
 
 pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
-    let q = match parse_query(&args[3..], false) {
+    let q = match parse_query(&args[3..], false).and_then(|q| validate(&q).map(|_| q)) {
         Ok(q) => q,
         Err(e) => return e,
     };
@@ -359,6 +389,9 @@ pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
     let q = Query { by, rev: false, start: args[2].clone(), stop: args[3].clone(), limit: None, withscores: false };
+    if let Err(e) = validate(&q) {
+        return e;
+    }
     let view = s.state.storage.view(s.db);
     let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
     let meta = match zset(&view, &args[1]) {
@@ -381,6 +414,9 @@ pub(super) fn zlexcount(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn remove_range(s: &Session, args: &[Bytes], by: By) -> Reply {
     let q = Query { by, rev: false, start: args[2].clone(), stop: args[3].clone(), limit: None, withscores: false };
+    if let Err(e) = validate(&q) {
+        return e;
+    }
     let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
     let view = s.state.storage.view(s.db);
     let meta = match zset(&view, &args[1]) {

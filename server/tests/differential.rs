@@ -1,0 +1,275 @@
+//! Differential test: a seeded random command stream per family is sent to a real redis-server
+//! (Debian's, started here on another loopback port) and to shale-server, and every reply must
+//! be the same (error texts included). Replies whose order Redis leaves unspecified are compared
+//! sorted. `SHALE_DIFF_SEED` and `SHALE_DIFF_COMMANDS` change the seed and the length.
+//!
+//! Needs `redis-server`; without it the test says so and passes, unless
+//! `SHALE_REQUIRE_REDIS_TOOLS=1` (as in CI).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::Value;
+
+struct RedisServer(Child);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_redis() -> Option<(RedisServer, redis::Connection)> {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let child = match child {
+        Ok(c) => RedisServer(c),
+        Err(_) => {
+            if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
+                panic!("redis-server is required (apt-get install -y redis-server)");
+            }
+            eprintln!("skipping: redis-server is not installed (apt-get install -y redis-server)");
+            return None;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection() {
+            return Some((child, c));
+        }
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A reply reduced to something comparable: errors as text, unordered arrays sorted.
+fn outcome(r: redis::RedisResult<Value>, unordered: bool, pairs: bool) -> String {
+    match r {
+        Err(e) => format!("ERR {} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        Ok(Value::Array(items)) if unordered => {
+            let mut shown: Vec<String> = if pairs {
+                items.chunks(2).map(|p| format!("{p:?}")).collect()
+            } else {
+                items.iter().map(|v| format!("{v:?}")).collect()
+            };
+            shown.sort();
+            format!("unordered {shown:?}")
+        }
+        Ok(v) => format!("{v:?}"),
+    }
+}
+
+fn pick<'a>(rng: &mut StdRng, items: &[&'a str]) -> &'a str {
+    items[rng.random_range(0..items.len())]
+}
+
+/// One random command of `family` (keys come from small pools so commands collide).
+fn command(rng: &mut StdRng, family: &str) -> Vec<String> {
+    let key = |rng: &mut StdRng, p: &str| format!("{p}{}", rng.random_range(0..4));
+    let member = |rng: &mut StdRng| format!("m{}", rng.random_range(0..8));
+    let int = |rng: &mut StdRng| rng.random_range(-6..7).to_string();
+    let score = |rng: &mut StdRng| {
+        pick(rng, &["-inf", "+inf", "-1.5", "0", "1", "2.5", "3", "(1", "(2.5", "x", "1e3"]).to_string()
+    };
+    let lex = |rng: &mut StdRng| pick(rng, &["-", "+", "[m2", "(m2", "[m5", "(m6", "m1", "[a"]).to_string();
+    // Sometimes aim at a key of another type.
+    let k = |rng: &mut StdRng, p: &str| if rng.random_bool(0.05) { "str0".to_string() } else { key(rng, p) };
+    match family {
+        "string" => {
+            let k1 = k(rng, "s");
+            match rng.random_range(0..16) {
+                0 => vec!["SET".into(), k1, member(rng)],
+                1 => vec!["GET".into(), k1],
+                2 => vec!["APPEND".into(), k1, member(rng)],
+                3 => vec!["INCRBY".into(), k1, int(rng)],
+                4 => vec!["INCRBYFLOAT".into(), k1, pick(rng, &["0.1", "-2.5", "1e2", "x"]).into()],
+                5 => vec!["GETRANGE".into(), k1, int(rng), int(rng)],
+                6 => vec!["SETRANGE".into(), k1, rng.random_range(0..5).to_string(), member(rng)],
+                7 => vec!["STRLEN".into(), k1],
+                8 => vec!["MSETNX".into(), k1, member(rng), key(rng, "s"), member(rng)],
+                9 => vec!["GETDEL".into(), k1],
+                10 => vec!["SET".into(), k1, int(rng), pick(rng, &["NX", "XX", "GET", "KEEPTTL"]).into()],
+                11 => vec!["DEL".into(), k1, key(rng, "s")],
+                12 => vec!["RENAME".into(), k1, key(rng, "s")],
+                13 => vec!["COPY".into(), k1, key(rng, "s"), "REPLACE".into()],
+                14 => vec!["LCS".into(), k1, key(rng, "s")],
+                _ => vec!["EXISTS".into(), k1, key(rng, "s")],
+            }
+        }
+        "hash" => {
+            let k1 = k(rng, "h");
+            match rng.random_range(0..13) {
+                0 | 1 => vec!["HSET".into(), k1, member(rng), int(rng), member(rng), member(rng)],
+                2 => vec!["HGET".into(), k1, member(rng)],
+                3 => vec!["HDEL".into(), k1, member(rng), member(rng)],
+                4 => vec!["HINCRBY".into(), k1, member(rng), int(rng)],
+                5 => vec!["HINCRBYFLOAT".into(), k1, member(rng), pick(rng, &["0.5", "-1", "x"]).into()],
+                6 => vec!["HMGET".into(), k1, member(rng), member(rng)],
+                7 => vec!["HLEN".into(), k1],
+                8 => vec!["HSETNX".into(), k1, member(rng), int(rng)],
+                9 => vec!["HGETALL".into(), k1],
+                10 => vec!["HKEYS".into(), k1],
+                11 => vec!["HSTRLEN".into(), k1, member(rng)],
+                _ => vec!["HEXISTS".into(), k1, member(rng)],
+            }
+        }
+        "set" => {
+            let k1 = k(rng, "t");
+            match rng.random_range(0..13) {
+                0..=2 => vec!["SADD".into(), k1, member(rng), member(rng), member(rng)],
+                3 => vec!["SREM".into(), k1, member(rng), member(rng)],
+                4 => vec!["SISMEMBER".into(), k1, member(rng)],
+                5 => vec!["SMISMEMBER".into(), k1, member(rng), member(rng)],
+                6 => vec!["SCARD".into(), k1],
+                7 => vec!["SMEMBERS".into(), k1],
+                8 => vec![pick(rng, &["SINTER", "SUNION", "SDIFF"]).into(), k1, key(rng, "t")],
+                9 => vec![
+                    pick(rng, &["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]).into(),
+                    key(rng, "t"),
+                    k1,
+                    key(rng, "t"),
+                ],
+                10 => vec!["SMOVE".into(), k1, key(rng, "t"), member(rng)],
+                11 => vec![
+                    "SINTERCARD".into(),
+                    "2".into(),
+                    k1,
+                    key(rng, "t"),
+                    "LIMIT".into(),
+                    rng.random_range(0..3).to_string(),
+                ],
+                _ => vec!["SPOP".into(), k1, "0".into()],
+            }
+        }
+        "zset" => {
+            let k1 = k(rng, "z");
+            match rng.random_range(0..20) {
+                0..=2 => {
+                    let mut c = vec!["ZADD".to_string(), k1];
+                    if rng.random_bool(0.3) {
+                        c.push(pick(rng, &["NX", "XX", "GT", "LT", "CH", "INCR"]).into());
+                    }
+                    c.extend([score(rng), member(rng)]);
+                    c
+                }
+                3 => vec!["ZINCRBY".into(), k1, pick(rng, &["1", "-2.5", "inf", "x"]).into(), member(rng)],
+                4 => vec!["ZREM".into(), k1, member(rng), member(rng)],
+                5 => vec!["ZSCORE".into(), k1, member(rng)],
+                6 => vec!["ZRANK".into(), k1, member(rng)],
+                7 => vec!["ZREVRANK".into(), k1, member(rng)],
+                8 => vec!["ZRANGE".into(), k1, int(rng), int(rng), "WITHSCORES".into()],
+                9 => vec!["ZRANGEBYSCORE".into(), k1, score(rng), score(rng), "WITHSCORES".into()],
+                10 => {
+                    vec!["ZREVRANGEBYSCORE".into(), k1, score(rng), score(rng), "LIMIT".into(), "0".into(), "2".into()]
+                }
+                11 => vec!["ZCOUNT".into(), k1, score(rng), score(rng)],
+                12 => vec!["ZRANGEBYLEX".into(), k1, lex(rng), lex(rng)],
+                13 => vec!["ZLEXCOUNT".into(), k1, lex(rng), lex(rng)],
+                14 => vec![pick(rng, &["ZPOPMIN", "ZPOPMAX"]).into(), k1, rng.random_range(0..3).to_string()],
+                15 => vec![
+                    pick(rng, &["ZUNION", "ZINTER", "ZDIFF"]).into(),
+                    "2".into(),
+                    k1,
+                    key(rng, "z"),
+                    "WITHSCORES".into(),
+                ],
+                16 => vec![
+                    pick(rng, &["ZUNIONSTORE", "ZINTERSTORE"]).into(),
+                    key(rng, "z"),
+                    "2".into(),
+                    k1,
+                    key(rng, "z"),
+                    "AGGREGATE".into(),
+                    pick(rng, &["SUM", "MIN", "MAX"]).into(),
+                ],
+                17 => vec![pick(rng, &["ZREMRANGEBYRANK", "ZREMRANGEBYSCORE"]).into(), k1, int(rng), int(rng)],
+                18 => vec!["ZMSCORE".into(), k1, member(rng), member(rng)],
+                _ => vec!["ZCARD".into(), k1],
+            }
+        }
+        _ => {
+            let k1 = k(rng, "l");
+            match rng.random_range(0..17) {
+                0..=2 => vec![pick(rng, &["LPUSH", "RPUSH"]).into(), k1, member(rng), member(rng)],
+                3 => vec![pick(rng, &["LPOP", "RPOP"]).into(), k1],
+                4 => vec![pick(rng, &["LPOP", "RPOP"]).into(), k1, rng.random_range(0..4).to_string()],
+                5 => vec!["LRANGE".into(), k1, int(rng), int(rng)],
+                6 => vec!["LINDEX".into(), k1, int(rng)],
+                7 => vec!["LSET".into(), k1, int(rng), member(rng)],
+                8 => vec!["LINSERT".into(), k1, pick(rng, &["BEFORE", "AFTER"]).into(), member(rng), member(rng)],
+                9 => vec!["LREM".into(), k1, int(rng), member(rng)],
+                10 => vec!["LTRIM".into(), k1, int(rng), int(rng)],
+                11 => vec![
+                    "LPOS".into(),
+                    k1,
+                    member(rng),
+                    "RANK".into(),
+                    pick(rng, &["1", "-1", "2"]).into(),
+                    "COUNT".into(),
+                    "0".into(),
+                ],
+                12 => vec![
+                    "LMOVE".into(),
+                    k1,
+                    key(rng, "l"),
+                    pick(rng, &["LEFT", "RIGHT"]).into(),
+                    pick(rng, &["LEFT", "RIGHT"]).into(),
+                ],
+                13 => vec!["LMPOP".into(), "2".into(), k1, key(rng, "l"), "LEFT".into(), "COUNT".into(), "2".into()],
+                14 => vec!["LLEN".into(), k1],
+                15 => vec![pick(rng, &["LPUSHX", "RPUSHX"]).into(), k1, member(rng)],
+                _ => vec!["BLPOP".into(), k1, key(rng, "l"), "0.01".into()],
+            }
+        }
+    }
+}
+
+#[test]
+fn replies_match_a_real_redis_server() {
+    let Some((_redis, mut reference)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let mut shale = server.client();
+    let seed: u64 = std::env::var("SHALE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20261129);
+    let per_family: usize = std::env::var("SHALE_DIFF_COMMANDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let mut rng = StdRng::seed_from_u64(seed);
+    for c in [&mut reference, &mut shale] {
+        redis::cmd("FLUSHALL").query::<()>(c).unwrap();
+        redis::cmd("SET").arg("str0").arg("a string").query::<()>(c).unwrap();
+    }
+    let mut total = 0;
+    for family in ["string", "hash", "set", "zset", "list"] {
+        for i in 0..per_family {
+            let argv = command(&mut rng, family);
+            let name = argv[0].to_ascii_lowercase();
+            let unordered =
+                matches!(name.as_str(), "smembers" | "sinter" | "sunion" | "sdiff" | "hkeys" | "hgetall" | "spop");
+            let pairs = name == "hgetall";
+            let mut c = redis::cmd(&argv[0]);
+            c.arg(&argv[1..]);
+            let want = outcome(c.query::<Value>(&mut reference), unordered, pairs);
+            let got = outcome(c.query::<Value>(&mut shale), unordered, pairs);
+            assert_eq!(got, want, "{family} command {i} (seed {seed}): {argv:?}");
+            total += 1;
+        }
+        // The whole keyspace must agree too, not just the replies.
+        for k in redis::cmd("KEYS").arg("*").query::<Vec<String>>(&mut reference).unwrap() {
+            let t: String = redis::cmd("TYPE").arg(&k).query(&mut reference).unwrap();
+            let t2: String = redis::cmd("TYPE").arg(&k).query(&mut shale).unwrap();
+            assert_eq!(t2, t, "type of {k} after the {family} commands");
+        }
+        let (a, b): (i64, i64) =
+            (redis::cmd("DBSIZE").query(&mut reference).unwrap(), redis::cmd("DBSIZE").query(&mut shale).unwrap());
+        assert_eq!(b, a, "DBSIZE after the {family} commands");
+    }
+    eprintln!("differential: {total} commands, identical replies (seed {seed})");
+}
