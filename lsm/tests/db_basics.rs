@@ -351,3 +351,26 @@ fn weak_handles_read_without_keeping_the_database_open() {
     let db = Db::open(dir.path(), small()).unwrap();
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn writers_never_wait_on_an_unpolled_future() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    let mut first = WriteBatch::new();
+    first.put(b"queued", b"first");
+    // Queued but never polled (as if its task could not run right now).
+    let pending = db.write_async(first, &WriteOptions::default());
+    let ticket = pending.ticket().unwrap();
+    // A blocking writer behind it commits it along with its own batch instead of waiting.
+    db.put(b"second", b"x").unwrap();
+    assert_eq!(db.get(b"queued").unwrap().as_deref(), Some(&b"first"[..]));
+    db.wait_for_write(ticket);
+    assert_eq!(block_on(pending).map(|_| "ok").unwrap(), "ok", "the future still reports its own result");
+    // wait_for_write also commits a queued write nobody polls.
+    let mut third = WriteBatch::new();
+    third.put(b"third", b"y");
+    let f = db.write_async(third, &WriteOptions::default());
+    db.wait_for_write(f.ticket().unwrap());
+    assert!(db.get(b"third").unwrap().is_some());
+    drop(f);
+}

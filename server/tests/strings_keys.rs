@@ -142,3 +142,23 @@ fn concurrent_increments_sum_exactly() {
     assert_eq!(cmd("GET").arg("counter").query::<i64>(&mut c).unwrap(), 4000);
     assert_eq!(cmd("STRLEN").arg("log").query::<i64>(&mut c).unwrap(), 4000);
 }
+
+#[test]
+fn pipelined_blind_sets_and_increments_serialize() {
+    // A pipelined SET is committed asynchronously; an INCR of the same key from another client
+    // must still see it (or run wholly before it): the value ends as 0 or 1, never 1001.
+    let server = Server::start(&[]);
+    let mut a = server.client();
+    let mut b = server.client();
+    for round in 0..300 {
+        cmd("SET").arg("x").arg(1000).query::<()>(&mut a).unwrap();
+        let mut setter = server.client();
+        let t = std::thread::spawn(move || {
+            redis::pipe().cmd("SET").arg("x").arg(0).ignore().cmd("PING").ignore().query::<()>(&mut setter).unwrap();
+        });
+        cmd("INCR").arg("x").query::<i64>(&mut b).unwrap();
+        t.join().unwrap();
+        let v: i64 = cmd("GET").arg("x").query(&mut a).unwrap();
+        assert!(v == 0 || v == 1, "round {round}: lost update, x = {v}");
+    }
+}

@@ -238,6 +238,15 @@ impl Db {
         write::WriteFuture::new(Arc::clone(&self.inner), batch, opts)
     }
 
+    /// Blocks until the write with `ticket` (from [`WriteFuture::ticket`]) is committed (or has
+    /// failed: its error goes to its own writer). Returns at once if it already is. Lets a reader that must see a queued write
+    /// (e.g. a read-modify-write after a pipelined blind write) wait for it.
+    pub fn wait_for_write(&self, ticket: u64) {
+        if lock(&self.inner.queue).done_through_ticket() < ticket {
+            self.inner.wait_done(ticket);
+        }
+    }
+
     /// Applies a batch a primary wrote with sequence numbers from `seq` on (replication). The
     /// sequence must be above every sequence this database has used.
     pub fn write_replicated(&self, seq: u64, batch: WriteBatch) -> Result<()> {

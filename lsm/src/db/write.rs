@@ -57,6 +57,10 @@ pub(super) struct WriteQueue {
 }
 
 impl WriteQueue {
+    pub(super) fn done_through_ticket(&self) -> u64 {
+        self.done_through
+    }
+
     fn take_group(&mut self) -> Vec<Pending> {
         let mut group = Vec::new();
         let mut bytes = 0;
@@ -106,8 +110,9 @@ impl DbInner {
     }
 
     /// Moves `ticket` along as far as it can go without waiting: its result if its group is
-    /// committed, after leading a group itself if it is first in line and nobody leads.
-    /// `None` means another writer's group is in flight.
+    /// committed, after leading groups itself whenever nobody leads (any writer may commit the
+    /// groups ahead of its own: a writer never waits on another writer that may not be running,
+    /// such as an async task parked behind this very thread). `None` means a group is in flight.
     pub(super) fn progress<'a>(
         &'a self,
         mut q: MutexGuard<'a, WriteQueue>,
@@ -118,36 +123,59 @@ impl DbInner {
                 let result = q.errors.remove(&ticket).map_or(Ok(()), Err);
                 return (q, Some(result));
             }
-            if q.leader_active || q.pending.front().map(|p| p.ticket) != Some(ticket) {
+            if q.leader_active || q.pending.is_empty() {
                 return (q, None);
             }
-            q.leader_active = true;
-            let mut group = q.take_group();
-            drop(q);
-            let result = self.write_group(&mut group);
-            q = lock(&self.queue);
-            if let Err(e) = result {
-                for p in &group {
-                    q.errors.insert(p.ticket, e.duplicate());
-                }
-            }
-            q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
-            q.leader_active = false;
-            self.groups_done.fetch_add(1, Ordering::Release);
-            // Wake the group's asynchronous writers, and whoever is next in line to lead.
+            q = self.lead_group(q);
+        }
+    }
+
+    /// Commits the group at the head of the queue (the caller saw no leader active).
+    fn lead_group<'a>(&'a self, mut q: MutexGuard<'a, WriteQueue>) -> MutexGuard<'a, WriteQueue> {
+        q.leader_active = true;
+        let mut group = q.take_group();
+        drop(q);
+        let result = self.write_group(&mut group);
+        q = lock(&self.queue);
+        if let Err(e) = result {
             for p in &group {
-                if let Some(w) = q.wakers.remove(&p.ticket) {
-                    w.wake();
-                }
+                q.errors.insert(p.ticket, e.duplicate());
             }
-            if let Some(next) = q.pending.front().map(|p| p.ticket) {
-                if let Some(w) = q.wakers.remove(&next) {
-                    w.wake();
-                }
+        }
+        q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
+        q.leader_active = false;
+        self.groups_done.fetch_add(1, Ordering::Release);
+        // Wake the group's asynchronous writers, and whoever is next in line.
+        for p in &group {
+            if let Some(w) = q.wakers.remove(&p.ticket) {
+                w.wake();
             }
-            if q.sleepers > 0 {
-                self.queue_cv.notify_all();
+        }
+        if let Some(next) = q.pending.front().map(|p| p.ticket) {
+            if let Some(w) = q.wakers.remove(&next) {
+                w.wake();
             }
+        }
+        if q.sleepers > 0 {
+            self.queue_cv.notify_all();
+        }
+        q
+    }
+
+    /// Waits until `ticket` is committed without taking its result (that is its writer's).
+    pub(super) fn wait_done(&self, ticket: u64) {
+        let mut q = lock(&self.queue);
+        loop {
+            if q.done_through >= ticket {
+                return;
+            }
+            if !q.leader_active && !q.pending.is_empty() {
+                q = self.lead_group(q);
+                continue;
+            }
+            q.sleepers += 1;
+            q = self.queue_cv.wait_timeout(q, Duration::from_millis(1)).unwrap_or_else(|e| e.into_inner()).0;
+            q.sleepers -= 1;
         }
     }
 
@@ -365,6 +393,15 @@ enum FutureState {
 }
 
 impl WriteFuture {
+    /// The batch's place in the commit order (None if it could not be queued). Pass it to
+    /// [`Db::wait_for_write`](crate::Db::wait_for_write) to wait for this write elsewhere.
+    pub fn ticket(&self) -> Option<u64> {
+        match self.state {
+            FutureState::Queued(t) => Some(t),
+            _ => None,
+        }
+    }
+
     pub(super) fn new(db: Arc<DbInner>, batch: WriteBatch, opts: &WriteOptions) -> WriteFuture {
         let state = match db.enqueue(batch, opts, None) {
             Ok(ticket) => FutureState::Queued(ticket),

@@ -273,6 +273,9 @@ fn serve_signals(session: &mut Session) {
 #[derive(Debug, Default)]
 pub struct WriteCoalescer {
     batch: lsm::WriteBatch,
+    /// The keys written (for their locks) and the database.
+    keys: Vec<Bytes>,
+    db: u32,
     /// For each deferred command, whether its reply is sent (`CLIENT REPLY`).
     replies: Vec<bool>,
 }
@@ -286,6 +289,11 @@ impl WriteCoalescer {
         s.state.commands_processed.fetch_add(1, Ordering::Relaxed);
         static SET: &str = "set";
         s.handle.touch(&SET);
+        if !self.replies.is_empty() && self.db != s.db {
+            return false;
+        }
+        self.db = s.db;
+        self.keys.push(args[1].clone());
         s.state.storage.put_into(&mut self.batch, s.db, &args[1], &crate::storage::Meta::string(args[2].clone(), 0));
         let send = s.take_reply_permission();
         self.replies.push(send);
@@ -304,7 +312,9 @@ impl WriteCoalescer {
         if self.replies.is_empty() {
             return;
         }
-        let reply = match s.state.storage.write_async(std::mem::take(&mut self.batch)).await {
+        let keys = std::mem::take(&mut self.keys);
+        let queued = s.state.storage.write_queued(self.db, &keys, std::mem::take(&mut self.batch));
+        let reply = match queued.await {
             Ok(()) => Reply::ok(),
             Err(e) => engine_error(e),
         };

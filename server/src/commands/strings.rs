@@ -196,7 +196,8 @@ fn expiry(arg: &[u8], unit_ms: u64, absolute: bool, cmd: &str) -> Result<u64, Re
 fn set(s: &mut Session, args: &[Bytes]) -> Reply {
     let (key, value) = (&args[1], &args[2]);
     if args.len() == 3 {
-        // A plain SET replaces whatever was there: a blind write, no read and no lock.
+        // A plain SET replaces whatever was there: a blind write, no read.
+        let _guard = s.state.storage.lock(s.db, [&key[..]]);
         return done(s.state.storage.set_string(s.db, key, value.clone(), 0), Reply::ok());
     }
     let (mut nx, mut xx, mut get_old, mut keepttl) = (false, false, false, false);

@@ -2,24 +2,33 @@
 //! lose an update; stripes are taken in index order, so two commands never deadlock.
 
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A fixed set of mutexes that keys hash onto.
 #[derive(Debug)]
 pub struct KeyLocks {
     stripes: Vec<Mutex<()>>,
+    /// Per stripe: the engine ticket of the last asynchronous write queued under it (0: none).
+    /// A read-modify-write that takes the stripe waits for it, so it never reads around a blind
+    /// write that is queued but not yet applied.
+    pending: Vec<AtomicU64>,
 }
 
 /// Holds the stripes of some keys until dropped.
 #[derive(Debug)]
 pub struct LockGuard<'a> {
     _held: Vec<MutexGuard<'a, ()>>,
+    stripes: Vec<usize>,
 }
 
 impl KeyLocks {
     /// `n` stripes.
     pub fn new(n: usize) -> Self {
-        KeyLocks { stripes: (0..n.max(1)).map(|_| Mutex::new(())).collect() }
+        KeyLocks {
+            stripes: (0..n.max(1)).map(|_| Mutex::new(())).collect(),
+            pending: (0..n.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     fn stripe(&self, db: u32, key: &[u8]) -> usize {
@@ -47,8 +56,19 @@ impl KeyLocks {
     fn lock_indexes(&self, mut idx: Vec<usize>) -> LockGuard<'_> {
         idx.sort_unstable();
         idx.dedup();
-        LockGuard {
-            _held: idx.into_iter().map(|i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect(),
+        let held = idx.iter().map(|&i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
+        LockGuard { _held: held, stripes: idx }
+    }
+
+    /// The newest pending asynchronous write ticket among the stripes `guard` holds (0: none).
+    pub fn pending_ticket(&self, guard: &LockGuard<'_>) -> u64 {
+        guard.stripes.iter().map(|&i| self.pending[i].load(Ordering::Acquire)).max().unwrap_or(0)
+    }
+
+    /// Records that an asynchronous write with `ticket` was queued under the stripes of `guard`.
+    pub fn set_pending(&self, guard: &LockGuard<'_>, ticket: u64) {
+        for &i in &guard.stripes {
+            self.pending[i].fetch_max(ticket, Ordering::AcqRel);
         }
     }
 }

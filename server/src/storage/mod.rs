@@ -122,14 +122,34 @@ impl Storage {
         &self.engine
     }
 
-    /// Locks `keys` of `db` for a read-modify-write (in a fixed order, so never deadlocks).
+    /// Locks `keys` of `db` for a read-modify-write (in a fixed order, so never deadlocks), and
+    /// waits for any pipelined blind write to those keys that is queued but not yet applied.
     pub fn lock<'a>(&'a self, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
-        self.locks.lock(db, keys)
+        self.settled(self.locks.lock(db, keys))
     }
 
-    /// Locks keys of several databases.
+    /// Locks keys of several databases (see [`Storage::lock`]).
     pub fn lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> LockGuard<'a> {
-        self.locks.lock_pairs(keys)
+        self.settled(self.locks.lock_pairs(keys))
+    }
+
+    fn settled<'a>(&'a self, guard: LockGuard<'a>) -> LockGuard<'a> {
+        let ticket = self.locks.pending_ticket(&guard);
+        if ticket > 0 {
+            self.engine.wait_for_write(ticket);
+        }
+        guard
+    }
+
+    /// Queues `batch` (blind writes to `keys` of `db`) without waiting for it: the key locks are
+    /// held only while it is queued, and later read-modify-writes of those keys wait for it.
+    pub fn write_queued(&self, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::WriteFuture {
+        let guard = self.locks.lock(db, keys.iter().map(|k| &k[..]));
+        let future = self.engine.write_async(batch, &lsm::WriteOptions::default());
+        if let Some(ticket) = future.ticket() {
+            self.locks.set_pending(&guard, ticket);
+        }
+        future
     }
 
     fn phys(&self, db: u32) -> u16 {

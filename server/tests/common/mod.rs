@@ -36,35 +36,69 @@ impl Server {
         let dir = std::mem::replace(&mut old.dir, tempfile::tempdir().unwrap());
         let file = dir.path().join("shale.conf");
         let file = file.exists().then_some(file);
-        Server::start_on(dir, file, old.port, extra)
+        Server::start_on(dir, file, Some(old.port), extra)
     }
 
     pub fn start_in(dir: tempfile::TempDir, file: Option<std::path::PathBuf>, extra: &[&str]) -> Server {
-        Server::start_on(dir, file, free_port(), extra)
+        Server::start_on(dir, file, None, extra)
     }
 
-    fn start_on(dir: tempfile::TempDir, file: Option<std::path::PathBuf>, port: u16, extra: &[&str]) -> Server {
-        let mut args: Vec<String> = file.iter().map(|f| f.display().to_string()).collect();
-        args.extend([
-            "--port".to_string(),
-            port.to_string(),
-            "--dir".into(),
-            dir.path().join("data").display().to_string(),
-        ]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(env!("CARGO_BIN_EXE_shale-server"))
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server { child, port, dir };
+    /// Starts the server on `port` (or a free one), retrying on another free port if a parallel
+    /// test grabbed the same one first: the server answering must be our child process.
+    fn start_on(
+        mut dir: tempfile::TempDir,
+        file: Option<std::path::PathBuf>,
+        port: Option<u16>,
+        extra: &[&str],
+    ) -> Server {
+        let password = extra.windows(2).find(|w| w[0] == "--requirepass").map(|w| w[1].to_string());
+        for _ in 0..5 {
+            let port = port.unwrap_or_else(free_port);
+            let mut args: Vec<String> = file.iter().map(|f| f.display().to_string()).collect();
+            args.extend([
+                "--port".to_string(),
+                port.to_string(),
+                "--dir".into(),
+                dir.path().join("data").display().to_string(),
+            ]);
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let child = Command::new(env!("CARGO_BIN_EXE_shale-server"))
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut server = Server { child, port, dir };
+            if server.wait_until_ours(password.as_deref()) {
+                return server;
+            }
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+            dir = std::mem::replace(&mut server.dir, tempfile::tempdir().unwrap());
+        }
+        panic!("could not start shale-server on a free port");
+    }
+
+    /// Waits until the port answers and the process answering is this server's child.
+    fn wait_until_ours(&mut self, password: Option<&str>) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "server did not start listening on {port}");
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                return false; // it exited (e.g. the port was taken)
+            }
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut req = Vec::new();
+                if let Some(p) = password {
+                    req.extend_from_slice(format!("AUTH {p}\r\n").as_bytes());
+                }
+                req.extend_from_slice(b"INFO server\r\n");
+                let reply = String::from_utf8_lossy(&roundtrip(&mut s, &req, 350)).into_owned();
+                return reply.contains(&format!("process_id:{}\r\n", self.child.id()));
+            }
+            assert!(Instant::now() < deadline, "server did not start listening on {}", self.port);
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
     }
 
     pub fn client(&self) -> redis::Connection {
