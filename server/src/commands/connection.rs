@@ -168,6 +168,9 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
 /// `RESET`: the connection as it was when it opened (database 0, RESP2, no name, replies on,
 /// authenticated only if no password is required).
 fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
+    s.multi = None;
+    s.multi_error = false;
+    super::txn::clear_watches(s);
     s.select(0);
     s.set_protocol(Protocol::Resp2);
     s.set_name(None);

@@ -578,7 +578,8 @@ fn brpop(s: &mut Session, args: &[Bytes]) -> Reply {
 fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool, timeout: &[u8]) -> Reply {
     let db = s.db;
     let view = s.state.storage.view(db);
-    if let Err(e) = list_at(&view, &src).and_then(|_| list_at(&view, &dst)) {
+    // Only the source's type matters until it has an element to move (then LMOVE checks both).
+    if let Err(e) = list_at(&view, &src) {
         return e;
     }
     let target = dst.clone();
@@ -591,6 +592,10 @@ fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool
     });
     if matches!(reply, Reply::Bulk(_)) {
         s.signal(&dst);
+    }
+    // Inside MULTI an empty source answers a null bulk at once (a timeout answers a null array).
+    if s.in_exec && reply == Reply::NullArray {
+        return Reply::Null;
     }
     reply
 }

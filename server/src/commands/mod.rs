@@ -13,6 +13,7 @@ mod server;
 mod set;
 mod string_range;
 mod strings;
+mod txn;
 mod zset;
 
 use std::collections::HashMap;
@@ -78,6 +79,16 @@ pub struct Session {
     /// Keys (of `db`) the command just run may have given elements (blocked clients are
     /// served once it has finished).
     pub signals: Vec<Bytes>,
+    /// Commands queued since MULTI (None: not in a transaction).
+    pub multi: Option<Vec<Vec<Bytes>>>,
+    /// A queued command was rejected: EXEC will abort.
+    pub multi_error: bool,
+    /// True while EXEC runs the queue (blocking commands do not block).
+    pub in_exec: bool,
+    /// WATCHed keys.
+    pub watched: Vec<crate::storage::Watched>,
+    /// Set when a watched key changes.
+    pub watch_flag: Arc<std::sync::atomic::AtomicBool>,
     /// The server.
     pub state: Arc<ServerState>,
 }
@@ -106,6 +117,11 @@ impl Session {
             handle,
             blocked: None,
             signals: Vec::new(),
+            multi: None,
+            multi_error: false,
+            in_exec: false,
+            watched: Vec::new(),
+            watch_flag: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             state,
         }
     }
@@ -132,8 +148,12 @@ impl Session {
         self.signals.push(key.clone());
     }
 
-    /// Asks the connection to block on `req`; the returned reply is never sent.
+    /// Asks the connection to block on `req`; the returned reply is never sent. Inside EXEC
+    /// nothing blocks: the command answers as if it had timed out, as in Redis.
     pub fn block(&mut self, req: BlockRequest) -> Reply {
+        if self.in_exec {
+            return req.timeout_reply;
+        }
         self.blocked = Some(req);
         Reply::Null
     }
@@ -151,6 +171,9 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.state.registry.unregister(self.id);
+        if !self.watched.is_empty() {
+            self.state.storage.watches.unwatch(&self.watched, &self.watch_flag);
+        }
     }
 }
 
@@ -208,6 +231,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         set::COMMANDS,
         zset::COMMANDS,
         list::COMMANDS,
+        txn::COMMANDS,
     ]
     .into_iter()
     .flatten()
@@ -246,19 +270,40 @@ pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
     if !session.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
         return Reply::error("NOAUTH Authentication required.");
     }
-    let Some(spec) = spec else { return unknown_command(args) };
+    let queuing = session.multi.is_some() && !spec.is_some_and(|c| txn::is_control(c.name));
+    let Some(spec) = spec else {
+        session.multi_error |= queuing;
+        return unknown_command(args);
+    };
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        session.multi_error |= queuing;
         return Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name));
     }
+    if queuing {
+        if let Some(queue) = session.multi.as_mut() {
+            queue.push(args.to_vec());
+        }
+        return Reply::Simple("QUEUED".into());
+    }
     session.handle.touch(&spec.name);
-    let reply = (spec.handler)(session, args);
-    serve_signals(session);
+    // A read of several keys sees them all as of one moment.
+    let multi_key_read =
+        spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
+    let reply = if multi_key_read {
+        let engine = session.state.storage.engine().clone();
+        crate::storage::txn::with_snapshot(&engine, || (spec.handler)(session, args))
+    } else {
+        (spec.handler)(session, args)
+    };
+    if !session.in_exec {
+        serve_signals(session);
+    }
     reply
 }
 
 /// Serves clients blocked on the keys the last command signalled.
-fn serve_signals(session: &mut Session) {
+pub(super) fn serve_signals(session: &mut Session) {
     for key in std::mem::take(&mut session.signals) {
         if session.state.blocking.has_waiters(session.db, &key) {
             session.state.blocking.serve(session.db, &key);
@@ -283,7 +328,7 @@ pub struct WriteCoalescer {
 impl WriteCoalescer {
     /// Defers `args` if it is a plain SET the session may run; false if it must be dispatched.
     pub fn try_defer(&mut self, s: &mut Session, args: &[Bytes]) -> bool {
-        if args.len() != 3 || !s.authenticated || !args[0].eq_ignore_ascii_case(b"set") {
+        if args.len() != 3 || !s.authenticated || s.multi.is_some() || !args[0].eq_ignore_ascii_case(b"set") {
             return false;
         }
         s.state.commands_processed.fetch_add(1, Ordering::Relaxed);

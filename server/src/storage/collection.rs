@@ -114,8 +114,9 @@ impl Storage {
 }
 
 impl<'a> View<'a> {
-    fn engine(&self) -> &'a lsm::Db {
-        &self.storage.engine
+    /// The physical database this view reads and writes.
+    pub fn pdb(&self) -> u16 {
+        self.pdb
     }
 
     /// The live metadata of `key`.
@@ -156,7 +157,7 @@ impl<'a> View<'a> {
 
     /// The value of `field` in incarnation `uid`.
     pub fn element(&self, uid: u64, field: &[u8]) -> lsm::Result<Option<Bytes>> {
-        self.engine().get(element_key(self.pdb, uid, field))
+        self.storage.raw_get(&element_key(self.pdb, uid, field))
     }
 
     /// Adds writing `field` = `value` to `batch`.
@@ -178,7 +179,7 @@ impl<'a> View<'a> {
             Bound::Unbounded => Bound::Included(prefix.clone()),
         };
         let end = prefix_end(&prefix);
-        ElementIter { range: self.engine().range((start, Bound::Excluded(end))), skip: prefix.len() }
+        ElementIter { range: self.storage.raw_range(start, Bound::Excluded(end)), skip: prefix.len() }
     }
 
     /// Elements of `uid` in reverse field order, from the end.
@@ -186,7 +187,10 @@ impl<'a> View<'a> {
         let prefix = element_key(self.pdb, uid, b"");
         let end = prefix_end(&prefix);
         let skip = prefix.len();
-        self.engine().range(prefix..end).rev().map(move |kv| kv.map(|(k, v)| (k.slice(skip..), v)))
+        self.storage
+            .raw_range(Bound::Included(prefix), Bound::Excluded(end))
+            .rev()
+            .map(move |kv| kv.map(|(k, v)| (k.slice(skip..), v)))
     }
 
     /// Adds a score-index record for `member` at `score` to `batch`.
@@ -219,13 +223,13 @@ impl<'a> View<'a> {
             }
             None => prefix.clone(),
         };
-        ScoreIter { range: self.engine().range(start..end), skip: prefix.len() }
+        ScoreIter { range: self.storage.raw_range(Bound::Included(start), Bound::Excluded(end)), skip: prefix.len() }
     }
 }
 
 /// `(field, value)` pairs of one collection.
 pub struct ElementIter {
-    range: lsm::Range,
+    range: super::txn::RawRange,
     skip: usize,
 }
 
@@ -245,7 +249,7 @@ impl Iterator for ElementIter {
 
 /// `(score, member)` pairs of one sorted set.
 pub struct ScoreIter {
-    range: lsm::Range,
+    range: super::txn::RawRange,
     skip: usize,
 }
 
@@ -279,7 +283,7 @@ impl DoubleEndedIterator for ScoreIter {
 
 /// The first key after every key starting with `prefix` (which never ends in 0xff here: it ends
 /// in a uid or db byte pattern followed by at least the tag, so incrementing works).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

@@ -5,6 +5,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+thread_local! {
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A fixed set of mutexes that keys hash onto.
 #[derive(Debug)]
 pub struct KeyLocks {
@@ -56,8 +60,26 @@ impl KeyLocks {
     fn lock_indexes(&self, mut idx: Vec<usize>) -> LockGuard<'_> {
         idx.sort_unstable();
         idx.dedup();
+        // Stripes this thread already holds for a running EXEC are not taken again.
+        HELD.with(|h| {
+            let h = h.borrow();
+            if !h.is_empty() {
+                idx.retain(|i| !h.contains(i));
+            }
+        });
         let held = idx.iter().map(|&i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
         LockGuard { _held: held, stripes: idx }
+    }
+
+    /// Makes the stripes of `guard` count as held by this thread (EXEC holds its keys' locks
+    /// while the queued commands, which lock the same keys, run on it) until [`KeyLocks::release`].
+    pub fn hold(&self, guard: &LockGuard<'_>) {
+        HELD.with(|h| h.borrow_mut().extend_from_slice(&guard.stripes));
+    }
+
+    /// Ends [`KeyLocks::hold`] on this thread.
+    pub fn release(&self) {
+        HELD.with(|h| h.borrow_mut().clear());
     }
 
     /// The newest pending asynchronous write ticket among the stripes `guard` holds (0: none).

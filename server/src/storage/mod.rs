@@ -19,6 +19,7 @@ mod collection;
 mod expiry;
 mod locks;
 mod meta;
+pub mod txn;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
@@ -28,6 +29,7 @@ pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreIter,
 pub use expiry::ShaleFilter;
 pub use locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
+pub use txn::Watched;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -82,6 +84,8 @@ pub struct Storage {
     map: Vec<AtomicU16>,
     /// Physical database -> logical database.
     inverse: Vec<AtomicU16>,
+    /// Clients watching keys (WATCH).
+    pub watches: txn::Watches,
     /// Next incarnation id. Starts above the engine's last sequence: every id ever used went
     /// into a batch together with at least one record, so ids handed out before a restart are
     /// all below it.
@@ -114,7 +118,7 @@ impl Storage {
             }
         }
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
-        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, next_uid })
+        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, watches: txn::Watches::default(), next_uid })
     }
 
     /// The engine underneath.
@@ -126,6 +130,19 @@ impl Storage {
     /// waits for any pipelined blind write to those keys that is queued but not yet applied.
     pub fn lock<'a>(&'a self, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
         self.settled(self.locks.lock(db, keys))
+    }
+
+    /// Locks keys for a whole EXEC: the queued commands' own locking of them is then a no-op
+    /// on this thread until [`Storage::end_exec`].
+    pub fn lock_for_exec<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> LockGuard<'a> {
+        let guard = self.lock_pairs(keys);
+        self.locks.hold(&guard);
+        guard
+    }
+
+    /// Ends [`Storage::lock_for_exec`] (before its guard is dropped).
+    pub fn end_exec(&self) {
+        self.locks.release();
     }
 
     /// Locks keys of several databases (see [`Storage::lock`]).
@@ -145,6 +162,7 @@ impl Storage {
     /// held only while it is queued, and later read-modify-writes of those keys wait for it.
     pub fn write_queued(&self, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::WriteFuture {
         let guard = self.locks.lock(db, keys.iter().map(|k| &k[..]));
+        self.watches.touch_batch(&batch);
         let future = self.engine.write_async(batch, &lsm::WriteOptions::default());
         if let Some(ticket) = future.ticket() {
             self.locks.set_pending(&guard, ticket);
@@ -168,9 +186,9 @@ impl Storage {
             buf[0] = b'M';
             buf[1..3].copy_from_slice(&pdb.to_be_bytes());
             buf[3..3 + key.len()].copy_from_slice(key);
-            self.engine.get(&buf[..3 + key.len()])?
+            self.raw_get(&buf[..3 + key.len()])?
         } else {
-            self.engine.get(meta_key(pdb, key))?
+            self.raw_get(&meta_key(pdb, key))?
         };
         let Some(raw) = raw else { return Ok(None) };
         let meta = decode(raw)?;
@@ -191,8 +209,29 @@ impl Storage {
         batch.delete(meta_key(self.phys(db), key));
     }
 
-    /// Applies `batch` atomically (one command = one batch).
+    /// A record as the current command sees it (inside EXEC: with the transaction's writes).
+    fn raw_get(&self, key: &[u8]) -> lsm::Result<Option<Bytes>> {
+        match txn::lookup(key) {
+            Some(v) => Ok(v),
+            None => txn::snapshot_get(&self.engine, key),
+        }
+    }
+
+    /// Records in `[start, end)` as the current command sees them.
+    fn raw_range(&self, start: std::ops::Bound<Vec<u8>>, end: std::ops::Bound<Vec<u8>>) -> txn::RawRange {
+        txn::range(&self.engine, start, end)
+    }
+
+    /// Applies `batch` atomically (one command = one batch; inside EXEC it joins the
+    /// transaction's batch). Watchers of the keys it writes are told.
     pub fn write(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
+        let Some(batch) = txn::buffer(batch) else { return Ok(()) };
+        self.commit(batch)
+    }
+
+    /// Commits `batch` to the engine now (EXEC's own commit goes here).
+    pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
+        self.watches.touch_batch(&batch);
         self.engine.write(batch, &lsm::WriteOptions::default())
     }
 
@@ -215,7 +254,8 @@ impl Storage {
         let (src, dst) = (self.phys(from), self.phys(to));
         for tag in [b'E', b'Z'] {
             let prefix = element_prefix(tag, src, uid);
-            for kv in self.engine.prefix(&prefix) {
+            let end = collection::prefix_end(&prefix);
+            for kv in self.raw_range(std::ops::Bound::Included(prefix.clone()), std::ops::Bound::Excluded(end)) {
                 let (k, v) = kv?;
                 let mut key = element_prefix(tag, dst, new_uid);
                 key.extend_from_slice(&k[prefix.len()..]);
@@ -271,7 +311,9 @@ impl Storage {
         let now = now_ms();
         let pdb = self.phys(db);
         let (mut keys, mut expires) = (0, 0);
-        for kv in self.engine.range(meta_key(pdb, b"")..meta_end(pdb)) {
+        for kv in
+            self.raw_range(std::ops::Bound::Included(meta_key(pdb, b"")), std::ops::Bound::Excluded(meta_end(pdb)))
+        {
             let (_, v) = kv?;
             let m = decode(v)?;
             if !m.is_expired(now) {
@@ -306,7 +348,8 @@ impl Storage {
         let pdb = self.phys(db);
         let now = now_ms();
         let mut page = ScanPage::default();
-        for (seen, kv) in self.engine.range(meta_key(pdb, cursor)..meta_end(pdb)).enumerate() {
+        let (start, end) = (std::ops::Bound::Included(meta_key(pdb, cursor)), std::ops::Bound::Excluded(meta_end(pdb)));
+        for (seen, kv) in self.raw_range(start, end).enumerate() {
             let (k, v) = kv?;
             let key = k.slice(3..);
             if seen == count {
@@ -363,6 +406,7 @@ impl Storage {
         let mut batch = lsm::WriteBatch::new();
         batch.put(DB_MAP_KEY, record);
         self.engine.write(batch, &lsm::WriteOptions::synced())?;
+        self.watches.touch_databases(&[pa, pb]);
         self.map[a as usize % DATABASES].store(pb, Ordering::Release);
         self.map[b as usize % DATABASES].store(pa, Ordering::Release);
         self.inverse[usize::from(pb)].store(a as u16, Ordering::Release);

@@ -1,0 +1,144 @@
+//! MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//!
+//! MULTI makes the connection queue commands (answering `+QUEUED`; a command that does not
+//! exist or has the wrong arity answers its error and dooms the transaction). EXEC checks the
+//! watched keys, takes the locks of every key the queued commands name, runs them with their
+//! writes buffered (they see each other's writes), and commits everything as one engine batch:
+//! no client sees part of a transaction, and neither does recovery after a crash.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::{dispatch, engine_error, lookup, spec, CommandSpec, Session, NO_KEYS};
+use crate::resp::Reply;
+use crate::storage::{now_ms, txn, Watched};
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("multi", 1, &["noscript", "loading", "stale", "fast", "allow_busy"], NO_KEYS, multi),
+    spec("exec", 1, &["noscript", "loading", "stale", "skip_slowlog"], NO_KEYS, exec),
+    spec("discard", 1, &["noscript", "loading", "stale", "fast", "allow_busy"], NO_KEYS, discard),
+    spec("watch", -2, &["noscript", "loading", "stale", "fast", "allow_busy"], (1, -1, 1), watch),
+    spec("unwatch", 1, &["noscript", "loading", "stale", "fast", "allow_busy"], NO_KEYS, unwatch),
+];
+
+/// Commands that act on the transaction itself rather than being queued.
+pub(super) fn is_control(name: &str) -> bool {
+    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+fn multi(s: &mut Session, _: &[Bytes]) -> Reply {
+    if s.multi.is_some() {
+        return Reply::error("ERR MULTI calls can not be nested");
+    }
+    s.multi = Some(Vec::new());
+    s.multi_error = false;
+    Reply::ok()
+}
+
+fn discard(s: &mut Session, _: &[Bytes]) -> Reply {
+    if s.multi.take().is_none() {
+        return Reply::error("ERR DISCARD without MULTI");
+    }
+    clear_watches(s);
+    Reply::ok()
+}
+
+/// Drops every WATCH of the session.
+pub(super) fn clear_watches(s: &mut Session) {
+    let watched = std::mem::take(&mut s.watched);
+    s.state.storage.watches.unwatch(&watched, &s.watch_flag);
+    s.watch_flag.store(false, Ordering::Release);
+}
+
+fn watch(s: &mut Session, args: &[Bytes]) -> Reply {
+    if s.multi.is_some() {
+        return Reply::error("ERR WATCH inside MULTI is not allowed");
+    }
+    let view = s.state.storage.view(s.db);
+    for key in &args[1..] {
+        let live_until = match view.get(key) {
+            Ok(m) => m.map(|m| m.expire_at_ms),
+            Err(e) => return engine_error(e),
+        };
+        let pdb = view.pdb();
+        s.state.storage.watches.watch(pdb, key.clone(), &s.watch_flag);
+        s.watched.push(Watched { pdb, key: key.clone(), live_until });
+    }
+    Reply::ok()
+}
+
+fn unwatch(s: &mut Session, _: &[Bytes]) -> Reply {
+    clear_watches(s);
+    Reply::ok()
+}
+
+/// True if a watched key changed (or expired) since WATCH.
+fn watch_broken(s: &Session) -> bool {
+    if s.watch_flag.load(Ordering::Acquire) {
+        return true;
+    }
+    let now = now_ms();
+    s.watched.iter().any(|w| matches!(w.live_until, Some(at) if at != 0 && at <= now))
+}
+
+/// Every (db, key) the queued commands may touch: their declared keys, and for commands that
+/// locate keys by a count (ZUNION, LMPOP, …) every argument. Locking too much is harmless.
+fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
+    let mut db = db;
+    let mut out = Vec::new();
+    for args in queue {
+        let Some(spec) = lookup(&args[0]) else { continue };
+        if spec.name == "select" {
+            if let Some(n) = args.get(1).and_then(|a| super::parse_i64(a)) {
+                db = n.max(0) as u32;
+            }
+            continue;
+        }
+        if spec.first_key == 0 {
+            out.extend(args[1..].iter().map(|a| (db, a.clone())));
+            continue;
+        }
+        let last = if spec.last_key < 0 { args.len() as i32 + spec.last_key } else { spec.last_key };
+        let step = spec.step.max(1) as usize;
+        for i in (spec.first_key as usize..=last.max(0) as usize).step_by(step) {
+            if let Some(k) = args.get(i) {
+                out.push((db, k.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
+    let Some(queue) = s.multi.take() else { return Reply::error("ERR EXEC without MULTI") };
+    if s.multi_error {
+        clear_watches(s);
+        return Reply::error("EXECABORT Transaction discarded because of previous errors.");
+    }
+    let state = std::sync::Arc::clone(&s.state);
+    let keys = queued_keys(s.db, &queue);
+    let guard = state.storage.lock_for_exec(keys.iter().map(|(db, k)| (*db, &k[..])));
+    // Checked under the locks: nobody can change a watched key between the check and the run.
+    if watch_broken(s) {
+        state.storage.end_exec();
+        drop(guard);
+        clear_watches(s);
+        return Reply::NullArray;
+    }
+    txn::begin();
+    s.in_exec = true;
+    let replies: Vec<Reply> = queue.iter().map(|args| dispatch(s, args)).collect();
+    s.in_exec = false;
+    let batch = txn::finish();
+    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
+    state.storage.end_exec();
+    drop(guard);
+    clear_watches(s);
+    // Clients blocked on keys the transaction filled are served once it is visible.
+    super::serve_signals(s);
+    match committed {
+        Ok(()) => Reply::Array(replies),
+        Err(e) => engine_error(e),
+    }
+}
