@@ -59,6 +59,10 @@ pub struct ServerState {
     pub cursors: crate::cursors::Cursors,
     /// Clients blocked on keys.
     pub blocking: crate::blocking::Registry,
+    /// Channels, patterns and their subscribers.
+    pub pubsub: crate::pubsub::Hub,
+    /// LOCK / UNLOCK.
+    pub locks: crate::locks::Locks,
     log_hook: OnceLock<LogHook>,
     /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
@@ -93,6 +97,8 @@ impl ServerState {
             pause: Mutex::new(None),
             cursors: crate::cursors::Cursors::default(),
             blocking: crate::blocking::Registry::default(),
+            pubsub: crate::pubsub::Hub::default(),
+            locks: crate::locks::Locks::default(),
             log_hook: OnceLock::new(),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })

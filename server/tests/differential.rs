@@ -25,7 +25,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn start_redis() -> Option<(RedisServer, redis::Connection)> {
+fn start_redis() -> Option<(RedisServer, redis::Connection, u16)> {
     let port = free_port();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -45,7 +45,7 @@ fn start_redis() -> Option<(RedisServer, redis::Connection)> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection() {
-            return Some((child, c));
+            return Some((child, c, port));
         }
         assert!(Instant::now() < deadline, "redis-server did not start");
         std::thread::sleep(Duration::from_millis(20));
@@ -234,9 +234,12 @@ fn command(rng: &mut StdRng, family: &str) -> Vec<String> {
     }
 }
 
+/// Commands whose replies Redis orders arbitrarily (compared sorted).
+const UNORDERED: &[&str] = &["smembers", "sinter", "sunion", "sdiff", "hkeys", "hgetall", "spop"];
+
 #[test]
 fn replies_match_a_real_redis_server() {
-    let Some((_redis, mut reference)) = start_redis() else { return };
+    let Some((_redis, mut reference, _)) = start_redis() else { return };
     let server = Server::start(&[]);
     let mut shale = server.client();
     let seed: u64 = std::env::var("SHALE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20261129);
@@ -247,12 +250,34 @@ fn replies_match_a_real_redis_server() {
         redis::cmd("SET").arg("str0").arg("a string").query::<()>(c).unwrap();
     }
     let mut total = 0;
-    for family in ["string", "hash", "set", "zset", "list"] {
+    for family in ["string", "hash", "set", "zset", "list", "multi"] {
         for i in 0..per_family {
-            let argv = command(&mut rng, family);
+            let argv = if family == "multi" {
+                // Transactions: MULTI, a few commands of any family (sometimes a bad one), EXEC
+                // or DISCARD, sometimes under a WATCH that another command then breaks.
+                match i % 7 {
+                    0 => vec!["MULTI".to_string()],
+                    1..=3 => {
+                        let f = ["string", "hash", "set", "zset", "list"][rng.random_range(0..5)];
+                        // Replies Redis orders arbitrarily are not compared inside EXEC's array.
+                        let mut c = command(&mut rng, f);
+                        while UNORDERED.contains(&c[0].to_ascii_lowercase().as_str()) {
+                            c = command(&mut rng, f);
+                        }
+                        if rng.random_bool(0.05) {
+                            c.truncate(1); // wrong arity: dooms the transaction
+                        }
+                        c
+                    }
+                    4 => vec![pick(&mut rng, &["EXEC", "EXEC", "EXEC", "DISCARD"]).to_string()],
+                    5 => vec!["WATCH".to_string(), format!("s{}", rng.random_range(0..4))],
+                    _ => command(&mut rng, "string"),
+                }
+            } else {
+                command(&mut rng, family)
+            };
             let name = argv[0].to_ascii_lowercase();
-            let unordered =
-                matches!(name.as_str(), "smembers" | "sinter" | "sunion" | "sdiff" | "hkeys" | "hgetall" | "spop");
+            let unordered = UNORDERED.contains(&name.as_str());
             let pairs = name == "hgetall";
             let mut c = redis::cmd(&argv[0]);
             c.arg(&argv[1..]);
@@ -261,6 +286,9 @@ fn replies_match_a_real_redis_server() {
             assert_eq!(got, want, "{family} command {i} (seed {seed}): {argv:?}");
             total += 1;
         }
+        // Leave any open transaction (both answer the same, compared like any reply).
+        let want = outcome(redis::cmd("DISCARD").query::<Value>(&mut reference), false, false);
+        assert_eq!(outcome(redis::cmd("DISCARD").query::<Value>(&mut shale), false, false), want);
         // The whole keyspace must agree too, not just the replies.
         for k in redis::cmd("KEYS").arg("*").query::<Vec<String>>(&mut reference).unwrap() {
             let t: String = redis::cmd("TYPE").arg(&k).query(&mut reference).unwrap();
@@ -272,4 +300,75 @@ fn replies_match_a_real_redis_server() {
         assert_eq!(b, a, "DBSIZE after the {family} commands");
     }
     eprintln!("differential: {total} commands, identical replies (seed {seed})");
+}
+
+/// Sends `req` on `s` and collects what arrives within a short quiet period.
+fn exchange(s: &mut std::net::TcpStream, req: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    s.write_all(req).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(60))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn pubsub_replies_match_a_real_redis_server() {
+    let Some((_redis, _reference, redis_port)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let script: &[(usize, &[u8])] = &[
+        (0, b"SUBSCRIBE a b\r\n"),
+        (0, b"PSUBSCRIBE h*llo news.?\r\n"),
+        (0, b"GET k\r\n"),
+        (0, b"PING\r\n"),
+        (0, b"PING hi\r\n"),
+        (1, b"PUBLISH a one\r\n"),
+        (1, b"PUBLISH hello two\r\n"),
+        (1, b"PUBLISH news.x three\r\n"),
+        (1, b"PUBLISH nobody four\r\n"),
+        (1, b"PUBSUB NUMSUB a b c\r\n"),
+        (1, b"PUBSUB NUMPAT\r\n"),
+        (0, b"UNSUBSCRIBE a\r\n"),
+        (0, b"PUNSUBSCRIBE news.?\r\n"),
+        (0, b"UNSUBSCRIBE\r\n"),
+        (0, b"PUNSUBSCRIBE\r\n"),
+        (0, b"UNSUBSCRIBE\r\n"),
+        (0, b"SSUBSCRIBE s\r\n"),
+        (1, b"SPUBLISH s five\r\n"),
+        (0, b"SUNSUBSCRIBE s\r\n"),
+        (0, b"GET k\r\n"),
+        (0, b"HELLO 3\r\nSUBSCRIBE r3\r\n"),
+        (1, b"PUBLISH r3 six\r\n"),
+        (0, b"SET k v\r\nGET k\r\n"),
+    ];
+    let run = |port: u16| -> Vec<Vec<u8>> {
+        let mut conns = [
+            std::net::TcpStream::connect(("127.0.0.1", port)).unwrap(),
+            std::net::TcpStream::connect(("127.0.0.1", port)).unwrap(),
+        ];
+        let mut outputs = Vec::new();
+        for (who, req) in script {
+            outputs.push(exchange(&mut conns[*who], req));
+            // What the subscriber received because of a publish.
+            outputs.push(exchange(&mut conns[0], b""));
+        }
+        outputs
+    };
+    let want = run(redis_port);
+    let got = run(server.port);
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let step = String::from_utf8_lossy(script[i / 2].1);
+        // HELLO's map names the server and version: compare only what follows it.
+        if step.starts_with("HELLO") && i % 2 == 0 {
+            assert!(g.starts_with(b"%7") && w.starts_with(b"%7"));
+            continue;
+        }
+        assert_eq!(String::from_utf8_lossy(g), String::from_utf8_lossy(w), "step {i}: {step}");
+    }
 }

@@ -50,7 +50,12 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     super::spec("reset", 1, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], super::NO_KEYS, reset),
 ];
 
-fn ping(_: &mut Session, args: &[Bytes]) -> Reply {
+fn ping(s: &mut Session, args: &[Bytes]) -> Reply {
+    // A subscribed RESP2 client gets PING's answer in the shape of a message.
+    if s.protocol == Protocol::Resp2 && s.subscribed() {
+        let msg = args.get(1).cloned().unwrap_or_default();
+        return Reply::Array(vec![Reply::bulk(&b"pong"[..]), Reply::Bulk(msg)]);
+    }
     match args {
         [_] => Reply::Simple("PONG".into()),
         [_, msg] => Reply::Bulk(msg.clone()),
@@ -171,6 +176,7 @@ fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
     s.multi = None;
     s.multi_error = false;
     super::txn::clear_watches(s);
+    s.unsubscribe_all();
     s.select(0);
     s.set_protocol(Protocol::Resp2);
     s.set_name(None);

@@ -549,7 +549,7 @@ pub(super) fn block_or_reply(
     }
     let state: Arc<ServerState> = Arc::clone(&s.state);
     let attempt = Box::new(move |key: &Bytes| attempt(&state, key).ok().flatten());
-    s.block(BlockRequest { keys, timeout, attempt, timeout_reply })
+    s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None })
 }
 
 fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {

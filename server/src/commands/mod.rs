@@ -9,6 +9,8 @@ mod hash;
 mod keys;
 mod keyspace;
 mod list;
+mod lock;
+mod pubsub;
 mod server;
 mod set;
 mod string_range;
@@ -36,6 +38,8 @@ pub struct BlockRequest {
     pub attempt: crate::blocking::Attempt,
     /// The reply when the timeout passes.
     pub timeout_reply: Reply,
+    /// LOCK waits for this handoff instead of for keys.
+    pub lock: Option<(Bytes, tokio::sync::oneshot::Receiver<()>)>,
 }
 
 impl std::fmt::Debug for BlockRequest {
@@ -89,6 +93,13 @@ pub struct Session {
     pub watched: Vec<crate::storage::Watched>,
     /// Set when a watched key changes.
     pub watch_flag: Arc<std::sync::atomic::AtomicBool>,
+    /// This connection as a pub/sub subscriber (after its first subscription).
+    pub subscriber: Option<Arc<crate::pubsub::Subscriber>>,
+    /// Messages for this subscriber, written out by the connection.
+    pub messages: Option<tokio::sync::mpsc::UnboundedReceiver<Reply>>,
+    channels: std::collections::HashSet<Bytes>,
+    patterns: std::collections::HashSet<Bytes>,
+    shard_channels: std::collections::HashSet<Bytes>,
     /// The server.
     pub state: Arc<ServerState>,
 }
@@ -122,6 +133,11 @@ impl Session {
             in_exec: false,
             watched: Vec::new(),
             watch_flag: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            subscriber: None,
+            messages: None,
+            channels: Default::default(),
+            patterns: Default::default(),
+            shard_channels: Default::default(),
             state,
         }
     }
@@ -141,6 +157,35 @@ impl Session {
     /// `CLIENT SETNAME`.
     pub fn set_name(&self, name: Option<Bytes>) {
         *self.handle.name.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    /// The subscriptions of one kind.
+    pub fn subscriptions(&mut self, kind: crate::pubsub::Kind) -> &mut std::collections::HashSet<Bytes> {
+        match kind {
+            crate::pubsub::Kind::Channel => &mut self.channels,
+            crate::pubsub::Kind::Pattern => &mut self.patterns,
+            crate::pubsub::Kind::Shard => &mut self.shard_channels,
+        }
+    }
+
+    /// Channel and pattern subscriptions (the count SUBSCRIBE replies carry).
+    pub fn subscription_count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// True while the connection has any subscription.
+    pub fn subscribed(&self) -> bool {
+        self.subscription_count() + self.shard_channels.len() > 0
+    }
+
+    /// Drops every subscription.
+    pub fn unsubscribe_all(&mut self) {
+        use crate::pubsub::Kind;
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+            for name in std::mem::take(self.subscriptions(kind)) {
+                self.state.pubsub.unsubscribe(kind, &name, self.id);
+            }
+        }
     }
 
     /// Notes that `key` may have gained elements (pushes, moves, stores).
@@ -174,6 +219,8 @@ impl Drop for Session {
         if !self.watched.is_empty() {
             self.state.storage.watches.unwatch(&self.watched, &self.watch_flag);
         }
+        self.unsubscribe_all();
+        self.state.locks.release_all(self.id);
     }
 }
 
@@ -232,6 +279,8 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         zset::COMMANDS,
         list::COMMANDS,
         txn::COMMANDS,
+        pubsub::COMMANDS,
+        lock::COMMANDS,
     ]
     .into_iter()
     .flatten()
@@ -269,6 +318,15 @@ pub fn dispatch(session: &mut Session, args: &[Bytes]) -> Reply {
     let spec = lookup(name);
     if !session.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
         return Reply::error("NOAUTH Authentication required.");
+    }
+    if session.protocol == Protocol::Resp2
+        && session.subscribed()
+        && !spec.is_some_and(|c| pubsub::allowed_when_subscribed(c.name))
+    {
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        return Reply::error(format!(
+            "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+        ));
     }
     let queuing = session.multi.is_some() && !spec.is_some_and(|c| txn::is_control(c.name));
     let Some(spec) = spec else {

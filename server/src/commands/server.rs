@@ -278,8 +278,8 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("evicted_keys", "0".into()),
                 ("keyspace_hits", st.keyspace_hits.load(Ordering::Relaxed).to_string()),
                 ("keyspace_misses", st.keyspace_misses.load(Ordering::Relaxed).to_string()),
-                ("pubsub_channels", "0".into()),
-                ("pubsub_patterns", "0".into()),
+                ("pubsub_channels", st.pubsub.channels(crate::pubsub::Kind::Channel, None).len().to_string()),
+                ("pubsub_patterns", st.pubsub.pattern_count().to_string()),
             ],
         );
     }

@@ -262,6 +262,7 @@ fn setnx(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn set_with_expiry(s: &mut Session, args: &[Bytes], unit_ms: u64, cmd: &str) -> Reply {
+    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
     match expiry(&args[2], unit_ms, false, cmd) {
         Ok(at) => done(s.state.storage.set_string(s.db, &args[1], args[3].clone(), at), Reply::ok()),
         Err(e) => e,
@@ -306,6 +307,7 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
     if args.len().is_multiple_of(2) {
         return Reply::error("ERR wrong number of arguments for 'mset' command");
     }
+    let _guard = s.state.storage.lock(s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
     let mut b = lsm::WriteBatch::new();
     for pair in args[1..].chunks(2) {
         s.state.storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));

@@ -55,7 +55,10 @@ fn watch(s: &mut Session, args: &[Bytes]) -> Reply {
     if s.multi.is_some() {
         return Reply::error("ERR WATCH inside MULTI is not allowed");
     }
-    let view = s.state.storage.view(s.db);
+    // Under the keys' locks: a writer holding them finishes (and is visible) first.
+    let state = std::sync::Arc::clone(&s.state);
+    let _guard = state.storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
+    let view = state.storage.view(s.db);
     for key in &args[1..] {
         let live_until = match view.get(key) {
             Ok(m) => m.map(|m| m.expire_at_ms),

@@ -102,7 +102,13 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
         }
         coalescer.flush(&session, &mut output).await;
         if !output.is_empty() {
-            if socket.write_all(&output).await.is_err() {
+            // A client that stops reading cannot hold this task forever once it is killed
+            // (e.g. a subscriber over its output buffer limit).
+            let written = tokio::select! {
+                r = socket.write_all(&output) => r.is_ok(),
+                _ = handle.kill_signal.notified() => false,
+            };
+            if !written {
                 return;
             }
             output.clear();
@@ -115,6 +121,8 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
             tracing::warn!(target: "shale::net", client = session.id, bytes = input.len(), "query buffer limit reached; closing");
             return;
         }
+        // Subscribers are exempt from the idle timeout (they wait for messages, as in Redis).
+        let timeout = if session.subscribed() { 0 } else { timeout };
         let idle = async {
             if timeout == 0 {
                 std::future::pending::<()>().await
@@ -128,6 +136,19 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 Ok(_) => {}
             },
             _ = handle.kill_signal.notified() => {}
+            msg = next_message(&mut session.messages) => {
+                // Pub/sub messages: this one and whatever else is queued, in one write.
+                let mut taken = 0;
+                let mut msg = msg;
+                while let Some(m) = msg {
+                    taken += crate::pubsub::message_size(&m);
+                    m.encode(session.protocol, &mut output);
+                    msg = session.messages.as_mut().and_then(|rx| rx.try_recv().ok());
+                }
+                if let Some(sub) = &session.subscriber {
+                    sub.written(taken);
+                }
+            }
             _ = idle => {
                 tracing::debug!(target: "shale::net", client = session.id, "idle timeout; closing");
                 return;
@@ -153,6 +174,9 @@ async fn wait_blocked(
     stop: &mut watch::Receiver<bool>,
 ) -> Option<Reply> {
     let state = Arc::clone(&session.state);
+    if let Some((name, rx)) = req.lock {
+        return wait_lock(socket, session, name, rx, req.timeout, input, stop).await;
+    }
     let keys = req.keys.clone();
     let (registration, mut rx) =
         state.blocking.block(session.id, session.db, req.keys, req.attempt, req.timeout_reply.clone());
@@ -183,6 +207,53 @@ async fn wait_blocked(
                     }
                     tokio::task::yield_now().await;
                 }
+            }
+            read = socket.read_buf(input) => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+            _ = handle.kill_signal.notified() => return None,
+            _ = stop.changed() => return None,
+        }
+    }
+}
+
+/// The next pub/sub message for this connection (never, if it has no subscriptions).
+async fn next_message(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Reply>>) -> Option<Reply> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for a LOCK to be handed over (or the timeout). `None` if the connection must close.
+async fn wait_lock(
+    socket: &mut TcpStream,
+    session: &mut Session,
+    name: bytes::Bytes,
+    mut rx: tokio::sync::oneshot::Receiver<()>,
+    timeout: Option<Duration>,
+    input: &mut BytesMut,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Reply> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let handle = Arc::clone(&session.handle);
+    loop {
+        let timeout = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            got = &mut rx => return Some(if got.is_ok() { Reply::ok() } else { Reply::error("ERR lock wait cancelled") }),
+            _ = timeout => {
+                // Handed over just now? Then we hold it after all.
+                return Some(if session.state.locks.cancel_wait(&name, session.id) {
+                    Reply::ok()
+                } else {
+                    Reply::error(format!("TIMEOUT lock '{}' was not acquired in time", String::from_utf8_lossy(&name)))
+                });
             }
             read = socket.read_buf(input) => match read {
                 Ok(0) | Err(_) => return None,

@@ -44,6 +44,8 @@ pub enum Reply {
     /// Pairs such as (member, score): an array of 2-element arrays in RESP3, a flat array in
     /// RESP2 (ZRANGE … WITHSCORES, HRANDFIELD … WITHVALUES).
     Pairs(Vec<(Reply, Reply)>),
+    /// Several replies to one command, one after another (SUBSCRIBE answers once per channel).
+    Many(Vec<Reply>),
 }
 
 impl Reply {
@@ -98,6 +100,7 @@ impl Reply {
                     b.encode(proto, out);
                 }
             }
+            Reply::Many(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
             Reply::Double(d) if resp3 => line(out, b',', format_double(*d).as_bytes()),
             Reply::Double(d) => bulk(out, b'$', format_double(*d).as_bytes()),
             Reply::Boolean(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),

@@ -231,8 +231,13 @@ impl Storage {
 
     /// Commits `batch` to the engine now (EXEC's own commit goes here).
     pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        self.watches.touch_batch(&batch);
-        self.engine.write(batch, &lsm::WriteOptions::default())
+        let watchers = self.watches.affected(&batch);
+        self.engine.write(batch, &lsm::WriteOptions::default())?;
+        // Only once the write is visible: a watcher that re-reads after this sees it.
+        for f in watchers {
+            f.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// A fresh incarnation id for a new collection.

@@ -218,11 +218,21 @@ impl Watches {
 
     /// Flags the watchers of every metadata key `batch` writes or range-deletes.
     pub fn touch_batch(&self, batch: &lsm::WriteBatch) {
+        for f in self.affected(batch) {
+            f.store(true, Ordering::Release);
+        }
+    }
+
+    /// The flags of the clients watching a key `batch` writes. Writers take them before
+    /// committing and set them once the batch is visible (a client that WATCHes meanwhile waits
+    /// for the writer's key lock, so it reads the new value and needs no flag).
+    pub fn affected(&self, batch: &lsm::WriteBatch) -> Vec<Arc<AtomicBool>> {
+        let mut out = Vec::new();
         if self.count.load(Ordering::Acquire) == 0 {
-            return;
+            return out;
         }
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        let set = |flags: &Vec<Arc<AtomicBool>>| flags.iter().for_each(|f| f.store(true, Ordering::Release));
+        let mut set = |flags: &Vec<Arc<AtomicBool>>| out.extend(flags.iter().cloned());
         for entry in batch.iter().flatten() {
             match entry.kind {
                 ValueKind::RangeDelete => {
@@ -242,6 +252,8 @@ impl Watches {
                 _ => {}
             }
         }
+        drop(keys);
+        out
     }
 
     /// Flags the watchers of every key of the physical databases `pdbs` (SWAPDB).
