@@ -1,18 +1,16 @@
 //! Lists: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LLEN, LINDEX, LSET, LRANGE, LINSERT, LREM,
-//! LTRIM, LPOS, LMOVE, RPOPLPUSH, LMPOP and the blocking BLPOP, BRPOP, BLMOVE, BRPOPLPUSH,
-//! BLMPOP.
+//! LTRIM, LPOS, LMOVE, RPOPLPUSH, LMPOP (the blocking forms are in `list_blocking`).
 //!
 //! Elements are records keyed by a u64 index; the header keeps the index of the first element
 //! and the one after the last, so pushes and pops at either end and LINDEX/LSET are O(1) engine
 //! operations. LINSERT and LREM shift the shorter side.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::coll::{commit, fetch, store, NOT_INTEGER, SYNTAX};
-use super::{engine_error, parse_i64, spec, BlockRequest, CommandSpec, Session, ONE_KEY};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::state::ServerState;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -35,14 +33,9 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("lmove", 5, &["write", "denyoom"], (1, 2, 1), lmove),
     spec("rpoplpush", 3, &["write", "denyoom"], (1, 2, 1), rpoplpush),
     spec("lmpop", -4, &["write"], (0, 0, 0), lmpop),
-    spec("blpop", -3, &["write", "blocking"], (1, -2, 1), blpop),
-    spec("brpop", -3, &["write", "blocking"], (1, -2, 1), brpop),
-    spec("blmove", 6, &["write", "denyoom", "blocking"], (1, 2, 1), blmove),
-    spec("brpoplpush", 4, &["write", "denyoom", "blocking"], (1, 2, 1), brpoplpush),
-    spec("blmpop", -5, &["write", "blocking"], (0, 0, 0), blmpop),
 ];
 
-fn list_at(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
+pub(super) fn list_at(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
     fetch(view, key, KeyType::List)
 }
 
@@ -449,7 +442,7 @@ fn lpos(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-fn side(arg: &[u8]) -> Option<bool> {
+pub(super) fn side(arg: &[u8]) -> Option<bool> {
     match String::from_utf8_lossy(arg).to_ascii_lowercase().as_str() {
         "left" => Some(true),
         "right" => Some(false),
@@ -478,7 +471,7 @@ fn rpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// `numkeys key … LEFT|RIGHT [COUNT n]` of LMPOP / BLMPOP.
-fn mpop_args(args: &[Bytes]) -> Result<(Vec<Bytes>, bool, usize), Reply> {
+pub(super) fn mpop_args(args: &[Bytes]) -> Result<(Vec<Bytes>, bool, usize), Reply> {
     let n = parse_i64(&args[0]).unwrap_or(0);
     if n <= 0 {
         return Err(Reply::error("ERR numkeys should be greater than 0"));
@@ -500,7 +493,13 @@ fn mpop_args(args: &[Bytes]) -> Result<(Vec<Bytes>, bool, usize), Reply> {
 }
 
 /// Pops from `key` for LMPOP-style replies: `[key, [elements…]]`, or `None` if it is empty.
-fn mpop_key(state: &ServerState, db: u32, key: &Bytes, left: bool, count: usize) -> Result<Option<Reply>, Reply> {
+pub(super) fn mpop_key(
+    state: &ServerState,
+    db: u32,
+    key: &Bytes,
+    left: bool,
+    count: usize,
+) -> Result<Option<Reply>, Reply> {
     let items = pop(state, db, key, left, count)?;
     Ok((!items.is_empty()).then(|| {
         Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Array(items.into_iter().map(Reply::Bulk).collect())])
@@ -526,106 +525,6 @@ fn lmpop(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     Reply::NullArray
-}
-
-/// Runs `attempt` on each key now; if nothing comes of it, asks the connection to block.
-pub(super) fn block_or_reply(
-    s: &mut Session,
-    keys: Vec<Bytes>,
-    timeout: &[u8],
-    timeout_reply: Reply,
-    attempt: impl Fn(&ServerState, &Bytes) -> Result<Option<Reply>, Reply> + Send + Sync + 'static,
-) -> Reply {
-    let timeout = match crate::blocking::parse_timeout(timeout) {
-        Ok(t) => t,
-        Err(e) => return e,
-    };
-    for key in &keys {
-        match attempt(&s.state, key) {
-            Ok(Some(r)) => return r,
-            Ok(None) => {}
-            Err(e) => return e,
-        }
-    }
-    let state: Arc<ServerState> = Arc::clone(&s.state);
-    let attempt = Box::new(move |key: &Bytes| attempt(&state, key).ok().flatten());
-    s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None })
-}
-
-fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
-    let keys = args[1..args.len() - 1].to_vec();
-    let db = s.db;
-    let view = s.state.storage.view(db);
-    for key in &keys {
-        if let Err(e) = list_at(&view, key) {
-            return e;
-        }
-    }
-    block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
-        let items = pop(state, db, key, left, 1)?;
-        Ok(items.into_iter().next().map(|v| Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Bulk(v)])))
-    })
-}
-
-fn blpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    bpop(s, args, true)
-}
-
-fn brpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    bpop(s, args, false)
-}
-
-fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool, timeout: &[u8]) -> Reply {
-    let db = s.db;
-    let view = s.state.storage.view(db);
-    // Only the source's type matters until it has an element to move (then LMOVE checks both).
-    if let Err(e) = list_at(&view, &src) {
-        return e;
-    }
-    let target = dst.clone();
-    let reply = block_or_reply(s, vec![src], timeout, Reply::NullArray, move |state, key| {
-        let moved = move_one(state, db, key, &target, from_left, to_left)?;
-        if moved.is_some() && state.blocking.has_waiters(db, &target) {
-            state.blocking.serve(db, &target);
-        }
-        Ok(moved.map(Reply::Bulk))
-    });
-    if matches!(reply, Reply::Bulk(_)) {
-        s.signal(&dst);
-    }
-    // Inside MULTI an empty source answers a null bulk at once (a timeout answers a null array).
-    if s.in_exec && reply == Reply::NullArray {
-        return Reply::Null;
-    }
-    reply
-}
-
-fn blmove(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (Some(from), Some(to)) = (side(&args[3]), side(&args[4])) else { return Reply::error(SYNTAX) };
-    bmove(s, args[1].clone(), args[2].clone(), from, to, &args[5])
-}
-
-fn brpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
-    bmove(s, args[1].clone(), args[2].clone(), false, true, &args[3])
-}
-
-fn blmpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    let timeout = args[1].clone();
-    let (keys, left, count) = match mpop_args(&args[2..]) {
-        Ok(a) => a,
-        Err(e) => return e,
-    };
-    if let Err(e) = crate::blocking::parse_timeout(&timeout) {
-        return e;
-    }
-    let db = s.db;
-    let view = s.state.storage.view(db);
-    for key in &keys {
-        if let Err(e) = list_at(&view, key) {
-            return e;
-        }
-    }
-    block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| mpop_key(state, db, key, left, count))
 }
 
 #[cfg(test)]

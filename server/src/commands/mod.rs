@@ -9,6 +9,7 @@ mod hash;
 mod keys;
 mod keyspace;
 mod list;
+mod list_blocking;
 mod lock;
 mod pubsub;
 mod server;
@@ -278,6 +279,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         set::COMMANDS,
         zset::COMMANDS,
         list::COMMANDS,
+        list_blocking::COMMANDS,
         txn::COMMANDS,
         pubsub::COMMANDS,
         lock::COMMANDS,

@@ -555,7 +555,7 @@ fn bzpop(s: &mut Session, args: &[Bytes], max: bool) -> Reply {
         }
     }
     let db = s.db;
-    super::list::block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
+    super::list_blocking::block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
         let _guard = state.storage.lock(db, [&key[..]]);
         let popped = pop_in(state, db, key, 1, max)?;
         Ok(popped
@@ -589,7 +589,7 @@ fn bzmpop(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     let db = s.db;
-    super::list::block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| {
+    super::list_blocking::block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| {
         let _guard = state.storage.lock(db, [&key[..]]);
         let popped = pop_in(state, db, key, count, max)?;
         Ok((!popped.is_empty()).then(|| mpop_reply(key, popped)))

@@ -1,0 +1,121 @@
+//! The blocking list commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, and the helper every
+//! blocking command (the sorted-set ones too) uses to try now and otherwise block.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::list::{list_at, move_one, mpop_args, mpop_key, pop, side};
+use super::{spec, BlockRequest, CommandSpec, Session};
+use crate::resp::Reply;
+use crate::state::ServerState;
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("blpop", -3, &["write", "blocking"], (1, -2, 1), blpop),
+    spec("brpop", -3, &["write", "blocking"], (1, -2, 1), brpop),
+    spec("blmove", 6, &["write", "denyoom", "blocking"], (1, 2, 1), blmove),
+    spec("brpoplpush", 4, &["write", "denyoom", "blocking"], (1, 2, 1), brpoplpush),
+    spec("blmpop", -5, &["write", "blocking"], (0, 0, 0), blmpop),
+];
+
+/// Runs `attempt` on each key now; if nothing comes of it, asks the connection to block.
+pub(super) fn block_or_reply(
+    s: &mut Session,
+    keys: Vec<Bytes>,
+    timeout: &[u8],
+    timeout_reply: Reply,
+    attempt: impl Fn(&ServerState, &Bytes) -> Result<Option<Reply>, Reply> + Send + Sync + 'static,
+) -> Reply {
+    let timeout = match crate::blocking::parse_timeout(timeout) {
+        Ok(t) => t,
+        Err(e) => return e,
+    };
+    for key in &keys {
+        match attempt(&s.state, key) {
+            Ok(Some(r)) => return r,
+            Ok(None) => {}
+            Err(e) => return e,
+        }
+    }
+    let state: Arc<ServerState> = Arc::clone(&s.state);
+    let attempt = Box::new(move |key: &Bytes| attempt(&state, key).ok().flatten());
+    s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None })
+}
+
+fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
+    let keys = args[1..args.len() - 1].to_vec();
+    let db = s.db;
+    let view = s.state.storage.view(db);
+    for key in &keys {
+        if let Err(e) = list_at(&view, key) {
+            return e;
+        }
+    }
+    block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
+        let items = pop(state, db, key, left, 1)?;
+        Ok(items.into_iter().next().map(|v| Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Bulk(v)])))
+    })
+}
+
+fn blpop(s: &mut Session, args: &[Bytes]) -> Reply {
+    bpop(s, args, true)
+}
+
+fn brpop(s: &mut Session, args: &[Bytes]) -> Reply {
+    bpop(s, args, false)
+}
+
+fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool, timeout: &[u8]) -> Reply {
+    let db = s.db;
+    let view = s.state.storage.view(db);
+    // Only the source's type matters until it has an element to move (then LMOVE checks both).
+    if let Err(e) = list_at(&view, &src) {
+        return e;
+    }
+    let target = dst.clone();
+    let reply = block_or_reply(s, vec![src], timeout, Reply::NullArray, move |state, key| {
+        let moved = move_one(state, db, key, &target, from_left, to_left)?;
+        if moved.is_some() && state.blocking.has_waiters(db, &target) {
+            state.blocking.serve(db, &target);
+        }
+        Ok(moved.map(Reply::Bulk))
+    });
+    if matches!(reply, Reply::Bulk(_)) {
+        s.signal(&dst);
+    }
+    // Inside MULTI an empty source answers a null bulk at once (a timeout answers a null array).
+    if s.in_exec && reply == Reply::NullArray {
+        return Reply::Null;
+    }
+    reply
+}
+
+fn blmove(s: &mut Session, args: &[Bytes]) -> Reply {
+    let (Some(from), Some(to)) = (side(&args[3]), side(&args[4])) else {
+        return Reply::error(crate::commands::coll::SYNTAX);
+    };
+    bmove(s, args[1].clone(), args[2].clone(), from, to, &args[5])
+}
+
+fn brpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
+    bmove(s, args[1].clone(), args[2].clone(), false, true, &args[3])
+}
+
+fn blmpop(s: &mut Session, args: &[Bytes]) -> Reply {
+    let timeout = args[1].clone();
+    let (keys, left, count) = match mpop_args(&args[2..]) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    if let Err(e) = crate::blocking::parse_timeout(&timeout) {
+        return e;
+    }
+    let db = s.db;
+    let view = s.state.storage.view(db);
+    for key in &keys {
+        if let Err(e) = list_at(&view, key) {
+            return e;
+        }
+    }
+    block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| mpop_key(state, db, key, left, count))
+}
