@@ -294,11 +294,6 @@ impl Storage {
         }
     }
 
-    /// Applies `batch` atomically, waiting for the engine without blocking the thread.
-    pub fn write_async(&self, batch: lsm::WriteBatch) -> lsm::WriteFuture {
-        self.engine.write_async(batch, &lsm::WriteOptions::default())
-    }
-
     /// Sets a string, replacing whatever `key` held.
     pub fn set_string(&self, db: u32, key: &[u8], value: Bytes, expire_at_ms: u64) -> lsm::Result<()> {
         let mut b = lsm::WriteBatch::new();
