@@ -143,3 +143,79 @@ pub(super) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
     let mut rng = rand::rng();
     (0..n).map(|_| rng.random_range(0..len)).collect()
 }
+
+/// `key [count [WITH…]]` of HRANDFIELD / ZRANDMEMBER: `(count, with)`, checked as Redis does.
+pub(super) fn random_args(args: &[Bytes], with_word: &[u8]) -> Result<(Option<i64>, bool), Reply> {
+    match args.len() {
+        2 => Ok((None, false)),
+        3 | 4 => {
+            let n = parse_i64(&args[2]).ok_or_else(|| Reply::error(NOT_INTEGER))?;
+            if args.len() == 4 && !args[3].eq_ignore_ascii_case(with_word) {
+                return Err(Reply::error(SYNTAX));
+            }
+            if n < -(i64::MAX / 2) {
+                return Err(Reply::error("ERR value is out of range"));
+            }
+            Ok((Some(n), args.len() == 4))
+        }
+        _ => Err(Reply::error(SYNTAX)),
+    }
+}
+
+/// The reply of HRANDFIELD / ZRANDMEMBER over `all` (member, value) pairs: one member (or nil)
+/// without a count, distinct members for a positive count, repeats allowed for a negative one,
+/// with their values rendered by `value` when `with` is set.
+pub(super) fn random_reply<T>(
+    all: &[(Bytes, T)],
+    count: Option<i64>,
+    with: bool,
+    value: impl Fn(&T) -> Reply,
+) -> Reply {
+    let Some(count) = count else {
+        return distinct_picks(all.len(), 1).first().map_or(Reply::Null, |&i| Reply::Bulk(all[i].0.clone()));
+    };
+    if all.is_empty() {
+        return Reply::Array(Vec::new());
+    }
+    let picks = if count >= 0 {
+        distinct_picks(all.len(), count as usize)
+    } else {
+        repeated_picks(all.len(), count.unsigned_abs() as usize)
+    };
+    if with {
+        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), value(&all[i].1))).collect())
+    } else {
+        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
+    }
+}
+
+/// HSCAN / SSCAN / ZSCAN: parses the options, walks the collection of `kind` at `args[1]`, and
+/// renders each (field, value) into the reply's items with `render`.
+pub(super) fn scan_command(
+    s: &Session,
+    args: &[Bytes],
+    kind: KeyType,
+    allow_novalues: bool,
+    render: impl Fn(Bytes, Bytes, bool, &mut Vec<Reply>),
+) -> Reply {
+    let opts = match scan_args(&args[2..], allow_novalues) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let view = s.state.storage.view(s.db);
+    let meta = match fetch(&view, &args[1], kind) {
+        Ok(Some(m)) => m,
+        Ok(None) => return scan_reply(0, Vec::new()),
+        Err(e) => return e,
+    };
+    match scan_elements(s, &view, &meta, &opts) {
+        Ok((next, items)) => {
+            let mut out = Vec::new();
+            for (field, value) in items {
+                render(field, value, opts.novalues, &mut out);
+            }
+            scan_reply(next, out)
+        }
+        Err(e) => e,
+    }
+}

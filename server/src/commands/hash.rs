@@ -5,10 +5,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{
-    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_args, scan_elements, scan_reply, store,
-    NOT_INTEGER, SYNTAX,
-};
+use super::coll::{commit, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -257,70 +254,22 @@ fn hincrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// `HRANDFIELD key [count [WITHVALUES]]`.
 fn hrandfield(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (count, withvalues) = match args.len() {
-        2 => (None, false),
-        3 | 4 => {
-            let Some(n) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
-            if args.len() == 4 && !args[3].eq_ignore_ascii_case(b"withvalues") {
-                return Reply::error(SYNTAX);
-            }
-            if n < -(i64::MAX / 2) {
-                return Reply::error("ERR value is out of range");
-            }
-            (Some(n), args.len() == 4)
-        }
-        _ => return Reply::error(SYNTAX),
-    };
-    let all = match all_fields(s, &args[1]) {
+    let (count, withvalues) = match random_args(args, b"withvalues") {
         Ok(a) => a,
         Err(e) => return e,
     };
-    let Some(count) = count else {
-        return match distinct_picks(all.len(), 1).first() {
-            Some(&i) => Reply::Bulk(all[i].0.clone()),
-            None => Reply::Null,
-        };
-    };
-    if all.is_empty() {
-        return Reply::Array(Vec::new());
-    }
-    let picks = if count >= 0 {
-        distinct_picks(all.len(), count as usize)
-    } else {
-        repeated_picks(all.len(), count.unsigned_abs() as usize)
-    };
-    if withvalues {
-        Reply::Pairs(
-            picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Bulk(all[i].1.clone()))).collect(),
-        )
-    } else {
-        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
+    match all_fields(s, &args[1]) {
+        Ok(all) => random_reply(&all, count, withvalues, |v| Reply::Bulk(v.clone())),
+        Err(e) => e,
     }
 }
 
 /// `HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]`.
 fn hscan(s: &mut Session, args: &[Bytes]) -> Reply {
-    let opts = match scan_args(&args[2..], true) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let view = s.state.storage.view(s.db);
-    let meta = match hash(&view, &args[1]) {
-        Ok(Some(m)) => m,
-        Ok(None) => return scan_reply(0, Vec::new()),
-        Err(e) => return e,
-    };
-    match scan_elements(s, &view, &meta, &opts) {
-        Ok((next, items)) => {
-            let mut out = Vec::new();
-            for (f, v) in items {
-                out.push(Reply::Bulk(f));
-                if !opts.novalues {
-                    out.push(Reply::Bulk(v));
-                }
-            }
-            scan_reply(next, out)
+    scan_command(s, args, KeyType::Hash, true, |field, value, novalues, out| {
+        out.push(Reply::Bulk(field));
+        if !novalues {
+            out.push(Reply::Bulk(value));
         }
-        Err(e) => e,
-    }
+    })
 }

@@ -8,8 +8,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::coll::{
-    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_args, scan_elements, scan_reply, store,
-    NOT_INTEGER, SYNTAX,
+    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_command, store, NOT_INTEGER, SYNTAX,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
@@ -384,18 +383,5 @@ fn sintercard(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn sscan(s: &mut Session, args: &[Bytes]) -> Reply {
-    let opts = match scan_args(&args[2..], false) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let view = s.state.storage.view(s.db);
-    let meta = match set_at(&view, &args[1]) {
-        Ok(Some(m)) => m,
-        Ok(None) => return scan_reply(0, Vec::new()),
-        Err(e) => return e,
-    };
-    match scan_elements(s, &view, &meta, &opts) {
-        Ok((next, items)) => scan_reply(next, items.into_iter().map(|(m, _)| Reply::Bulk(m)).collect()),
-        Err(e) => e,
-    }
+    scan_command(s, args, KeyType::Set, false, |member, _, _, out| out.push(Reply::Bulk(member)))
 }

@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, scan_args, scan_elements, scan_reply, store, NOT_INTEGER, SYNTAX};
+use super::coll::{commit, fetch, store, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
@@ -475,19 +475,9 @@ fn zmpop(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (count, withscores) = match args.len() {
-        2 => (None, false),
-        3 | 4 => {
-            let Some(n) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
-            if args.len() == 4 && !args[3].eq_ignore_ascii_case(b"withscores") {
-                return Reply::error(SYNTAX);
-            }
-            if n < -(i64::MAX / 2) {
-                return Reply::error("ERR value is out of range");
-            }
-            (Some(n), args.len() == 4)
-        }
-        _ => return Reply::error(SYNTAX),
+    let (count, withscores) = match super::coll::random_args(args, b"withscores") {
+        Ok(a) => a,
+        Err(e) => return e,
     };
     let view = s.state.storage.view(s.db);
     let all: Vec<(Bytes, f64)> = match zset(&view, &args[1]) {
@@ -500,49 +490,15 @@ fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => Vec::new(),
         Err(e) => return e,
     };
-    let Some(count) = count else {
-        return super::coll::distinct_picks(all.len(), 1)
-            .first()
-            .map_or(Reply::Null, |&i| Reply::Bulk(all[i].0.clone()));
-    };
-    if all.is_empty() {
-        return Reply::Array(Vec::new());
-    }
-    let picks = if count >= 0 {
-        super::coll::distinct_picks(all.len(), count as usize)
-    } else {
-        super::coll::repeated_picks(all.len(), count.unsigned_abs() as usize)
-    };
-    if withscores {
-        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), Reply::Double(all[i].1))).collect())
-    } else {
-        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
-    }
+    super::coll::random_reply(&all, count, withscores, |&sc| Reply::Double(sc))
 }
 
 fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {
-    let opts = match scan_args(&args[2..], false) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let view = s.state.storage.view(s.db);
-    let meta = match zset(&view, &args[1]) {
-        Ok(Some(m)) => m,
-        Ok(None) => return scan_reply(0, Vec::new()),
-        Err(e) => return e,
-    };
-    match scan_elements(s, &view, &meta, &opts) {
-        Ok((next, items)) => {
-            let mut out = Vec::new();
-            for (m, v) in items {
-                out.push(Reply::Bulk(m));
-                // ZSCAN scores are always strings, whatever the protocol.
-                out.push(Reply::Bulk(Bytes::from(crate::resp::format_double(decode_score(&v)))));
-            }
-            scan_reply(next, out)
-        }
-        Err(e) => e,
-    }
+    super::coll::scan_command(s, args, KeyType::ZSet, false, |member, score, _, out| {
+        out.push(Reply::Bulk(member));
+        // ZSCAN scores are always strings, whatever the protocol.
+        out.push(Reply::Bulk(Bytes::from(crate::resp::format_double(decode_score(&score)))));
+    })
 }
 
 /// Pops one member for BZPOPMIN/BZPOPMAX: `[key, member, score]`.
