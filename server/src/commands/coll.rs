@@ -219,3 +219,15 @@ pub(super) fn scan_command(
         Err(e) => e,
     }
 }
+
+/// The optional count of LPOP / RPOP / SPOP / ZPOPMIN / ZPOPMAX (`key [count]`).
+pub(super) fn pop_count(args: &[Bytes]) -> Result<Option<usize>, Reply> {
+    match args.len() {
+        2 => Ok(None),
+        3 => match parse_i64(&args[2]) {
+            Some(n) if n >= 0 => Ok(Some(n as usize)),
+            _ => Err(Reply::error("ERR value is out of range, must be positive")),
+        },
+        _ => Err(Reply::error(SYNTAX)),
+    }
+}

@@ -9,7 +9,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, store, NOT_INTEGER, SYNTAX};
+use super::coll::{commit, fetch, pop_count, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::state::ServerState;
@@ -159,13 +159,9 @@ fn rpushx(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn pop_cmd(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
-    let count = match args.len() {
-        2 => None,
-        3 => match parse_i64(&args[2]) {
-            Some(n) if n >= 0 => Some(n as usize),
-            _ => return Reply::error("ERR value is out of range, must be positive"),
-        },
-        _ => return Reply::error(SYNTAX),
+    let count = match pop_count(args) {
+        Ok(c) => c,
+        Err(e) => return e,
     };
     let view = s.state.storage.view(s.db);
     match list_at(&view, &args[1]) {

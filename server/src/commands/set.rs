@@ -8,7 +8,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::coll::{
-    commit, distinct_picks, fetch, fetch_or_create, repeated_picks, scan_command, store, NOT_INTEGER, SYNTAX,
+    commit, distinct_picks, fetch, fetch_or_create, pop_count, repeated_picks, scan_command, store, NOT_INTEGER, SYNTAX,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
@@ -196,13 +196,9 @@ fn smove(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
-    let count = match args.len() {
-        2 => None,
-        3 => match parse_i64(&args[2]) {
-            Some(n) if n >= 0 => Some(n as usize),
-            _ => return Reply::error("ERR value is out of range, must be positive"),
-        },
-        _ => return Reply::error(SYNTAX),
+    let count = match pop_count(args) {
+        Ok(c) => c,
+        Err(e) => return e,
     };
     let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
     let view = s.state.storage.view(s.db);

@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, store, SYNTAX};
+use super::coll::{commit, fetch, pop_count, store, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
@@ -391,13 +391,9 @@ fn pop_in(
 }
 
 fn pop_generic(s: &Session, args: &[Bytes], max: bool) -> Reply {
-    let count = match args.len() {
-        2 => None,
-        3 => match parse_i64(&args[2]) {
-            Some(n) if n >= 0 => Some(n as usize),
-            _ => return Reply::error("ERR value is out of range, must be positive"),
-        },
-        _ => return Reply::error(SYNTAX),
+    let count = match pop_count(args) {
+        Ok(c) => c,
+        Err(e) => return e,
     };
     let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
     match pop(s, &args[1], count.unwrap_or(1), max) {
