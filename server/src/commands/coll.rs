@@ -231,3 +231,31 @@ pub(super) fn pop_count(args: &[Bytes]) -> Result<Option<usize>, Reply> {
         _ => Err(Reply::error(SYNTAX)),
     }
 }
+
+/// `numkeys key … WORD1|WORD2 [COUNT n]` of LMPOP/BLMPOP (LEFT|RIGHT) and ZMPOP/BZMPOP (MIN|MAX):
+/// the keys, whether the first word was given, and the count.
+pub(super) fn mpop_args<'a>(args: &'a [Bytes], words: [&str; 2]) -> Result<(&'a [Bytes], bool, usize), Reply> {
+    let n = parse_i64(&args[0]).unwrap_or(0);
+    if n <= 0 {
+        return Err(Reply::error("ERR numkeys should be greater than 0"));
+    }
+    let n = n as usize;
+    if args.len() < n + 2 {
+        return Err(Reply::error(SYNTAX));
+    }
+    let word = String::from_utf8_lossy(&args[n + 1]).to_ascii_lowercase();
+    let first = match word.as_str() {
+        w if w == words[0] => true,
+        w if w == words[1] => false,
+        _ => return Err(Reply::error(SYNTAX)),
+    };
+    let count = match &args[n + 2..] {
+        [] => 1,
+        [opt, value] if opt.eq_ignore_ascii_case(b"count") => match parse_i64(value) {
+            Some(c) if c > 0 => c as usize,
+            _ => return Err(Reply::error("ERR count should be greater than 0")),
+        },
+        _ => return Err(Reply::error(SYNTAX)),
+    };
+    Ok((&args[1..=n], first, count))
+}

@@ -9,7 +9,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, pop_count, store, NOT_INTEGER, SYNTAX};
+use super::coll::{commit, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::state::ServerState;
@@ -466,28 +466,6 @@ fn rpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
     lmove_generic(s, &args[1], &args[2], false, true)
 }
 
-/// `numkeys key … LEFT|RIGHT [COUNT n]` of LMPOP / BLMPOP.
-pub(super) fn mpop_args(args: &[Bytes]) -> Result<(Vec<Bytes>, bool, usize), Reply> {
-    let n = parse_i64(&args[0]).unwrap_or(0);
-    if n <= 0 {
-        return Err(Reply::error("ERR numkeys should be greater than 0"));
-    }
-    let n = n as usize;
-    if args.len() < n + 2 {
-        return Err(Reply::error(SYNTAX));
-    }
-    let left = side(&args[n + 1]).ok_or_else(|| Reply::error(SYNTAX))?;
-    let count = match &args[n + 2..] {
-        [] => 1,
-        [opt, value] if opt.eq_ignore_ascii_case(b"count") => match parse_i64(value) {
-            Some(c) if c > 0 => c as usize,
-            _ => return Err(Reply::error("ERR count should be greater than 0")),
-        },
-        _ => return Err(Reply::error(SYNTAX)),
-    };
-    Ok((args[1..=n].to_vec(), left, count))
-}
-
 /// Pops from `key` for LMPOP-style replies: `[key, [elements…]]`, or `None` if it is empty.
 pub(super) fn mpop_key(
     state: &ServerState,
@@ -503,17 +481,17 @@ pub(super) fn mpop_key(
 }
 
 fn lmpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (keys, left, count) = match mpop_args(&args[1..]) {
+    let (keys, left, count) = match mpop_args(&args[1..], ["left", "right"]) {
         Ok(a) => a,
         Err(e) => return e,
     };
     let view = s.state.storage.view(s.db);
-    for key in &keys {
+    for key in keys {
         if let Err(e) = list_at(&view, key) {
             return e;
         }
     }
-    for key in &keys {
+    for key in keys {
         match mpop_key(&s.state, s.db, key, left, count) {
             Ok(Some(r)) => return r,
             Ok(None) => {}

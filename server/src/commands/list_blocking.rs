@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::list::{list_at, move_one, mpop_args, mpop_key, pop, side};
+use super::coll::mpop_args;
+use super::list::{list_at, move_one, mpop_key, pop, side};
 use super::{spec, BlockRequest, CommandSpec, Session};
 use crate::resp::Reply;
 use crate::state::ServerState;
@@ -103,8 +104,8 @@ fn brpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn blmpop(s: &mut Session, args: &[Bytes]) -> Reply {
     let timeout = args[1].clone();
-    let (keys, left, count) = match mpop_args(&args[2..]) {
-        Ok(a) => a,
+    let (keys, left, count) = match mpop_args(&args[2..], ["left", "right"]) {
+        Ok((k, l, c)) => (k.to_vec(), l, c),
         Err(e) => return e,
     };
     if let Err(e) = crate::blocking::parse_timeout(&timeout) {

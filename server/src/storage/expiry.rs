@@ -77,14 +77,19 @@ mod tests {
     use super::*;
     use crate::storage::{KeyType, Storage};
 
+    /// Storage over an engine whose compaction runs the filter.
+    fn filtered_storage(dir: &std::path::Path) -> Storage {
+        let filter = Arc::new(ShaleFilter::default());
+        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+        let db = lsm::Db::open(dir, opts).unwrap();
+        filter.attach(&db);
+        Storage::new(db).unwrap()
+    }
+
     #[test]
     fn compaction_drops_expired_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let filter = Arc::new(ShaleFilter::default());
-        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
-        let db = lsm::Db::open(dir.path(), opts).unwrap();
-        filter.attach(&db);
-        let s = Storage::new(db).unwrap();
+        let s = filtered_storage(dir.path());
         for i in 0..100u32 {
             let expire = if i % 2 == 0 { now_ms() - 1 } else { 0 };
             s.set_string(0, format!("k{i}").as_bytes(), Bytes::from_static(b"v"), expire).unwrap();
@@ -101,11 +106,7 @@ mod tests {
     #[test]
     fn compaction_drops_elements_of_dead_incarnations_only() {
         let dir = tempfile::tempdir().unwrap();
-        let filter = Arc::new(ShaleFilter::default());
-        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
-        let db = lsm::Db::open(dir.path(), opts).unwrap();
-        filter.attach(&db);
-        let s = Storage::new(db).unwrap();
+        let s = filtered_storage(dir.path());
         let v = s.view(0);
         let make = |key: &[u8], n: u32| {
             let mut b = lsm::WriteBatch::new();

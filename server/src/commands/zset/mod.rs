@@ -11,7 +11,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::coll::{commit, fetch, pop_count, store, SYNTAX};
-use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
+use super::{engine_error, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
 
@@ -414,33 +414,6 @@ fn zpopmax(s: &mut Session, args: &[Bytes]) -> Reply {
     pop_generic(s, args, true)
 }
 
-/// `numkeys key … MIN|MAX [COUNT n]` of ZMPOP / BZMPOP (after any timeout argument).
-pub(super) fn mpop_args(args: &[Bytes]) -> Result<(&[Bytes], bool, usize), Reply> {
-    let n = parse_i64(&args[0]).unwrap_or(0);
-    if n <= 0 {
-        return Err(Reply::error("ERR numkeys should be greater than 0"));
-    }
-    let n = n as usize;
-    if args.len() < n + 2 {
-        return Err(Reply::error(SYNTAX));
-    }
-    let keys = &args[1..=n];
-    let max = match String::from_utf8_lossy(&args[n + 1]).to_ascii_lowercase().as_str() {
-        "min" => false,
-        "max" => true,
-        _ => return Err(Reply::error(SYNTAX)),
-    };
-    let count = match &args[n + 2..] {
-        [] => 1,
-        [opt, value] if opt.eq_ignore_ascii_case(b"count") => match parse_i64(value) {
-            Some(c) if c > 0 => c as usize,
-            _ => return Err(Reply::error("ERR count should be greater than 0")),
-        },
-        _ => return Err(Reply::error(SYNTAX)),
-    };
-    Ok((keys, max, count))
-}
-
 /// ZMPOP's reply for members popped from `key`.
 pub(super) fn mpop_reply(key: &Bytes, popped: Vec<(Bytes, f64)>) -> Reply {
     let items = popped.into_iter().map(|(m, sc)| Reply::Array(vec![Reply::Bulk(m), Reply::Double(sc)])).collect();
@@ -460,7 +433,7 @@ pub(super) fn mpop_first(s: &Session, keys: &[Bytes], max: bool, count: usize) -
 }
 
 fn zmpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (keys, max, count) = match mpop_args(&args[1..]) {
+    let (keys, max, count) = match super::coll::mpop_args(&args[1..], ["max", "min"]) {
         Ok(a) => a,
         Err(e) => return e,
     };
@@ -527,7 +500,7 @@ fn bzpopmax(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn bzmpop(s: &mut Session, args: &[Bytes]) -> Reply {
     let timeout = args[1].clone();
-    let (keys, max, count) = match mpop_args(&args[2..]) {
+    let (keys, max, count) = match super::coll::mpop_args(&args[2..], ["max", "min"]) {
         Ok((k, m, c)) => (k.to_vec(), m, c),
         Err(e) => return e,
     };
