@@ -107,6 +107,7 @@ pub struct Options {
     pub(crate) target_file_size_base: u64,
     pub(crate) max_background_compactions: usize,
     pub(crate) disable_auto_compactions: bool,
+    pub(crate) compaction_rate_limit: u64,
     pub(crate) block_cache_size: usize,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
@@ -148,6 +149,7 @@ impl Default for Options {
             target_file_size_base: 64 << 20,
             max_background_compactions: 1,
             disable_auto_compactions: false,
+            compaction_rate_limit: 0,
             block_cache_size: 64 << 20,
             max_open_files: 1000,
             compaction_filter: None,
@@ -278,6 +280,14 @@ impl Options {
     #[must_use]
     pub fn disable_auto_compactions(mut self, v: bool) -> Self {
         self.disable_auto_compactions = v;
+        self
+    }
+    /// Most bytes per second compactions write, to keep their I/O from crowding out foreground
+    /// reads (RocksDB's `rate_limiter` for compaction); 0 means unlimited (the default). A
+    /// throttled compaction still stops promptly when the database closes.
+    #[must_use]
+    pub fn compaction_rate_limit(mut self, bytes_per_sec: u64) -> Self {
+        self.compaction_rate_limit = bytes_per_sec;
         self
     }
     /// Bytes of decompressed blocks kept in the block cache (default 64 MiB).

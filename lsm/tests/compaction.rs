@@ -261,3 +261,28 @@ fn bloom_filters_skip_tables_for_missing_keys() {
     let s = db.stats();
     assert!(s.bloom_useful as f64 > 0.95 * s.bloom_checks as f64, "{s}");
 }
+
+#[test]
+fn a_rate_limited_compaction_is_throttled_and_stops_at_close_without_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1 KiB/s: compacting this data would take minutes.
+    let opts = small().level0_file_num_compaction_trigger(2).compaction_rate_limit(1024);
+    let db = Db::open(dir.path(), opts).unwrap();
+    for round in 0..3 {
+        fill(&db, 0..1500, round);
+        db.flush().unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(db.stats().compactions, 0, "the throttled compaction has not finished");
+    let closing = std::time::Instant::now();
+    db.close().unwrap();
+    // Liveness, not speed: close does not wait out the throttle.
+    assert!(closing.elapsed() < std::time::Duration::from_secs(10));
+    let db = Db::open(dir.path(), small()).unwrap();
+    for i in (0..1500).step_by(97) {
+        let v = db.get(key(i)).unwrap().unwrap();
+        assert!(v.starts_with(format!("round2-{i}-").as_bytes()), "nothing lost or reverted");
+    }
+    db.compact_range::<&[u8], _>(..).unwrap();
+    assert_levels_sorted(&db);
+}

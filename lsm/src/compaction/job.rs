@@ -41,6 +41,42 @@ pub(crate) struct JobContext<'a> {
     pub cfg: &'a PickerConfig,
     pub filter: Option<&'a dyn CompactionFilter>,
     pub new_file_number: &'a dyn Fn() -> u64,
+    /// Most bytes per second to write (0: unlimited).
+    pub rate_limit: u64,
+    /// True once the database is closing: a throttled job gives up with [`Error::Closed`].
+    pub cancelled: &'a dyn Fn() -> bool,
+}
+
+/// Keeps a job's output under `rate` bytes per second by sleeping, in short slices so a
+/// closing database is noticed.
+struct Throttle {
+    rate: u64,
+    started: std::time::Instant,
+    bytes: u64,
+}
+
+impl Throttle {
+    fn new(rate: u64) -> Self {
+        Throttle { rate, started: std::time::Instant::now(), bytes: 0 }
+    }
+
+    fn consume(&mut self, n: usize, cancelled: &dyn Fn() -> bool) -> Result<()> {
+        if self.rate == 0 {
+            return Ok(());
+        }
+        self.bytes += n as u64;
+        let due = std::time::Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        loop {
+            let elapsed = self.started.elapsed();
+            if elapsed >= due {
+                return Ok(());
+            }
+            if cancelled() {
+                return Err(Error::Closed);
+            }
+            std::thread::sleep((due - elapsed).min(std::time::Duration::from_millis(20)));
+        }
+    }
 }
 
 /// The outcome of a compaction.
@@ -135,6 +171,7 @@ fn merge_into(
     let mut grandparents = GrandparentTracker::new(&choice.grandparents, cx.cfg.max_grandparent_overlap());
     let mut current_key: Option<Vec<u8>> = None;
     let mut last_stripe: Option<usize> = None;
+    let mut throttle = Throttle::new(cx.rate_limit);
     while it.valid() {
         let ikey = it.key();
         res.entries_in += 1;
@@ -187,6 +224,7 @@ fn merge_into(
         } else {
             out.add(&key::make_internal_key(p.user_key, p.seq, kind), &value)?;
         }
+        throttle.consume(ikey.len() + value.len(), cx.cancelled)?;
         it.next()?;
     }
     Ok(())

@@ -50,11 +50,14 @@ impl DbInner {
                 c.map(|c| (c, v))
             };
             match picked {
-                Some((choice, version)) => {
-                    if let Err(e) = self.run_compaction(&choice, &version) {
+                Some((choice, version)) => match self.run_compaction(&choice, &version) {
+                    // A throttled compaction interrupted by close: nothing is lost, its inputs stay.
+                    Err(Error::Closed) if lock(&self.bg).shutdown => {}
+                    Err(e) => {
                         self.poison(e);
                     }
-                }
+                    Ok(()) => {}
+                },
                 None => {
                     let mut bg = lock(&self.bg);
                     while !bg.shutdown && bg.work_gen == seen {
@@ -79,6 +82,8 @@ impl DbInner {
             cfg: &cfg,
             filter: self.opts.compaction_filter.as_ref().map(|f| &*f.0),
             new_file_number: &new_file_number,
+            rate_limit: self.opts.compaction_rate_limit,
+            cancelled: &|| lock(&self.bg).shutdown,
         };
         let result = job::run(choice, &cx);
         let mut vs = lock(&self.versions);
