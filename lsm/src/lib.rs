@@ -50,7 +50,7 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use bytes::Bytes;
 pub use compaction::{CompactionFilter, Decision};
-pub use db::{Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot, WriteFuture};
+pub use db::{Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
 pub use options::{Compression, Options, ReadOptions, SyncMode, WalRecoveryMode, WriteOptions};

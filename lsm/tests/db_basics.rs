@@ -281,27 +281,8 @@ fn sync_mode_changes_at_runtime_and_writes_keep_working() {
     assert!((0..3).all(|i| db.get(format!("k{i}")).unwrap().is_some()));
 }
 
-/// Polls `f` to completion on this thread (a minimal executor: the waker unparks the thread).
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park_timeout(std::time::Duration::from_millis(50));
-    }
-}
-
 #[test]
-fn async_and_blocking_writers_share_group_commit() {
+fn concurrent_writers_share_group_commit() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small()).unwrap();
     let before = db.latest_sequence();
@@ -312,12 +293,8 @@ fn async_and_blocking_writers_share_group_commit() {
                 for i in 0..400u32 {
                     let mut b = WriteBatch::new();
                     b.put(format!("t{t}-{i}"), b"a").put(format!("t{t}-{i}-2"), b"b");
-                    if t % 2 == 0 {
-                        block_on(db.write_async(b, &WriteOptions::default())).unwrap();
-                    } else {
-                        db.write(b, &WriteOptions::default()).unwrap();
-                    }
-                    // Read-your-writes: a resolved write is visible.
+                    db.write(b, &WriteOptions::default()).unwrap();
+                    // Read-your-writes: a returned write is visible.
                     assert!(db.get(format!("t{t}-{i}-2")).unwrap().is_some());
                 }
             })
@@ -327,12 +304,6 @@ fn async_and_blocking_writers_share_group_commit() {
         t.join().unwrap();
     }
     assert_eq!(db.latest_sequence(), before + 6 * 400 * 2);
-    // A future dropped before it is polled still commits its batch (and does not stall others).
-    let mut b = WriteBatch::new();
-    b.put(b"dropped", b"still written");
-    drop(db.write_async(b, &WriteOptions::default()));
-    db.put(b"after", b"x").unwrap();
-    assert_eq!(db.get(b"dropped").unwrap().as_deref(), Some(&b"still written"[..]));
     drop(db);
     let db = Db::open(dir.path(), small()).unwrap();
     assert!(db.get(b"t4-399-2").unwrap().is_some() && db.get(b"t5-399").unwrap().is_some());
@@ -350,27 +321,4 @@ fn weak_handles_read_without_keeping_the_database_open() {
     // The directory is free again: the weak handle did not keep it locked.
     let db = Db::open(dir.path(), small()).unwrap();
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
-}
-
-#[test]
-fn writers_never_wait_on_an_unpolled_future() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), small()).unwrap();
-    let mut first = WriteBatch::new();
-    first.put(b"queued", b"first");
-    // Queued but never polled (as if its task could not run right now).
-    let pending = db.write_async(first, &WriteOptions::default());
-    let ticket = pending.ticket().unwrap();
-    // A blocking writer behind it commits it along with its own batch instead of waiting.
-    db.put(b"second", b"x").unwrap();
-    assert_eq!(db.get(b"queued").unwrap().as_deref(), Some(&b"first"[..]));
-    db.wait_for_write(ticket);
-    assert_eq!(block_on(pending).map(|_| "ok").unwrap(), "ok", "the future still reports its own result");
-    // wait_for_write also commits a queued write nobody polls.
-    let mut third = WriteBatch::new();
-    third.put(b"third", b"y");
-    let f = db.write_async(third, &WriteOptions::default());
-    db.wait_for_write(f.ticket().unwrap());
-    assert!(db.get(b"third").unwrap().is_some());
-    drop(f);
 }

@@ -1,21 +1,24 @@
 //! `shale-server`: the Redis/Valkey-protocol server on the `lsm` engine.
 //!
-//! Built so far: the RESP protocol layer ([`resp`]), the configuration loader ([`config`]), the
-//! network layer ([`net`]: connections, pipelining, protocol errors, graceful shutdown) and the
-//! command table ([`commands`]), the keyspace on the engine ([`storage`]), connection commands
-//! and the first string and keyspace commands.
+//! Layout, in the order a request travels:
+//! - [`net`]: the listener and one tokio task per connection (network I/O only);
+//! - [`resp`]: the RESP2/RESP3 request parser and reply encoder;
+//! - [`exec`]: where commands run — the executor threads, the one command gate, the session
+//!   and its per-command execution context (the execution model is stated there);
+//! - [`commands`]: the command table, one file per family;
+//! - [`storage`]: Redis types encoded onto the engine, the execution context, key locks,
+//!   keyspace counts, WATCH, and the compaction filter;
+//! - [`services`]: what runs beside commands — the expiry cycle, blocked clients, the pub/sub
+//!   hub, the client registry, named LOCKs, SCAN cursors;
+//! - [`config`] and [`state`]: settings and the state every connection shares.
 
-pub mod blocking;
-pub mod clients;
 pub mod commands;
 pub mod config;
-pub mod cursors;
-pub mod expire;
+pub mod exec;
 pub mod glob;
-pub mod locks;
 pub mod net;
 pub mod num;
-pub mod pubsub;
 pub mod resp;
+pub mod services;
 pub mod state;
 pub mod storage;

@@ -38,15 +38,32 @@ fn main() -> ExitCode {
         eprintln!("Can't open the log file: {e}");
         return ExitCode::from(1);
     }
-    let runtime = match runtime(config.worker_threads) {
+    // The engine opens (and later closes) here, off the runtime: only network I/O runs there.
+    let (db, state) = match open(config, log_hook) {
+        Ok(opened) => opened,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match runtime(state.config().worker_threads) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the runtime");
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(config, log_hook)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let served = runtime.block_on(serve(Arc::clone(&state)));
+    drop(runtime);
+    let closed = state.storage.close().and_then(|()| {
+        drop(state);
+        db.close()
+    });
+    match served.map_err(|e| e.to_string()).and(closed.map_err(|e| e.to_string())) {
+        Ok(()) => {
+            tracing::info!("shale-server stopped");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             tracing::error!(error = %e, "fatal");
             ExitCode::from(1)
@@ -93,27 +110,41 @@ where
     Ok(())
 }
 
-async fn run(config: Config, log_hook: LogHook) -> Result<(), Box<dyn std::error::Error>> {
+/// Opens the engine and the server state.
+fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>), Box<dyn std::error::Error>> {
     let filter = Arc::new(shale_server::storage::ShaleFilter::default());
     let opts = lsm::Options::default()
         .sync_mode(sync_mode(config.appendfsync))
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.block_cache_size as usize)
         .compression(config.compression)
+        .level0_slowdown_writes_trigger(config.level0_slowdown_writes_trigger)
+        .level0_stop_writes_trigger(config.level0_stop_writes_trigger)
+        .disable_auto_compactions(config.disable_auto_compactions)
+        .compaction_rate_limit(config.compaction_rate_limit)
         .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
     let db = lsm::Db::open(&config.dir, opts)?;
     filter.attach(&db);
+    let state = Arc::new(ServerState::new(config, db.clone())?);
+    state.set_log_hook(log_hook);
+    Ok((db, state))
+}
+
+/// Listens and serves until SIGINT, SIGTERM or SHUTDOWN.
+async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>> {
     let mut listeners = Vec::new();
-    if config.port != 0 {
-        for addr in &config.bind {
-            let listener = tokio::net::TcpListener::bind((addr.as_str(), config.port)).await?;
+    let (port, bind) = {
+        let cfg = state.config();
+        (cfg.port, cfg.bind.clone())
+    };
+    if port != 0 {
+        for addr in &bind {
+            let listener = tokio::net::TcpListener::bind((addr.as_str(), port)).await?;
             tracing::info!(target: "shale::net", addr = %listener.local_addr()?, "listening");
             listeners.push(listener);
         }
     }
-    let state = Arc::new(ServerState::new(config, db.clone())?);
-    state.set_log_hook(log_hook);
-    let expiry = tokio::spawn(shale_server::expire::active_expiry(Arc::clone(&state)));
+    let expiry = tokio::spawn(shale_server::services::expiry_cycle::active_expiry(Arc::clone(&state)));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "shale-server ready to accept connections");
     let stop = {
         let state = Arc::clone(&state);
@@ -126,9 +157,6 @@ async fn run(config: Config, log_hook: LogHook) -> Result<(), Box<dyn std::error
     };
     shale_server::net::serve(listeners, Arc::clone(&state), stop).await;
     expiry.abort();
-    drop(state);
-    db.close()?;
-    tracing::info!("shale-server stopped");
     Ok(())
 }
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::clients::Registry;
 use crate::config::{AppendFsync, Config, LogLevel};
+use crate::services::clients::Registry;
 use crate::storage::Storage;
 
 /// A hook the binary installs to change the log filter at runtime (`CONFIG SET loglevel`).
@@ -56,13 +56,15 @@ pub struct ServerState {
     /// `CLIENT PAUSE` in force.
     pub pause: Mutex<Option<Pause>>,
     /// Resume points of SCAN walks.
-    pub cursors: crate::cursors::Cursors,
+    pub cursors: crate::services::cursors::Cursors,
     /// Clients blocked on keys.
-    pub blocking: crate::blocking::Registry,
+    pub blocking: crate::services::blocking::Registry,
     /// Channels, patterns and their subscribers.
-    pub pubsub: crate::pubsub::Hub,
+    pub pubsub: crate::services::pubsub::Hub,
     /// LOCK / UNLOCK.
-    pub locks: crate::locks::Locks,
+    pub locks: crate::services::named_locks::Locks,
+    /// The threads commands run on.
+    pub executor: crate::exec::Executor,
     log_hook: OnceLock<LogHook>,
     /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
@@ -75,10 +77,13 @@ impl std::fmt::Debug for ServerState {
 }
 
 impl ServerState {
-    /// State for a server with `config` over `db`.
+    /// State for a server with `config` over `db`; starts the executor threads. Reads the
+    /// engine (call it before serving, not on an async runtime worker).
     pub fn new(config: Config, db: lsm::Db) -> lsm::Result<Self> {
         let now_s = crate::storage::now_ms() / 1000;
+        let executor = crate::exec::Executor::start(config.executor_threads)?;
         Ok(ServerState {
+            executor,
             storage: Storage::new(db)?,
             config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),
@@ -95,10 +100,10 @@ impl ServerState {
             lastsave: AtomicU64::new(now_s),
             shutdown: Notify::new(),
             pause: Mutex::new(None),
-            cursors: crate::cursors::Cursors::default(),
-            blocking: crate::blocking::Registry::default(),
-            pubsub: crate::pubsub::Hub::default(),
-            locks: crate::locks::Locks::default(),
+            cursors: crate::services::cursors::Cursors::default(),
+            blocking: crate::services::blocking::Registry::default(),
+            pubsub: crate::services::pubsub::Hub::default(),
+            locks: crate::services::named_locks::Locks::default(),
             log_hook: OnceLock::new(),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })

@@ -10,7 +10,6 @@ mod write;
 pub(crate) use flush::finish_table_file;
 pub use replication::WalTail;
 pub use stats::{LevelStats, Stats};
-pub use write::WriteFuture;
 
 use std::fs::File;
 use std::ops::{Bound, RangeBounds};
@@ -228,23 +227,6 @@ impl Db {
     /// Applies `batch` atomically: after a crash either all of it or none of it is present.
     pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.inner.write(batch, opts)
-    }
-
-    /// Applies `batch` atomically without blocking the calling task while another writer's
-    /// group commits: the returned future resolves once the batch is in the WAL and memtable.
-    /// Meant for async servers, where a blocked write would stall every connection on the thread.
-    /// Under [`SyncMode::Always`] (or `opts.sync`) the task that leads a group does the fsync.
-    pub fn write_async(&self, batch: WriteBatch, opts: &WriteOptions) -> write::WriteFuture {
-        write::WriteFuture::new(Arc::clone(&self.inner), batch, opts)
-    }
-
-    /// Blocks until the write with `ticket` (from [`WriteFuture::ticket`]) is committed (or has
-    /// failed: its error goes to its own writer). Returns at once if it already is. Lets a reader that must see a queued write
-    /// (e.g. a read-modify-write after a pipelined blind write) wait for it.
-    pub fn wait_for_write(&self, ticket: u64) {
-        if lock(&self.inner.queue).done_through_ticket() < ticket {
-            self.inner.wait_done(ticket);
-        }
     }
 
     /// Applies a batch a primary wrote with sequence numbers from `seq` on (replication). The

@@ -6,9 +6,8 @@
 //! publishes the new sequence number and wakes the group. Followers wait: first briefly without
 //! sleeping (a group usually commits in microseconds, much less than a sleep/wake round trip),
 //! then on a condition variable, which the leader signals only when someone sleeps on it.
-//! Asynchronous writers ([`WriteFuture`]) do not wait at all: they leave a waker and their
-//! thread goes on with other work; the leader wakes them when their group is committed (and
-//! wakes the next writer in line to lead).
+//! Writing blocks the calling thread (a group commit, an fsync, a write stall): async callers
+//! run it on a thread of their own, never on an async runtime's worker.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -51,16 +50,10 @@ pub(super) struct WriteQueue {
     done_through: u64,
     /// Writers asleep on the condition variable.
     sleepers: usize,
-    /// Asynchronous writers waiting, by ticket.
-    wakers: HashMap<u64, std::task::Waker>,
     errors: HashMap<u64, Error>,
 }
 
 impl WriteQueue {
-    pub(super) fn done_through_ticket(&self) -> u64 {
-        self.done_through
-    }
-
     fn take_group(&mut self) -> Vec<Pending> {
         let mut group = Vec::new();
         let mut bytes = 0;
@@ -111,8 +104,8 @@ impl DbInner {
 
     /// Moves `ticket` along as far as it can go without waiting: its result if its group is
     /// committed, after leading groups itself whenever nobody leads (any writer may commit the
-    /// groups ahead of its own: a writer never waits on another writer that may not be running,
-    /// such as an async task parked behind this very thread). `None` means a group is in flight.
+    /// groups ahead of its own, so the queue never waits on a writer that is not running).
+    /// `None` means a group is in flight.
     pub(super) fn progress<'a>(
         &'a self,
         mut q: MutexGuard<'a, WriteQueue>,
@@ -145,38 +138,10 @@ impl DbInner {
         q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
         q.leader_active = false;
         self.groups_done.fetch_add(1, Ordering::Release);
-        // Wake the group's asynchronous writers, and whoever is next in line.
-        for p in &group {
-            if let Some(w) = q.wakers.remove(&p.ticket) {
-                w.wake();
-            }
-        }
-        if let Some(next) = q.pending.front().map(|p| p.ticket) {
-            if let Some(w) = q.wakers.remove(&next) {
-                w.wake();
-            }
-        }
         if q.sleepers > 0 {
             self.queue_cv.notify_all();
         }
         q
-    }
-
-    /// Waits until `ticket` is committed without taking its result (that is its writer's).
-    pub(super) fn wait_done(&self, ticket: u64) {
-        let mut q = lock(&self.queue);
-        loop {
-            if q.done_through >= ticket {
-                return;
-            }
-            if !q.leader_active && !q.pending.is_empty() {
-                q = self.lead_group(q);
-                continue;
-            }
-            q.sleepers += 1;
-            q = self.queue_cv.wait_timeout(q, Duration::from_millis(1)).unwrap_or_else(|e| e.into_inner()).0;
-            q.sleepers -= 1;
-        }
     }
 
     /// Waits for `ticket` on this thread: spin, then yield, then sleep.
@@ -369,82 +334,6 @@ impl DbInner {
                 return Ok(());
             }
             bg = self.bg_cv.wait_timeout(bg, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-}
-
-/// A write in flight, from [`Db::write_async`](crate::Db::write_async): resolves when the batch
-/// is committed. Polling it may commit a whole group (this writer leads when it is first in
-/// line), but it never blocks waiting for another writer's group.
-///
-/// Dropping it before it resolves does not cancel the write: the batch is already queued, and
-/// the drop waits for it to commit so the queue keeps moving.
-#[derive(Debug)]
-pub struct WriteFuture {
-    db: Arc<DbInner>,
-    state: FutureState,
-}
-
-#[derive(Debug)]
-enum FutureState {
-    Failed(Option<Error>),
-    Queued(u64),
-    Finished,
-}
-
-impl WriteFuture {
-    /// The batch's place in the commit order (None if it could not be queued). Pass it to
-    /// [`Db::wait_for_write`](crate::Db::wait_for_write) to wait for this write elsewhere.
-    pub fn ticket(&self) -> Option<u64> {
-        match self.state {
-            FutureState::Queued(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    pub(super) fn new(db: Arc<DbInner>, batch: WriteBatch, opts: &WriteOptions) -> WriteFuture {
-        let state = match db.enqueue(batch, opts, None) {
-            Ok(ticket) => FutureState::Queued(ticket),
-            Err(e) => FutureState::Failed(Some(e)),
-        };
-        WriteFuture { db, state }
-    }
-}
-
-impl std::future::Future for WriteFuture {
-    type Output = Result<()>;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
-        let ticket = match &mut self.state {
-            FutureState::Failed(e) => {
-                let e = e.take().unwrap_or(Error::Closed);
-                self.state = FutureState::Finished;
-                return std::task::Poll::Ready(Err(e));
-            }
-            FutureState::Queued(t) => *t,
-            FutureState::Finished => return std::task::Poll::Ready(Err(Error::Closed)),
-        };
-        let db = Arc::clone(&self.db);
-        let (mut q, done) = db.progress(lock(&db.queue), ticket);
-        match done {
-            Some(result) => {
-                drop(q);
-                self.state = FutureState::Finished;
-                std::task::Poll::Ready(result)
-            }
-            None => {
-                q.wakers.insert(ticket, cx.waker().clone());
-                std::task::Poll::Pending
-            }
-        }
-    }
-}
-
-impl Drop for WriteFuture {
-    fn drop(&mut self) {
-        if let FutureState::Queued(ticket) = self.state {
-            lock(&self.db.queue).wakers.remove(&ticket);
-            let _ = self.db.wait_blocking(ticket);
         }
     }
 }

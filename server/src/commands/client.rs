@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{parse_i64, CommandSpec, ReplyMode, Session};
-use crate::clients::ClientHandle;
 use crate::resp::Reply;
+use crate::services::clients::ClientHandle;
 use crate::state::Pause;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[CommandSpec {

@@ -175,7 +175,7 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
 fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
     s.multi = None;
     s.multi_error = false;
-    super::txn::clear_watches(s);
+    super::transactions::clear_watches(s);
     s.unsubscribe_all();
     s.select(0);
     s.set_protocol(Protocol::Resp2);

@@ -122,12 +122,12 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 
 fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
+    let _guard = storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
     let mut b = lsm::WriteBatch::new();
     let mut n = 0;
     let mut seen = std::collections::HashSet::new();
     for key in &args[1..] {
-        match storage.get(s.db, key) {
+        match storage.get(&s.exec, s.db, key) {
             Ok(Some(_)) if seen.insert(key) => {
                 storage.delete_into(&mut b, s.db, key);
                 n += 1;
@@ -137,7 +137,7 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     if n > 0 {
-        if let Err(e) = storage.write(b) {
+        if let Err(e) = storage.write(&s.exec, b) {
             return engine_error(e);
         }
     }
@@ -147,7 +147,7 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
 fn exists(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut n = 0;
     for key in &args[1..] {
-        match s.state.storage.get(s.db, key) {
+        match s.state.storage.get(&s.exec, s.db, key) {
             Ok(Some(_)) => n += 1,
             Ok(None) => {}
             Err(e) => return engine_error(e),
@@ -157,14 +157,14 @@ fn exists(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn key_type(s: &mut Session, args: &[Bytes]) -> Reply {
-    match s.state.storage.get(s.db, &args[1]) {
+    match s.state.storage.get(&s.exec, s.db, &args[1]) {
         Ok(m) => Reply::Simple(m.map_or("none", |m| m.kind.name()).into()),
         Err(e) => engine_error(e),
     }
 }
 
 fn remaining(s: &Session, key: &[u8], unit_ms: u64) -> Reply {
-    match s.state.storage.get(s.db, key) {
+    match s.state.storage.get(&s.exec, s.db, key) {
         Ok(None) => Reply::Integer(-2),
         Ok(Some(m)) if m.expire_at_ms == 0 => Reply::Integer(-1),
         Ok(Some(m)) => {
@@ -206,8 +206,8 @@ fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd
     let Some(ms) = n.checked_mul(unit_ms) else { return invalid() };
     let Some(at) = (if absolute { Some(ms) } else { (now_ms() as i64).checked_add(ms) }) else { return invalid() };
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
-    let Some(mut meta) = (match storage.get(s.db, &args[1]) {
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let Some(mut meta) = (match storage.get(&s.exec, s.db, &args[1]) {
         Ok(m) => m,
         Err(e) => return engine_error(e),
     }) else {
@@ -229,7 +229,7 @@ fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd
         meta.expire_at_ms = at as u64;
         storage.put_into(&mut b, s.db, &args[1], &meta);
     }
-    storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+    storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
 }
 
 fn expire(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -250,13 +250,13 @@ fn pexpireat(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
-    match storage.get(s.db, &args[1]) {
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
+    match storage.get(&s.exec, s.db, &args[1]) {
         Ok(Some(mut m)) if m.expire_at_ms != 0 => {
             m.expire_at_ms = 0;
             let mut b = lsm::WriteBatch::new();
             storage.put_into(&mut b, s.db, &args[1], &m);
-            storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+            storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
         }
         Ok(_) => Reply::Integer(0),
         Err(e) => engine_error(e),
@@ -264,7 +264,7 @@ fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn dbsize(s: &mut Session, _: &[Bytes]) -> Reply {
-    s.state.storage.dbsize(s.db).map_or_else(engine_error, |n| Reply::Integer(n as i64))
+    Reply::Integer(s.state.storage.dbsize(s.db) as i64)
 }
 
 /// FLUSHDB / FLUSHALL accept ASYNC or SYNC; both are one range delete here.
@@ -280,12 +280,12 @@ fn flushdb(s: &mut Session, args: &[Bytes]) -> Reply {
     if !flush_mode_ok(args) {
         return Reply::error("ERR syntax error");
     }
-    s.state.storage.flushdb(s.db).map_or_else(engine_error, |_| Reply::ok())
+    s.state.storage.flushdb(&s.exec, s.db).map_or_else(engine_error, |_| Reply::ok())
 }
 
 fn flushall(s: &mut Session, args: &[Bytes]) -> Reply {
     if !flush_mode_ok(args) {
         return Reply::error("ERR syntax error");
     }
-    s.state.storage.flushall().map_or_else(engine_error, |_| Reply::ok())
+    s.state.storage.flushall(&s.exec).map_or_else(engine_error, |_| Reply::ok())
 }

@@ -30,7 +30,7 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 
 fn get(s: &Session, db: u32, key: &[u8]) -> Result<Option<Meta>, Reply> {
-    s.state.storage.get(db, key).map_err(engine_error)
+    s.state.storage.get(&s.exec, db, key).map_err(engine_error)
 }
 
 /// A logical database index argument, checked against `databases`.
@@ -56,10 +56,10 @@ fn place(
     if meta.kind != KeyType::String {
         if fresh_uid || from_db != to_db {
             placed.uid = storage.new_uid();
-            storage.copy_elements_into(batch, from_db, meta.uid, to_db, placed.uid).map_err(engine_error)?;
+            storage.copy_elements_into(&s.exec, batch, from_db, meta.uid, to_db, placed.uid).map_err(engine_error)?;
         }
         // The incarnation now belongs to the new key (compaction checks this owner record).
-        storage.view(to_db).claim(batch, placed.uid, to_key);
+        storage.view(&s.exec, to_db).claim(batch, placed.uid, to_key);
     }
     storage.put_into(batch, to_db, to_key, &placed);
     Ok(())
@@ -68,7 +68,7 @@ fn place(
 fn rename_generic(s: &mut Session, args: &[Bytes], nx: bool) -> Reply {
     let (from, to) = (&args[1][..], &args[2][..]);
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [from, to]);
+    let _guard = storage.lock(&s.exec, s.db, [from, to]);
     let meta = match get(s, s.db, from) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::error("ERR no such key"),
@@ -90,7 +90,7 @@ fn rename_generic(s: &mut Session, args: &[Bytes], nx: bool) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (s.db, to), false) {
         return e;
     }
-    storage.write(b).map_or_else(engine_error, |_| done)
+    storage.write(&s.exec, b).map_or_else(engine_error, |_| done)
 }
 
 fn rename(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -129,7 +129,7 @@ fn copy(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("ERR source and destination objects are the same");
     }
     let storage = &s.state.storage;
-    let _guard = storage.lock_pairs([(s.db, from), (to_db, to)]);
+    let _guard = storage.lock_pairs(&s.exec, [(s.db, from), (to_db, to)]);
     let meta = match get(s, s.db, from) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -144,7 +144,7 @@ fn copy(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (to_db, to), true) {
         return e;
     }
-    let reply = storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1));
+    let reply = storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1));
     drop(_guard);
     if to_db == s.db {
         s.signal(&args[2]);
@@ -163,7 +163,7 @@ fn move_key(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let key = &args[1][..];
     let storage = &s.state.storage;
-    let _guard = storage.lock_pairs([(s.db, key), (to_db, key)]);
+    let _guard = storage.lock_pairs(&s.exec, [(s.db, key), (to_db, key)]);
     let meta = match get(s, s.db, key) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -179,7 +179,7 @@ fn move_key(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (to_db, key), false) {
         return e;
     }
-    storage.write(b).map_or_else(engine_error, |_| Reply::Integer(1))
+    storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
 }
 
 /// `SWAPDB a b`: swaps the two databases' contents for every client at once.
@@ -193,7 +193,7 @@ fn swapdb(s: &mut Session, args: &[Bytes]) -> Reply {
     if a == b {
         return Reply::ok();
     }
-    s.state.storage.swap_databases(a as u32, b as u32).map_or_else(engine_error, |_| Reply::ok())
+    s.state.storage.swap_databases(&s.exec, a as u32, b as u32).map_or_else(engine_error, |_| Reply::ok())
 }
 
 /// `KEYS pattern`: every live key of the database matching the glob, in key order.
@@ -201,7 +201,7 @@ fn keys(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut out = Vec::new();
     let mut cursor = Bytes::new();
     loop {
-        let page = match s.state.storage.scan(s.db, &cursor, 4096) {
+        let page = match s.state.storage.scan(&s.exec, s.db, &cursor, 4096) {
             Ok(p) => p,
             Err(e) => return engine_error(e),
         };
@@ -237,7 +237,7 @@ fn scan(s: &mut Session, args: &[Bytes]) -> Reply {
         i += 2;
     }
     let Some(position) = s.state.cursors.position(cursor) else { return Reply::error("ERR invalid cursor") };
-    let page = match s.state.storage.scan(s.db, &position, count) {
+    let page = match s.state.storage.scan(&s.exec, s.db, &position, count) {
         Ok(p) => p,
         Err(e) => return engine_error(e),
     };
@@ -254,7 +254,7 @@ fn scan(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn randomkey(s: &mut Session, _: &[Bytes]) -> Reply {
-    match s.state.storage.random_key(s.db) {
+    match s.state.storage.random_key(&s.exec, s.db) {
         Ok(k) => k.map_or(Reply::Null, Reply::Bulk),
         Err(e) => engine_error(e),
     }
@@ -305,7 +305,7 @@ fn string_encoding(v: &[u8]) -> &'static str {
 fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'static str, Reply> {
     let cfg = |name: &str, default: u64| s.state.config().get(name).and_then(|v| v.parse().ok()).unwrap_or(default);
     let count = crate::storage::Header::of(meta).count;
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     // Small collections: look at every element (at most a few hundred).
     let elements = |limit: u64| -> Result<Vec<(Bytes, Bytes)>, Reply> {
         if count > limit {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{spec, CommandSpec, Session, NO_KEYS};
-use crate::pubsub::{Kind, Limits, Subscriber};
 use crate::resp::Reply;
+use crate::services::pubsub::{Kind, Limits, Subscriber};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("subscribe", -2, &["pubsub", "noscript", "loading", "stale"], NO_KEYS, subscribe),
@@ -22,7 +22,7 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Commands a RESP2 client may send while subscribed.
-pub(super) fn allowed_when_subscribed(name: &str) -> bool {
+pub(crate) fn allowed_when_subscribed(name: &str) -> bool {
     matches!(
         name,
         "subscribe"

@@ -278,7 +278,7 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("evicted_keys", "0".into()),
                 ("keyspace_hits", st.keyspace_hits.load(Ordering::Relaxed).to_string()),
                 ("keyspace_misses", st.keyspace_misses.load(Ordering::Relaxed).to_string()),
-                ("pubsub_channels", st.pubsub.channels(crate::pubsub::Kind::Channel, None).len().to_string()),
+                ("pubsub_channels", st.pubsub.channels(crate::services::pubsub::Kind::Channel, None).len().to_string()),
                 ("pubsub_patterns", st.pubsub.pattern_count().to_string()),
             ],
         );
@@ -300,15 +300,10 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     if show("keyspace") {
         let mut fields = Vec::new();
-        let dbs = match st.storage.nonempty_databases(cfg.databases) {
-            Ok(d) => d,
-            Err(e) => return engine_error(e),
-        };
-        for db in dbs {
-            match st.storage.keyspace_counts(db) {
-                Ok((0, _)) => {}
-                Ok((keys, expires)) => fields.push((db, format!("keys={keys},expires={expires},avg_ttl=0"))),
-                Err(e) => return engine_error(e),
+        for db in 0..cfg.databases {
+            let c = st.storage.keyspace_counts(db);
+            if c.keys > 0 {
+                fields.push((db, format!("keys={},expires={},avg_ttl={}", c.keys, c.expires, c.avg_ttl_ms)));
             }
         }
         let names: Vec<String> = fields.iter().map(|(db, _)| format!("db{db}")).collect();
@@ -387,7 +382,7 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
             if args.len() == 5 && !args[3].eq_ignore_ascii_case(b"samples") {
                 return Reply::error("ERR syntax error");
             }
-            match s.state.storage.get(s.db, &args[2]) {
+            match s.state.storage.get(&s.exec, s.db, &args[2]) {
                 // What the key costs on disk before compression: its record key and value.
                 Ok(Some(m)) => Reply::Integer((3 + args[2].len() + 17 + m.body.len()) as i64),
                 Ok(None) => Reply::Null,
@@ -452,19 +447,23 @@ fn function(_: &mut Session, args: &[Bytes]) -> Reply {
 /// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
 /// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), and Shale's `DEBUG COMPACT` (a full
 /// compaction, e.g. to get the space of deleted collections back at once).
+/// Whether `enable-debug-command` lets this client run the dangerous DEBUG subcommands.
+fn debug_allowed(s: &Session) -> bool {
+    let setting = s.state.config().get("enable-debug-command").unwrap_or_default().to_string();
+    match setting.as_str() {
+        "yes" => true,
+        "local" => s.handle.addr.starts_with("127.") || s.handle.addr.starts_with("[::1]"),
+        _ => false,
+    }
+}
+
 fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
         "sleep" if args.len() == 3 => match String::from_utf8_lossy(&args[2]).parse::<f64>() {
             Ok(secs) if secs >= 0.0 && secs.is_finite() => {
-                let pause = || std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-                // Off the async workers' hands, so other clients keep being served.
-                match tokio::runtime::Handle::try_current() {
-                    Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                        tokio::task::block_in_place(pause)
-                    }
-                    _ => pause(),
-                }
+                // Commands run on executor threads: this blocks no other client.
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs));
                 Reply::ok()
             }
             _ => Reply::error("ERR value is not a valid float"),
@@ -472,15 +471,20 @@ fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
         "set-active-expire" if args.len() == 3 => Reply::ok(),
         // Shale: compact the whole keyspace now (reclaims deleted collections' elements).
         "compact" if args.len() == 2 => {
-            let engine = s.state.storage.engine().clone();
-            let run = || engine.compact_range::<&[u8], _>(..);
-            let result = match tokio::runtime::Handle::try_current() {
-                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                    tokio::task::block_in_place(run)
-                }
-                _ => run(),
-            };
-            result.map_or_else(engine_error, |_| Reply::ok())
+            s.state.storage.engine().compact_range::<&[u8], _>(..).map_or_else(engine_error, |_| Reply::ok())
+        }
+        // Shale: panic inside this command while it holds the key's lock and a read snapshot,
+        // to prove the dispatch boundary (the client gets an error, nothing is left held).
+        // Only where `enable-debug-command` allows it.
+        "panic-command" if args.len() == 3 => {
+            if !debug_allowed(s) {
+                return Reply::error(
+                    "ERR DEBUG PANIC-COMMAND is not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.",
+                );
+            }
+            let _guard = s.state.storage.lock(&s.exec, s.db, [&args[2][..]]);
+            s.exec.begin_snapshot(s.state.storage.engine());
+            panic!("DEBUG PANIC-COMMAND on key {:?}", String::from_utf8_lossy(&args[2]));
         }
         "flush" | "reload" => match flush_engine(s) {
             Ok(()) => Reply::ok(),

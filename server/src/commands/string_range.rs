@@ -51,7 +51,7 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let value = &args[3];
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     let existing = match string_at(s, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
@@ -73,7 +73,7 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     body[offset as usize..end].copy_from_slice(value);
     let len = body.len() as i64;
-    done(storage.set_string(s.db, &args[1], Bytes::from(body), expire_at), Reply::Integer(len))
+    done(storage.set_string(&s.exec, s.db, &args[1], Bytes::from(body), expire_at), Reply::Integer(len))
 }
 
 /// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`, a port of Redis's dynamic

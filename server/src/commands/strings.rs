@@ -149,7 +149,7 @@ const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// The live string at `key`: `Ok(None)` if absent, `Err(reply)` if another type.
 pub(super) fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
-    match s.state.storage.get(s.db, key) {
+    match s.state.storage.get(&s.exec, s.db, key) {
         Ok(Some(m)) if m.kind != KeyType::String => Err(Reply::error(WRONGTYPE)),
         Ok(m) => Ok(m),
         Err(e) => Err(engine_error(e)),
@@ -197,8 +197,8 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
     let (key, value) = (&args[1], &args[2]);
     if args.len() == 3 {
         // A plain SET replaces whatever was there: a blind write, no read.
-        let _guard = s.state.storage.lock(s.db, [&key[..]]);
-        return done(s.state.storage.set_string(s.db, key, value.clone(), 0), Reply::ok());
+        let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
+        return done(s.state.storage.set_string(&s.exec, s.db, key, value.clone(), 0), Reply::ok());
     }
     let (mut nx, mut xx, mut get_old, mut keepttl) = (false, false, false, false);
     let mut expire: Option<u64> = None;
@@ -224,8 +224,8 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
         i += 1;
     }
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&key[..]]);
-    let old = match storage.get(s.db, key) {
+    let _guard = storage.lock(&s.exec, s.db, [&key[..]]);
+    let old = match storage.get(&s.exec, s.db, key) {
         Ok(m) => m,
         Err(e) => return engine_error(e),
     };
@@ -241,7 +241,7 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
         (None, true) => old.as_ref().map_or(0, |m| m.expire_at_ms),
         (None, false) => 0,
     };
-    if let Err(e) = storage.set_string(s.db, key, value.clone(), expire_at) {
+    if let Err(e) = storage.set_string(&s.exec, s.db, key, value.clone(), expire_at) {
         return engine_error(e);
     }
     if get_old {
@@ -253,18 +253,18 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn setnx(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
-    match storage.get(s.db, &args[1]) {
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
+    match storage.get(&s.exec, s.db, &args[1]) {
         Ok(Some(_)) => Reply::Integer(0),
-        Ok(None) => done(storage.set_string(s.db, &args[1], args[2].clone(), 0), Reply::Integer(1)),
+        Ok(None) => done(storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0), Reply::Integer(1)),
         Err(e) => engine_error(e),
     }
 }
 
 fn set_with_expiry(s: &mut Session, args: &[Bytes], unit_ms: u64, cmd: &str) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     match expiry(&args[2], unit_ms, false, cmd) {
-        Ok(at) => done(s.state.storage.set_string(s.db, &args[1], args[3].clone(), at), Reply::ok()),
+        Ok(at) => done(s.state.storage.set_string(&s.exec, s.db, &args[1], args[3].clone(), at), Reply::ok()),
         Err(e) => e,
     }
 }
@@ -279,12 +279,12 @@ fn psetex(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     match string_at(s, &args[1]) {
         Ok(Some(m)) => {
             let mut b = lsm::WriteBatch::new();
             storage.delete_into(&mut b, s.db, &args[1]);
-            done(storage.write(b), Reply::Bulk(m.body))
+            done(storage.write(&s.exec, b), Reply::Bulk(m.body))
         }
         Ok(None) => Reply::Null,
         Err(e) => e,
@@ -294,7 +294,7 @@ fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
 fn mget(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut out = Vec::with_capacity(args.len() - 1);
     for key in &args[1..] {
-        out.push(match s.state.storage.get(s.db, key) {
+        out.push(match s.state.storage.get(&s.exec, s.db, key) {
             Ok(Some(m)) if m.kind == KeyType::String => Reply::Bulk(m.body),
             Ok(_) => Reply::Null,
             Err(e) => return engine_error(e),
@@ -307,17 +307,17 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
     if args.len().is_multiple_of(2) {
         return Reply::error("ERR wrong number of arguments for 'mset' command");
     }
-    let _guard = s.state.storage.lock(s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
+    let _guard = s.state.storage.lock(&s.exec, s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
     let mut b = lsm::WriteBatch::new();
     for pair in args[1..].chunks(2) {
         s.state.storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
     }
-    done(s.state.storage.write(b), Reply::ok())
+    done(s.state.storage.write(&s.exec, b), Reply::ok())
 }
 
 fn append(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     let (mut value, expire_at) = match string_at(s, &args[1]) {
         Ok(Some(m)) => (m.body.to_vec(), m.expire_at_ms),
         Ok(None) => (Vec::new(), 0),
@@ -328,7 +328,7 @@ fn append(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     value.extend_from_slice(&args[2]);
     let len = value.len() as i64;
-    done(storage.set_string(s.db, &args[1], Bytes::from(value), expire_at), Reply::Integer(len))
+    done(storage.set_string(&s.exec, s.db, &args[1], Bytes::from(value), expire_at), Reply::Integer(len))
 }
 
 fn strlen(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -341,7 +341,7 @@ fn strlen(s: &mut Session, args: &[Bytes]) -> Reply {
 /// Adds `delta` to the integer at `key`, keeping its TTL.
 fn add(s: &mut Session, key: &[u8], delta: i64) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [key]);
+    let _guard = storage.lock(&s.exec, s.db, [key]);
     let (current, expire_at) = match string_at(s, key) {
         Ok(Some(m)) => match parse_i64(&m.body) {
             Some(n) if m.body.len() <= 20 => (n, m.expire_at_ms),
@@ -353,7 +353,7 @@ fn add(s: &mut Session, key: &[u8], delta: i64) -> Reply {
     let Some(next) = current.checked_add(delta) else {
         return Reply::error("ERR increment or decrement would overflow");
     };
-    done(storage.set_string(s.db, key, Bytes::from(next.to_string()), expire_at), Reply::Integer(next))
+    done(storage.set_string(&s.exec, s.db, key, Bytes::from(next.to_string()), expire_at), Reply::Integer(next))
 }
 
 fn incr(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -382,10 +382,10 @@ fn decrby(s: &mut Session, args: &[Bytes]) -> Reply {
 /// `GETSET key value`: SET … GET without options (the TTL is dropped).
 fn getset(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     match string_at(s, &args[1]) {
         Ok(old) => done(
-            storage.set_string(s.db, &args[1], args[2].clone(), 0),
+            storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0),
             old.map_or(Reply::Null, |m| Reply::Bulk(m.body)),
         ),
         Err(e) => e,
@@ -416,7 +416,7 @@ fn getex(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     let meta = match string_at(s, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Null,
@@ -431,7 +431,7 @@ fn getex(s: &mut Session, args: &[Bytes]) -> Reply {
             } else {
                 storage.put_into(&mut b, s.db, &args[1], &Meta { expire_at_ms: at, ..meta });
             }
-            done(storage.write(b), value)
+            done(storage.write(&s.exec, b), value)
         }
         _ => value,
     }
@@ -443,9 +443,9 @@ fn msetnx(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("ERR wrong number of arguments for 'msetnx' command");
     }
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
+    let _guard = storage.lock(&s.exec, s.db, args[1..].iter().step_by(2).map(|k| &k[..]));
     for key in args[1..].iter().step_by(2) {
-        match storage.get(s.db, key) {
+        match storage.get(&s.exec, s.db, key) {
             Ok(Some(_)) => return Reply::Integer(0),
             Ok(None) => {}
             Err(e) => return engine_error(e),
@@ -455,13 +455,13 @@ fn msetnx(s: &mut Session, args: &[Bytes]) -> Reply {
     for pair in args[1..].chunks(2) {
         storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
     }
-    done(storage.write(b), Reply::Integer(1))
+    done(storage.write(&s.exec, b), Reply::Integer(1))
 }
 
 /// `INCRBYFLOAT key increment`, printed as Redis prints long doubles.
 fn incrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
-    let _guard = storage.lock(s.db, [&args[1][..]]);
+    let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     let (current, expire_at) = match string_at(s, &args[1]) {
         Ok(Some(m)) => (m.body, m.expire_at_ms),
         Ok(None) => (Bytes::from_static(b"0"), 0),
@@ -470,7 +470,7 @@ fn incrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
     match crate::num::incr_by_float(&current, &args[2]) {
         Ok(text) => {
             let value = Bytes::from(text);
-            done(storage.set_string(s.db, &args[1], value.clone(), expire_at), Reply::Bulk(value))
+            done(storage.set_string(&s.exec, s.db, &args[1], value.clone(), expire_at), Reply::Bulk(value))
         }
         Err(e) => Reply::error(e.message()),
     }

@@ -76,8 +76,19 @@ pub struct Config {
     pub client_query_buffer_limit: u64,
     /// Engine memtable size.
     pub write_buffer_size: u64,
-    /// Threads serving connections (0: one per core).
+    /// Runtime threads doing network I/O (0: one per core).
     pub worker_threads: usize,
+    /// Executor threads running commands (0: one per core).
+    pub executor_threads: usize,
+    /// Engine: L0 tables at which writes slow down, and at which they stop until compaction
+    /// catches up (RocksDB's `level0_slowdown/stop_writes_trigger`).
+    pub level0_slowdown_writes_trigger: usize,
+    /// See `level0_slowdown_writes_trigger`.
+    pub level0_stop_writes_trigger: usize,
+    /// Engine: no background compaction (bulk loads).
+    pub disable_auto_compactions: bool,
+    /// Engine: most bytes per second compactions write (0: unlimited).
+    pub compaction_rate_limit: u64,
     /// Engine block cache size.
     pub block_cache_size: u64,
     /// Engine block compression.
@@ -105,6 +116,11 @@ impl Default for Config {
             client_query_buffer_limit: 1 << 30,
             write_buffer_size: 16 << 20,
             worker_threads: 0,
+            executor_threads: 0,
+            level0_slowdown_writes_trigger: 20,
+            level0_stop_writes_trigger: 36,
+            disable_auto_compactions: false,
+            compaction_rate_limit: 0,
             block_cache_size: 256 << 20,
             compression: default_compression(),
             values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
@@ -301,6 +317,11 @@ impl Config {
             "client-query-buffer-limit" => self.client_query_buffer_limit = at_least(bytes()?, 1 << 20)?,
             "write-buffer-size" => self.write_buffer_size = at_least(bytes()?, 4096)?,
             "worker-threads" => self.worker_threads = int(0, 1024)? as usize,
+            "executor-threads" => self.executor_threads = int(0, 1024)? as usize,
+            "level0-slowdown-writes-trigger" => self.level0_slowdown_writes_trigger = int(1, 1 << 20)? as usize,
+            "level0-stop-writes-trigger" => self.level0_stop_writes_trigger = int(1, 1 << 20)? as usize,
+            "disable-auto-compactions" => self.disable_auto_compactions = v.eq_ignore_ascii_case("yes"),
+            "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
             "compression" => {
                 let c: lsm::Compression = v.parse().map_err(|e: lsm::Error| e.to_string())?;

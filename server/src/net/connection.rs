@@ -1,18 +1,30 @@
-//! One client: read, parse every complete request in the buffer, run them in order, write all
-//! their replies with one write (pipelining), repeat. The loop also honours `CLIENT PAUSE`,
-//! `CLIENT REPLY`, `CLIENT KILL`, the idle `timeout` and a server shutdown.
+//! One client's task: read, parse the complete requests in the buffer, hand them with the
+//! session to an executor thread, write the replies with one write (pipelining), repeat. The
+//! task never touches the engine; it only waits — for the executor, the socket, a blocked
+//! command's wake-up, `CLIENT PAUSE`, `CLIENT KILL`, the idle `timeout` or a server shutdown.
+//!
+//! Backpressure: at most [`MAX_BATCH`] requests are parsed per round, the executor stops once
+//! the round's replies pass [`OUTPUT_BOUND`], and the socket is read again only after every
+//! reply produced so far is written. A client that pipelines without reading its replies
+//! therefore holds at most one bound of replies in this server, however much it sends.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::commands::{dispatch, lookup, Session, WriteCoalescer};
+use crate::exec::{run_batch, BatchEnd, BlockRequest, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::state::ServerState;
+
+/// Most requests parsed from one connection per round.
+pub const MAX_BATCH: usize = 1024;
+/// Once a round's replies pass this many bytes, they are written before more commands run.
+pub const OUTPUT_BOUND: usize = 1 << 20;
 
 pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
     let addr = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
@@ -21,101 +33,81 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
     let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
-    let mut coalescer = WriteCoalescer::default();
+    let mut requests: VecDeque<Vec<Bytes>> = VecDeque::new();
+    let mut protocol_error = None;
     loop {
-        let (limits, query_limit, timeout, fsync_always) = {
+        let (limits, query_limit, timeout) = {
             let cfg = state.config();
             let limits = Limits {
                 max_bulk_len: usize::try_from(cfg.proto_max_bulk_len).unwrap_or(usize::MAX),
                 ..Limits::default()
             };
-            let fsync_always = cfg.appendfsync == crate::config::AppendFsync::Always;
-            (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout, fsync_always)
+            (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout)
         };
-        // Run every complete request already buffered.
-        let mut close = false;
-        loop {
-            if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
-                close = true;
-                break;
-            }
+        // Parse what is buffered (a protocol error ends parsing: the requests before it still
+        // run). `more` stays true if complete requests may be left in `input`.
+        let mut more = true;
+        while protocol_error.is_none() && requests.len() < MAX_BATCH {
             match parse_request(&mut input, &limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
-                Ok(Some(args)) => {
-                    if let Some(spec) = lookup(&args[0]).filter(|c| c.name != "client") {
-                        let is_write = spec.flags.contains(&"write");
-                        while let Some(wait) = state.pause_remaining(is_write) {
-                            // Replies already produced go out before the client waits.
-                            coalescer.flush(&session, &mut output).await;
-                            if !output.is_empty() && socket.write_all(&output).await.is_err() {
-                                return;
-                            }
-                            output.clear();
-                            tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
-                        }
+                Ok(Some(args)) => requests.push_back(args),
+                Ok(None) => {
+                    more = false;
+                    break;
+                }
+                Err(e) => protocol_error = Some(e),
+            }
+        }
+        more &= protocol_error.is_none();
+        let mut close = false;
+        if !requests.is_empty() {
+            let (s, rest, out, end) = match execute(&state, session, std::mem::take(&mut requests), output).await {
+                Some(done) => done,
+                None => return,
+            };
+            (session, requests, output) = (s, rest, out);
+            match end {
+                BatchEnd::Drained | BatchEnd::OutputFull => {}
+                BatchEnd::Close => close = true,
+                BatchEnd::Paused(wait) => {
+                    // Replies already produced go out before the client waits.
+                    if !write_out(&mut socket, &mut output, &handle).await {
+                        return;
                     }
-                    if !fsync_always && coalescer.try_defer(&mut session, &args) {
-                        if coalescer.is_full() {
-                            coalescer.flush(&session, &mut output).await;
-                        }
-                        continue;
+                    tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
+                    continue;
+                }
+                BatchEnd::Blocked(req) => {
+                    if !write_out(&mut socket, &mut output, &handle).await {
+                        return;
                     }
-                    coalescer.flush(&session, &mut output).await;
-                    // Under `appendfsync always` a write waits for an fsync: let the runtime move
-                    // other connections off this worker meanwhile.
-                    let reply = if fsync_always && lookup(&args[0]).is_some_and(|c| c.flags.contains(&"write")) {
-                        tokio::task::block_in_place(|| dispatch(&mut session, &args))
-                    } else {
-                        dispatch(&mut session, &args)
+                    let reply = match wait_blocked(&mut socket, &mut session, req, &mut input, &mut stop).await {
+                        Some(r) => r,
+                        None => return,
                     };
-                    let reply = match session.blocked.take() {
-                        Some(req) => {
-                            // Replies already produced go out before the client waits.
-                            if !output.is_empty() && socket.write_all(&output).await.is_err() {
-                                return;
-                            }
-                            output.clear();
-                            match wait_blocked(&mut socket, &mut session, req, &mut input, &mut stop).await {
-                                Some(r) => r,
-                                None => return,
-                            }
-                        }
-                        None => reply,
-                    };
+                    more = true; // input read while blocked
                     if session.take_reply_permission() {
                         reply.encode(session.protocol, &mut output);
                     }
-                    if session.closing {
-                        close = true;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    coalescer.flush(&session, &mut output).await;
-                    tracing::debug!(target: "shale::net", client = session.id, error = %e, "protocol error; closing");
-                    Reply::error(format!("ERR {e}")).encode(session.protocol, &mut output);
-                    close = true;
-                    break;
                 }
             }
         }
-        coalescer.flush(&session, &mut output).await;
-        if !output.is_empty() {
-            // A client that stops reading cannot hold this task forever once it is killed
-            // (e.g. a subscriber over its output buffer limit).
-            let written = tokio::select! {
-                r = socket.write_all(&output) => r.is_ok(),
-                _ = handle.kill_signal.notified() => false,
-            };
-            if !written {
-                return;
+        if requests.is_empty() && !close {
+            if let Some(e) = protocol_error.take() {
+                tracing::debug!(target: "shale::net", client = session.id, error = %e, "protocol error; closing");
+                Reply::error(format!("ERR {e}")).encode(session.protocol, &mut output);
+                close = true;
             }
-            output.clear();
+        }
+        if !write_out(&mut socket, &mut output, &handle).await {
+            return;
         }
         if close || *stop.borrow() {
             let _ = socket.shutdown().await;
             return;
+        }
+        if !requests.is_empty() || more {
+            continue;
         }
         if input.len() > query_limit {
             tracing::warn!(target: "shale::net", client = session.id, bytes = input.len(), "query buffer limit reached; closing");
@@ -141,7 +133,7 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
                 let mut taken = 0;
                 let mut msg = msg;
                 while let Some(m) = msg {
-                    taken += crate::pubsub::message_size(&m);
+                    taken += crate::services::pubsub::message_size(&m);
                     m.encode(session.protocol, &mut output);
                     msg = session.messages.as_mut().and_then(|rx| rx.try_recv().ok());
                 }
@@ -163,13 +155,50 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
     }
 }
 
+/// What an executor round gives back: the session, the requests it did not run, the replies,
+/// and why it stopped.
+type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
+
+/// Runs `requests` for `session` on an executor thread. `None` if the job was lost (the pool
+/// is gone or the job panicked outside a command, which is logged): the connection closes.
+async fn execute(
+    state: &ServerState,
+    mut session: Session,
+    mut requests: VecDeque<Vec<Bytes>>,
+    mut output: BytesMut,
+) -> Option<Round> {
+    let round = state.executor.run(move || {
+        let end = run_batch(&mut session, &mut requests, &mut output, OUTPUT_BOUND);
+        (session, requests, output, end)
+    });
+    round.await.ok()
+}
+
+/// Writes and clears `output`; false if the connection is gone. A client that stops reading
+/// cannot hold this task forever once it is killed (e.g. a subscriber over its output limit).
+async fn write_out(
+    socket: &mut TcpStream,
+    output: &mut BytesMut,
+    handle: &crate::services::clients::ClientHandle,
+) -> bool {
+    if output.is_empty() {
+        return true;
+    }
+    let written = tokio::select! {
+        r = socket.write_all(output) => r.is_ok(),
+        _ = handle.kill_signal.notified() => false,
+    };
+    output.clear();
+    written
+}
+
 /// Waits for a blocking command's reply: served by a pusher, the timeout, `CLIENT UNBLOCK`. Input
 /// arriving meanwhile is buffered for afterwards. `None` if the connection must close (the
 /// client went away, was killed, or the server is stopping).
 async fn wait_blocked(
     socket: &mut TcpStream,
     session: &mut Session,
-    req: crate::commands::BlockRequest,
+    req: BlockRequest,
     input: &mut BytesMut,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<Reply> {
@@ -178,12 +207,23 @@ async fn wait_blocked(
         return wait_lock(socket, session, name, rx, req.timeout, input, stop).await;
     }
     let keys = req.keys.clone();
-    let (registration, mut rx) =
-        state.blocking.block(session.id, session.db, req.keys, req.attempt, req.timeout_reply.clone());
+    let db = session.db;
+    let (registration, mut rx) = state.blocking.block(session.id, db, req.keys, req.attempt, req.timeout_reply.clone());
     // An element pushed between the command's own attempt and the registration would otherwise
-    // wake nobody: serve our keys once now that we are registered.
-    for key in &keys {
-        state.blocking.serve(session.db, key);
+    // wake nobody: serve our keys once now that we are registered (on an executor: it reads).
+    let served = {
+        let state = Arc::clone(&state);
+        state.executor.run({
+            let state = Arc::clone(&state);
+            move || {
+                for key in &keys {
+                    state.blocking.serve(db, key);
+                }
+            }
+        })
+    };
+    if served.await.is_err() {
+        return None;
     }
     let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
     let handle = Arc::clone(&session.handle);

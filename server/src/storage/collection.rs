@@ -1,4 +1,4 @@
-//! Collections on the engine (DESIGN §3): a metadata record per key, element records per
+//! Collections on the engine: a metadata record per key, element records per
 //! member under the key's incarnation id, a score index for sorted sets, and a reverse record
 //! from each incarnation id to its key so compaction can tell live elements from orphans.
 //!
@@ -16,7 +16,7 @@ use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{decode, expiry_key, meta_key, now_ms, KeyType, Meta, Storage};
+use super::{decode, expiry_key, meta_key, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
 pub(super) fn element_key(pdb: u16, uid: u64, field: &[u8]) -> Vec<u8> {
@@ -100,16 +100,18 @@ impl Header {
 
 /// One database as a command sees it: the logical-to-physical mapping is resolved once, so a
 /// command's reads and writes all land in the same place even if SWAPDB runs meanwhile.
+/// Reads and writes go through the command's execution context.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
     storage: &'a Storage,
+    cx: &'a ExecContext,
     pdb: u16,
 }
 
 impl Storage {
-    /// Database `db` for one command.
-    pub fn view(&self, db: u32) -> View<'_> {
-        View { storage: self, pdb: self.phys(db) }
+    /// Database `db` for one command running in `cx`.
+    pub fn view<'a>(&'a self, cx: &'a ExecContext, db: u32) -> View<'a> {
+        View { storage: self, cx, pdb: self.phys(db) }
     }
 }
 
@@ -121,7 +123,7 @@ impl<'a> View<'a> {
 
     /// The live metadata of `key`.
     pub fn get(&self, key: &[u8]) -> lsm::Result<Option<Meta>> {
-        self.storage.get_physical(self.pdb, key, now_ms())
+        self.storage.get_physical(self.cx, self.pdb, key, now_ms())
     }
 
     /// Adds writing `meta` for `key` (and its expiry index entry) to `batch`.
@@ -157,7 +159,7 @@ impl<'a> View<'a> {
 
     /// The value of `field` in incarnation `uid`.
     pub fn element(&self, uid: u64, field: &[u8]) -> lsm::Result<Option<Bytes>> {
-        self.storage.raw_get(&element_key(self.pdb, uid, field))
+        self.cx.get(&self.storage.engine, &element_key(self.pdb, uid, field))
     }
 
     /// Adds writing `field` = `value` to `batch`.
@@ -179,7 +181,7 @@ impl<'a> View<'a> {
             Bound::Unbounded => Bound::Included(prefix.clone()),
         };
         let end = prefix_end(&prefix);
-        ElementIter { range: self.storage.raw_range(start, Bound::Excluded(end)), skip: prefix.len() }
+        ElementIter { range: self.cx.range(&self.storage.engine, start, Bound::Excluded(end)), skip: prefix.len() }
     }
 
     /// Elements of `uid` in reverse field order, from the end.
@@ -187,8 +189,8 @@ impl<'a> View<'a> {
         let prefix = element_key(self.pdb, uid, b"");
         let end = prefix_end(&prefix);
         let skip = prefix.len();
-        self.storage
-            .raw_range(Bound::Included(prefix), Bound::Excluded(end))
+        self.cx
+            .range(&self.storage.engine, Bound::Included(prefix), Bound::Excluded(end))
             .rev()
             .map(move |kv| kv.map(|(k, v)| (k.slice(skip..), v)))
     }
@@ -223,13 +225,16 @@ impl<'a> View<'a> {
             }
             None => prefix.clone(),
         };
-        ScoreIter { range: self.storage.raw_range(Bound::Included(start), Bound::Excluded(end)), skip: prefix.len() }
+        ScoreIter {
+            range: self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)),
+            skip: prefix.len(),
+        }
     }
 }
 
 /// `(field, value)` pairs of one collection.
 pub struct ElementIter {
-    range: super::txn::RawRange,
+    range: RawRange,
     skip: usize,
 }
 
@@ -249,7 +254,7 @@ impl Iterator for ElementIter {
 
 /// `(score, member)` pairs of one sorted set.
 pub struct ScoreIter {
-    range: super::txn::RawRange,
+    range: RawRange,
     skip: usize,
 }
 

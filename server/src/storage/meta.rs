@@ -78,6 +78,16 @@ impl Meta {
         b.freeze()
     }
 
+    /// The expiry time (0: none) of a stored record, without decoding the rest; `None` if the
+    /// bytes are not a metadata record.
+    pub fn expiry_of(raw: &[u8]) -> Option<u64> {
+        if raw.len() < HEADER {
+            return None;
+        }
+        KeyType::from_u8(raw[0])?;
+        Some(u64::from_le_bytes(raw[1..9].try_into().ok()?))
+    }
+
     /// Decodes stored bytes; `None` if they are not a metadata record.
     pub fn decode(raw: Bytes) -> Option<Meta> {
         if raw.len() < HEADER {
@@ -97,7 +107,9 @@ mod tests {
     #[test]
     fn round_trip_and_garbage() {
         let m = Meta { kind: KeyType::ZSet, expire_at_ms: 123, uid: 9, body: Bytes::from_static(b"body") };
-        assert_eq!(Meta::decode(m.encode()), Some(m));
+        assert_eq!(Meta::decode(m.encode()), Some(m.clone()));
+        assert_eq!(Meta::expiry_of(&m.encode()), Some(123));
+        assert_eq!(Meta::expiry_of(b"\xff short"), None);
         assert_eq!(Meta::decode(Bytes::from_static(b"short")), None);
         let mut bad = Meta::string(Bytes::new(), 0).encode().to_vec();
         bad[0] = 77;

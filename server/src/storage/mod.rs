@@ -1,4 +1,4 @@
-//! Redis keys on the `lsm` engine (DESIGN §3).
+//! Redis keys on the `lsm` engine.
 //!
 //! ```text
 //! metadata      'M' | db u16 BE | user key                 ->  type u8 | expire_at_ms u64 LE | uid u64 LE | body
@@ -14,22 +14,29 @@
 //! one onto the other so `SWAPDB` is a swap of two table entries (persisted), not a copy.
 //! Index entries are written beside every TTL and never updated: an entry whose key has since
 //! changed its expiry is stale and is simply dropped when its time comes.
+//!
+//! Every read and write a command makes goes through its [`ExecContext`] (transaction buffer,
+//! snapshot, held key stripes); every commit keeps the [`KeyspaceCounts`] exact.
 
 mod collection;
-mod expiry;
-mod locks;
+mod compaction_filter;
+mod context;
+mod counts;
+mod key_locks;
 mod meta;
-pub mod txn;
+mod watch;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
 pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreIter, View, LIST_START};
-pub use expiry::ShaleFilter;
-pub use locks::{KeyLocks, LockGuard};
+pub use compaction_filter::ShaleFilter;
+pub use context::{ExecContext, RawRange};
+pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
+pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
-pub use txn::Watched;
+pub use watch::{Watched, Watches};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -85,7 +92,9 @@ pub struct Storage {
     /// Physical database -> logical database.
     inverse: Vec<AtomicU16>,
     /// Clients watching keys (WATCH).
-    pub watches: txn::Watches,
+    pub watches: Watches,
+    /// Keys per database (DBSIZE, INFO keyspace).
+    counts: KeyspaceCounts,
     /// Next incarnation id. Starts above the engine's last sequence: every id ever used went
     /// into a batch together with at least one record, so ids handed out before a restart are
     /// all below it.
@@ -117,8 +126,32 @@ impl Storage {
                 inverse[usize::from(physical)].store(logical, Ordering::Relaxed);
             }
         }
+        let counts = match engine.get(counts::COUNTS_KEY)?.and_then(|raw| KeyspaceCounts::decode(&raw)) {
+            Some(counts) => {
+                // Valid only until the first write after this start: delete it now, so a crash
+                // later makes the next start recount.
+                let mut b = lsm::WriteBatch::new();
+                b.delete(counts::COUNTS_KEY);
+                engine.write(b, &lsm::WriteOptions::synced())?;
+                counts
+            }
+            None => {
+                let started = std::time::Instant::now();
+                let counts = KeyspaceCounts::recount(&engine)?;
+                tracing::info!(target: "shale::storage", ms = started.elapsed().as_millis() as u64, "counted the keyspace (no clean-shutdown record)");
+                counts
+            }
+        };
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
-        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, watches: txn::Watches::default(), next_uid })
+        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, watches: Watches::default(), counts, next_uid })
+    }
+
+    /// Stores what a clean restart reuses (the keyspace counts). Call once, after the last
+    /// command has run and before the engine closes.
+    pub fn close(&self) -> lsm::Result<()> {
+        let mut b = lsm::WriteBatch::new();
+        b.put(counts::COUNTS_KEY, self.counts.encode());
+        self.engine.write(b, &lsm::WriteOptions::synced())
     }
 
     /// The engine underneath.
@@ -126,48 +159,42 @@ impl Storage {
         &self.engine
     }
 
-    /// Locks `keys` of `db` for a read-modify-write (in a fixed order, so never deadlocks), and
-    /// waits for any pipelined blind write to those keys that is queued but not yet applied.
-    pub fn lock<'a>(&'a self, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
-        self.settled(self.locks.lock(db, keys))
-    }
-
-    /// Locks keys for a whole EXEC: the queued commands' own locking of them is then a no-op
-    /// on this thread until [`Storage::end_exec`].
-    pub fn lock_for_exec<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> LockGuard<'a> {
-        let guard = self.lock_pairs(keys);
-        self.locks.hold(&guard);
-        guard
-    }
-
-    /// Ends [`Storage::lock_for_exec`] (before its guard is dropped).
-    pub fn end_exec(&self) {
-        self.locks.release();
+    /// Locks `keys` of `db` for a read-modify-write (in a fixed order, so never deadlocks).
+    pub fn lock<'a>(&'a self, cx: &ExecContext, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
+        self.locks.lock_pairs(cx, keys.into_iter().map(|k| (db, k)))
     }
 
     /// Locks keys of several databases (see [`Storage::lock`]).
-    pub fn lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> LockGuard<'a> {
-        self.settled(self.locks.lock_pairs(keys))
+    pub fn lock_pairs<'a>(
+        &'a self,
+        cx: &ExecContext,
+        keys: impl IntoIterator<Item = (u32, &'a [u8])>,
+    ) -> LockGuard<'a> {
+        self.locks.lock_pairs(cx, keys)
     }
 
-    fn settled<'a>(&'a self, guard: LockGuard<'a>) -> LockGuard<'a> {
-        let ticket = self.locks.pending_ticket(&guard);
-        if ticket > 0 {
-            self.engine.wait_for_write(ticket);
-        }
-        guard
+    /// Locks every stripe not already held by `cx`: no other read-modify-write runs until the
+    /// guard drops (FLUSHDB, FLUSHALL, SWAPDB, and an EXEC that runs one of them).
+    pub fn lock_all(&self, cx: &ExecContext) -> LockGuard<'_> {
+        self.locks.lock_all(cx)
     }
 
-    /// Queues `batch` (blind writes to `keys` of `db`) without waiting for it: the key locks are
-    /// held only while it is queued, and later read-modify-writes of those keys wait for it.
-    pub fn write_queued(&self, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::WriteFuture {
-        let guard = self.locks.lock(db, keys.iter().map(|k| &k[..]));
-        self.watches.touch_batch(&batch);
-        let future = self.engine.write_async(batch, &lsm::WriteOptions::default());
-        if let Some(ticket) = future.ticket() {
-            self.locks.set_pending(&guard, ticket);
-        }
-        future
+    /// Marks the stripes of `guard` as held by `cx` for a whole EXEC: the queued commands'
+    /// own locking of them is then a no-op until [`Storage::end_exec`].
+    pub fn hold_for_exec(&self, cx: &ExecContext, guard: &LockGuard<'_>) {
+        cx.hold(guard.stripes());
+    }
+
+    /// Ends [`Storage::hold_for_exec`] (before its guard is dropped).
+    pub fn end_exec(&self, cx: &ExecContext) {
+        cx.release();
+    }
+
+    /// Commits a batch of blind writes (pipelined plain SETs) to `keys` of `db`, under their
+    /// locks, so no read-modify-write of those keys interleaves with it.
+    pub fn write_blind(&self, cx: &ExecContext, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::Result<()> {
+        let _guard = self.lock(cx, db, keys.iter().map(|k| &k[..]));
+        self.write(cx, batch)
     }
 
     fn phys(&self, db: u32) -> u16 {
@@ -175,20 +202,20 @@ impl Storage {
     }
 
     /// The live (not expired) metadata of `key`.
-    pub fn get(&self, db: u32, key: &[u8]) -> lsm::Result<Option<Meta>> {
-        self.get_physical(self.phys(db), key, now_ms())
+    pub fn get(&self, cx: &ExecContext, db: u32, key: &[u8]) -> lsm::Result<Option<Meta>> {
+        self.get_physical(cx, self.phys(db), key, now_ms())
     }
 
-    fn get_physical(&self, pdb: u16, key: &[u8], now: u64) -> lsm::Result<Option<Meta>> {
+    fn get_physical(&self, cx: &ExecContext, pdb: u16, key: &[u8], now: u64) -> lsm::Result<Option<Meta>> {
         // Short keys are built on the stack: this is every read's path.
         let mut buf = [0u8; 128];
         let raw = if key.len() + 3 <= buf.len() {
             buf[0] = b'M';
             buf[1..3].copy_from_slice(&pdb.to_be_bytes());
             buf[3..3 + key.len()].copy_from_slice(key);
-            self.raw_get(&buf[..3 + key.len()])?
+            cx.get(&self.engine, &buf[..3 + key.len()])?
         } else {
-            self.raw_get(&meta_key(pdb, key))?
+            cx.get(&self.engine, &meta_key(pdb, key))?
         };
         let Some(raw) = raw else { return Ok(None) };
         let meta = decode(raw)?;
@@ -209,35 +236,79 @@ impl Storage {
         batch.delete(meta_key(self.phys(db), key));
     }
 
-    /// A record as the current command sees it (inside EXEC: with the transaction's writes).
-    fn raw_get(&self, key: &[u8]) -> lsm::Result<Option<Bytes>> {
-        match txn::lookup(key) {
-            Some(v) => Ok(v),
-            None => txn::snapshot_get(&self.engine, key),
-        }
-    }
-
-    /// Records in `[start, end)` as the current command sees them.
-    fn raw_range(&self, start: std::ops::Bound<Vec<u8>>, end: std::ops::Bound<Vec<u8>>) -> txn::RawRange {
-        txn::range(&self.engine, start, end)
-    }
-
     /// Applies `batch` atomically (one command = one batch; inside EXEC it joins the
     /// transaction's batch). Watchers of the keys it writes are told.
-    pub fn write(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let Some(batch) = txn::buffer(batch) else { return Ok(()) };
+    pub fn write(&self, cx: &ExecContext, batch: lsm::WriteBatch) -> lsm::Result<()> {
+        let Some(batch) = cx.buffer(batch) else { return Ok(()) };
         self.commit(batch)
     }
 
-    /// Commits `batch` to the engine now (EXEC's own commit goes here).
+    /// Commits `batch` to the engine now (EXEC's own commit goes here). The caller holds the
+    /// locks of every key whose metadata it writes, so the keyspace counts stay exact.
     pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
+        let deltas = self.count_changes(&batch)?;
         let watchers = self.watches.affected(&batch);
         self.engine.write(batch, &lsm::WriteOptions::default())?;
+        for (pdb, d) in &deltas {
+            self.counts.apply(*pdb, d);
+        }
         // Only once the write is visible: a watcher that re-reads after this sees it.
         for f in watchers {
             f.store(true, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// What `batch` changes in the keyspace counts: for each metadata record it writes, its
+    /// state before (from the engine) against its final state in the batch.
+    fn count_changes(&self, batch: &lsm::WriteBatch) -> lsm::Result<Vec<(u16, counts::Delta)>> {
+        use lsm::key::ValueKind;
+        let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
+        let mut cleared: Vec<(u16, u16)> = Vec::new();
+        for entry in batch.iter() {
+            let entry = entry?;
+            match entry.kind {
+                ValueKind::Put | ValueKind::Delete if entry.key.len() >= 3 && entry.key[0] == b'M' => {
+                    let value = (entry.kind == ValueKind::Put).then_some(entry.value);
+                    finals.insert(entry.key, value);
+                }
+                ValueKind::RangeDelete => {
+                    let (start, end) = (entry.key, entry.value);
+                    let Some(databases) = cleared_databases(start, end) else { continue };
+                    finals.retain(|k, _| !(*k >= start && *k < end));
+                    cleared.push(databases);
+                }
+                _ => {}
+            }
+        }
+        if finals.is_empty() && cleared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let is_cleared = |pdb: u16| cleared.iter().any(|&(a, b)| pdb >= a && pdb <= b);
+        let mut deltas: std::collections::HashMap<u16, counts::Delta> = std::collections::HashMap::new();
+        for &(a, b) in &cleared {
+            for pdb in a..=b {
+                deltas.entry(pdb).or_default().cleared = true;
+            }
+        }
+        let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
+        for (key, after) in finals {
+            let pdb = u16::from_be_bytes([key[1], key[2]]);
+            let before = if is_cleared(pdb) {
+                None
+            } else {
+                match self.engine.get(key)? {
+                    Some(raw) => Some(Meta::expiry_of(&raw).ok_or_else(damaged)?),
+                    None => None,
+                }
+            };
+            let after = match after {
+                Some(raw) => Some(Meta::expiry_of(raw).ok_or_else(damaged)?),
+                None => None,
+            };
+            deltas.entry(pdb).or_default().record(before, after);
+        }
+        Ok(deltas.into_iter().collect())
     }
 
     /// A fresh incarnation id for a new collection.
@@ -250,6 +321,7 @@ impl Storage {
     /// none. Used by COPY and MOVE.
     pub fn copy_elements_into(
         &self,
+        cx: &ExecContext,
         batch: &mut lsm::WriteBatch,
         from: u32,
         uid: u64,
@@ -260,7 +332,8 @@ impl Storage {
         for tag in [b'E', b'Z'] {
             let prefix = element_prefix(tag, src, uid);
             let end = collection::prefix_end(&prefix);
-            for kv in self.raw_range(std::ops::Bound::Included(prefix.clone()), std::ops::Bound::Excluded(end)) {
+            for kv in cx.range(&self.engine, std::ops::Bound::Included(prefix.clone()), std::ops::Bound::Excluded(end))
+            {
                 let (k, v) = kv?;
                 let mut key = element_prefix(tag, dst, new_uid);
                 key.extend_from_slice(&k[prefix.len()..]);
@@ -272,10 +345,10 @@ impl Storage {
 
     /// A key of `db` picked at random (RANDOMKEY): the first live key at or after a random point
     /// of the database's key range, wrapping around once.
-    pub fn random_key(&self, db: u32) -> lsm::Result<Option<Bytes>> {
+    pub fn random_key(&self, cx: &ExecContext, db: u32) -> lsm::Result<Option<Bytes>> {
         let target: [u8; 8] = rand::random();
         for start in [&target[..], b""] {
-            let page = self.scan(db, start, 64)?;
+            let page = self.scan(cx, db, start, 64)?;
             if let Some((k, _)) = page.keys.into_iter().next() {
                 return Ok(Some(k));
             }
@@ -283,7 +356,7 @@ impl Storage {
         // Everything near the start was expired; walk on until a live key appears.
         let mut cursor = Bytes::new();
         loop {
-            let page = self.scan(db, &cursor, 1024)?;
+            let page = self.scan(cx, db, &cursor, 1024)?;
             if let Some((k, _)) = page.keys.into_iter().next() {
                 return Ok(Some(k));
             }
@@ -295,33 +368,28 @@ impl Storage {
     }
 
     /// Sets a string, replacing whatever `key` held.
-    pub fn set_string(&self, db: u32, key: &[u8], value: Bytes, expire_at_ms: u64) -> lsm::Result<()> {
+    pub fn set_string(
+        &self,
+        cx: &ExecContext,
+        db: u32,
+        key: &[u8],
+        value: Bytes,
+        expire_at_ms: u64,
+    ) -> lsm::Result<()> {
         let mut b = lsm::WriteBatch::new();
         self.put_into(&mut b, db, key, &Meta::string(value, expire_at_ms));
-        self.write(b)
+        self.write(cx, b)
     }
 
-    /// Live keys in `db`.
-    pub fn dbsize(&self, db: u32) -> lsm::Result<u64> {
-        Ok(self.keyspace_counts(db)?.0)
+    /// Keys in `db` (O(1); as in Redis, a key whose TTL has passed counts until it is
+    /// reclaimed by the expiry cycle).
+    pub fn dbsize(&self, db: u32) -> u64 {
+        self.counts.get(self.phys(db), now_ms()).keys
     }
 
-    /// Live keys in `db`, and how many of them have an expiry (a scan of the db's metadata).
-    pub fn keyspace_counts(&self, db: u32) -> lsm::Result<(u64, u64)> {
-        let now = now_ms();
-        let pdb = self.phys(db);
-        let (mut keys, mut expires) = (0, 0);
-        for kv in
-            self.raw_range(std::ops::Bound::Included(meta_key(pdb, b"")), std::ops::Bound::Excluded(meta_end(pdb)))
-        {
-            let (_, v) = kv?;
-            let m = decode(v)?;
-            if !m.is_expired(now) {
-                keys += 1;
-                expires += u64::from(m.expire_at_ms != 0);
-            }
-        }
-        Ok((keys, expires))
+    /// Keys in `db`, those with a TTL, and their average remaining TTL (O(1), INFO keyspace).
+    pub fn keyspace_counts(&self, db: u32) -> CountsSnapshot {
+        self.counts.get(self.phys(db), now_ms())
     }
 
     /// Logical databases below `databases` that hold at least one metadata record (found by
@@ -344,12 +412,12 @@ impl Storage {
 
     /// Up to `count` records of `db` from `cursor` (a key; empty = the start), in key order,
     /// skipping expired keys. Used by KEYS, SCAN and RANDOMKEY.
-    pub fn scan(&self, db: u32, cursor: &[u8], count: usize) -> lsm::Result<ScanPage> {
+    pub fn scan(&self, cx: &ExecContext, db: u32, cursor: &[u8], count: usize) -> lsm::Result<ScanPage> {
         let pdb = self.phys(db);
         let now = now_ms();
         let mut page = ScanPage::default();
         let (start, end) = (std::ops::Bound::Included(meta_key(pdb, cursor)), std::ops::Bound::Excluded(meta_end(pdb)));
-        for (seen, kv) in self.raw_range(start, end).enumerate() {
+        for (seen, kv) in cx.range(&self.engine, start, end).enumerate() {
             let (k, v) = kv?;
             let key = k.slice(3..);
             if seen == count {
@@ -364,8 +432,10 @@ impl Storage {
         Ok(page)
     }
 
-    /// Deletes every key of `db` (metadata and elements) with range tombstones.
-    pub fn flushdb(&self, db: u32) -> lsm::Result<()> {
+    /// Deletes every key of `db` (metadata and elements) with range tombstones, holding every
+    /// key stripe so no read-modify-write straddles it.
+    pub fn flushdb(&self, cx: &ExecContext, db: u32) -> lsm::Result<()> {
+        let _all = self.lock_all(cx);
         let pdb = self.phys(db);
         let mut b = lsm::WriteBatch::new();
         b.delete_range(meta_key(pdb, b""), meta_end(pdb));
@@ -376,20 +446,21 @@ impl Storage {
             };
             b.delete_range(vec![tag, (pdb >> 8) as u8, pdb as u8], end);
         }
-        self.write(b)
+        self.write(cx, b)
     }
 
     /// Deletes every key of every database (and the whole expiry index).
-    pub fn flushall(&self) -> lsm::Result<()> {
+    pub fn flushall(&self, cx: &ExecContext) -> lsm::Result<()> {
+        let _all = self.lock_all(cx);
         let mut b = lsm::WriteBatch::new();
         b.delete_range(b"E", b"F").delete_range(b"M", b"N").delete_range(b"X", b"Y").delete_range(b"Z", b"[");
-        self.write(b)
+        self.write(cx, b)
     }
 
     /// Swaps two logical databases (`SWAPDB`): every read-modify-write is held off while the
     /// map changes, and the new map is stored durably before the swap is visible.
-    pub fn swap_databases(&self, a: u32, b: u32) -> lsm::Result<()> {
-        let _all = self.locks.lock_all();
+    pub fn swap_databases(&self, cx: &ExecContext, a: u32, b: u32) -> lsm::Result<()> {
+        let _all = self.lock_all(cx);
         let (pa, pb) = (self.phys(a), self.phys(b));
         let mut record = Vec::new();
         for (logical, slot) in self.map.iter().enumerate() {
@@ -432,6 +503,7 @@ impl Storage {
 
     fn expire_entries(&self, due: Vec<Bytes>, now: u64) -> lsm::Result<u64> {
         let mut expired = 0;
+        let cx = ExecContext::new();
         for entry in due {
             if entry.len() < 11 {
                 self.engine.delete(&entry)?;
@@ -445,7 +517,7 @@ impl Storage {
             one.delete(&entry);
             // Key locks are by logical database.
             let logical = u32::from(self.inverse[usize::from(pdb)].load(Ordering::Acquire));
-            let _guard = self.locks.lock(logical, [key]);
+            let _guard = self.lock(&cx, logical, [key]);
             if let Some(raw) = self.engine.get(&mk)? {
                 let meta = decode(raw)?;
                 if meta.expire_at_ms == at && meta.is_expired(now) {
@@ -453,10 +525,29 @@ impl Storage {
                     expired += 1;
                 }
             }
-            self.engine.write(one, &lsm::WriteOptions::default())?;
+            self.commit(one)?;
         }
         Ok(expired)
     }
+}
+
+/// The physical databases (first, last) whose metadata a range delete `[start, end)` wipes;
+/// None if it misses the metadata key space. The server range-deletes whole databases only
+/// (FLUSHDB: `[M|pdb, M|pdb+1)`, FLUSHALL: `[M, N)`).
+fn cleared_databases(start: &[u8], end: &[u8]) -> Option<(u16, u16)> {
+    if end <= &b"M"[..] || start >= &b"N"[..] {
+        return None;
+    }
+    let pdb = |k: &[u8]| u16::from_be_bytes([k[1], k[2]]);
+    let first = if start.len() >= 3 && start[0] == b'M' { pdb(start) } else { 0 };
+    let last = if end >= &b"N"[..] || end.len() < 3 {
+        u16::MAX
+    } else if end.len() == 3 {
+        pdb(end).checked_sub(1)?
+    } else {
+        pdb(end)
+    };
+    Some((first, last))
 }
 
 fn decode(raw: Bytes) -> lsm::Result<Meta> {
@@ -471,19 +562,20 @@ mod tests {
     fn strings_expire_and_databases_flush_apart() {
         let dir = tempfile::tempdir().unwrap();
         let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
-        s.set_string(0, b"a", Bytes::from_static(b"1"), 0).unwrap();
-        s.set_string(0, b"gone", Bytes::from_static(b"x"), now_ms() - 1).unwrap();
-        s.set_string(1, b"a", Bytes::from_static(b"2"), 0).unwrap();
-        s.set_string(65535, b"last", Bytes::from_static(b"3"), 0).unwrap();
-        assert_eq!(s.get(0, b"a").unwrap().unwrap().body, "1");
-        assert_eq!(s.get(0, b"gone").unwrap(), None, "an expired key is never returned");
-        assert_eq!((s.dbsize(0).unwrap(), s.dbsize(1).unwrap()), (1, 1));
-        s.flushdb(0).unwrap();
-        assert_eq!((s.dbsize(0).unwrap(), s.dbsize(1).unwrap(), s.dbsize(65535).unwrap()), (0, 1, 1));
-        s.flushdb(65535).unwrap();
-        assert_eq!(s.dbsize(65535).unwrap(), 0);
-        s.flushall().unwrap();
-        assert_eq!(s.get(1, b"a").unwrap(), None);
+        let cx = ExecContext::new();
+        s.set_string(&cx, 0, b"a", Bytes::from_static(b"1"), 0).unwrap();
+        s.set_string(&cx, 0, b"gone", Bytes::from_static(b"x"), now_ms() - 1).unwrap();
+        s.set_string(&cx, 1, b"a", Bytes::from_static(b"2"), 0).unwrap();
+        s.set_string(&cx, 65535, b"last", Bytes::from_static(b"3"), 0).unwrap();
+        assert_eq!(s.get(&cx, 0, b"a").unwrap().unwrap().body, "1");
+        assert_eq!(s.get(&cx, 0, b"gone").unwrap(), None, "an expired key is never returned");
+        assert_eq!((s.dbsize(0), s.dbsize(1)), (2, 1), "an expired key counts until it is reclaimed, as in Redis");
+        s.flushdb(&cx, 0).unwrap();
+        assert_eq!((s.dbsize(0), s.dbsize(1), s.dbsize(65535)), (0, 1, 1));
+        s.flushdb(&cx, 65535).unwrap();
+        assert_eq!(s.dbsize(65535), 0);
+        s.flushall(&cx).unwrap();
+        assert_eq!(s.get(&cx, 1, b"a").unwrap(), None);
     }
 }
 
@@ -499,19 +591,20 @@ mod cycle_tests {
     fn active_cycle_deletes_due_keys_in_bounded_batches_and_skips_stale_entries() {
         let dir = tempfile::tempdir().unwrap();
         let s = storage(dir.path());
+        let cx = ExecContext::new();
         let now = now_ms();
         for i in 0..10u32 {
-            s.set_string(3, format!("due{i}").as_bytes(), Bytes::from_static(b"v"), now - 10).unwrap();
+            s.set_string(&cx, 3, format!("due{i}").as_bytes(), Bytes::from_static(b"v"), now - 10).unwrap();
         }
-        s.set_string(3, b"later", Bytes::from_static(b"v"), now + 60_000).unwrap();
+        s.set_string(&cx, 3, b"later", Bytes::from_static(b"v"), now + 60_000).unwrap();
         // A key whose TTL was replaced: its old index entry is stale and must not delete it.
-        s.set_string(3, b"renewed", Bytes::from_static(b"v"), now - 5).unwrap();
-        s.set_string(3, b"renewed", Bytes::from_static(b"v2"), 0).unwrap();
+        s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v"), now - 5).unwrap();
+        s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v2"), 0).unwrap();
         assert_eq!(s.expire_cycle(now, 4).unwrap(), (4, true), "a batch stops at its budget");
         assert_eq!(s.expire_cycle(now, 100).unwrap(), (6, false));
         assert_eq!(s.expire_cycle(now, 100).unwrap(), (0, false), "entries are consumed");
-        assert_eq!(s.get(3, b"renewed").unwrap().unwrap().body, "v2");
-        assert!(s.get(3, b"later").unwrap().is_some());
+        assert_eq!(s.get(&cx, 3, b"renewed").unwrap().unwrap().body, "v2");
+        assert!(s.get(&cx, 3, b"later").unwrap().is_some());
         let raw_due = s.engine().get(meta_key(3, b"due0")).unwrap();
         assert_eq!(raw_due, None, "deleted from the engine, not just hidden");
     }
@@ -521,23 +614,25 @@ mod cycle_tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let s = storage(dir.path());
-            s.set_string(0, b"k", Bytes::from_static(b"zero"), 0).unwrap();
-            s.set_string(1, b"k", Bytes::from_static(b"one"), 0).unwrap();
-            s.set_string(1, b"t", Bytes::from_static(b"ttl"), now_ms() - 1).unwrap();
-            s.swap_databases(0, 1).unwrap();
-            assert_eq!(s.get(0, b"k").unwrap().unwrap().body, "one");
-            assert_eq!(s.get(1, b"k").unwrap().unwrap().body, "zero");
-            s.swap_databases(1, 2).unwrap();
-            assert_eq!(s.get(2, b"k").unwrap().unwrap().body, "zero");
+            let cx = ExecContext::new();
+            s.set_string(&cx, 0, b"k", Bytes::from_static(b"zero"), 0).unwrap();
+            s.set_string(&cx, 1, b"k", Bytes::from_static(b"one"), 0).unwrap();
+            s.set_string(&cx, 1, b"t", Bytes::from_static(b"ttl"), now_ms() - 1).unwrap();
+            s.swap_databases(&cx, 0, 1).unwrap();
+            assert_eq!(s.get(&cx, 0, b"k").unwrap().unwrap().body, "one");
+            assert_eq!(s.get(&cx, 1, b"k").unwrap().unwrap().body, "zero");
+            s.swap_databases(&cx, 1, 2).unwrap();
+            assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
             assert_eq!(s.nonempty_databases(16).unwrap(), vec![0, 2]);
             s.engine().clone().close().unwrap();
         }
         let s = storage(dir.path());
-        assert_eq!(s.get(0, b"k").unwrap().unwrap().body, "one");
-        assert_eq!(s.get(1, b"k").unwrap(), None);
-        assert_eq!(s.get(2, b"k").unwrap().unwrap().body, "zero");
+        let cx = ExecContext::new();
+        assert_eq!(s.get(&cx, 0, b"k").unwrap().unwrap().body, "one");
+        assert_eq!(s.get(&cx, 1, b"k").unwrap(), None);
+        assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
         assert_eq!(s.expire_cycle(now_ms(), 10).unwrap().0, 1, "the expired key of (now) db 0 is found");
-        s.flushdb(0).unwrap();
-        assert_eq!((s.dbsize(0).unwrap(), s.dbsize(2).unwrap()), (0, 1));
+        s.flushdb(&cx, 0).unwrap();
+        assert_eq!((s.dbsize(0), s.dbsize(2)), (0, 1));
     }
 }

@@ -93,7 +93,25 @@ impl Server {
                     req.extend_from_slice(format!("AUTH {p}\r\n").as_bytes());
                 }
                 req.extend_from_slice(b"INFO server\r\n");
-                let reply = String::from_utf8_lossy(&roundtrip(&mut s, &req, 350)).into_owned();
+                // A reset here is a server (ours, still starting, or another test's) going away:
+                // look again.
+                if s.write_all(&req).is_err() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                let mut reply = Vec::new();
+                let mut buf = [0u8; 4096];
+                while reply.len() < 350 {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => reply.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = String::from_utf8_lossy(&reply);
+                if reply.is_empty() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
                 return reply.contains(&format!("process_id:{}\r\n", self.child.id()));
             }
             assert!(Instant::now() < deadline, "server did not start listening on {}", self.port);

@@ -53,7 +53,7 @@ pub(super) fn commit(s: &Session, batch: lsm::WriteBatch, ok: Reply) -> Reply {
     if batch.is_empty() {
         return ok;
     }
-    s.state.storage.write(batch).map_or_else(engine_error, |_| ok)
+    s.state.storage.write(&s.exec, batch).map_or_else(engine_error, |_| ok)
 }
 
 /// Options of HSCAN / SSCAN / ZSCAN.
@@ -202,7 +202,7 @@ pub(super) fn scan_command(
         Ok(o) => o,
         Err(e) => return e,
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match fetch(&view, &args[1], kind) {
         Ok(Some(m)) => m,
         Ok(None) => return scan_reply(0, Vec::new()),

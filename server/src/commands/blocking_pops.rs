@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::coll::mpop_args;
-use super::list::{list_at, move_one, mpop_key, pop, side};
+use super::collections::mpop_args;
+use super::lists::{list_at, move_one, mpop_key, pop, side};
 use super::{spec, BlockRequest, CommandSpec, Session};
 use crate::resp::Reply;
 use crate::state::ServerState;
+use crate::storage::ExecContext;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("blpop", -3, &["write", "blocking"], (1, -2, 1), blpop),
@@ -25,35 +26,36 @@ pub(super) fn block_or_reply(
     keys: Vec<Bytes>,
     timeout: &[u8],
     timeout_reply: Reply,
-    attempt: impl Fn(&ServerState, &Bytes) -> Result<Option<Reply>, Reply> + Send + Sync + 'static,
+    attempt: impl Fn(&ServerState, &ExecContext, &Bytes) -> Result<Option<Reply>, Reply> + Send + Sync + 'static,
 ) -> Reply {
-    let timeout = match crate::blocking::parse_timeout(timeout) {
+    let timeout = match crate::services::blocking::parse_timeout(timeout) {
         Ok(t) => t,
         Err(e) => return e,
     };
     for key in &keys {
-        match attempt(&s.state, key) {
+        match attempt(&s.state, &s.exec, key) {
             Ok(Some(r)) => return r,
             Ok(None) => {}
             Err(e) => return e,
         }
     }
     let state: Arc<ServerState> = Arc::clone(&s.state);
-    let attempt = Box::new(move |key: &Bytes| attempt(&state, key).ok().flatten());
+    // A retry runs for no command of this client: in a context of its own.
+    let attempt = Box::new(move |key: &Bytes| attempt(&state, &ExecContext::new(), key).ok().flatten());
     s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None })
 }
 
 fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
     let keys = args[1..args.len() - 1].to_vec();
     let db = s.db;
-    let view = s.state.storage.view(db);
+    let view = s.state.storage.view(&s.exec, db);
     for key in &keys {
         if let Err(e) = list_at(&view, key) {
             return e;
         }
     }
-    block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
-        let items = pop(state, db, key, left, 1)?;
+    block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, cx, key| {
+        let items = pop(state, cx, db, key, left, 1)?;
         Ok(items.into_iter().next().map(|v| Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Bulk(v)])))
     })
 }
@@ -68,14 +70,14 @@ fn brpop(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool, timeout: &[u8]) -> Reply {
     let db = s.db;
-    let view = s.state.storage.view(db);
+    let view = s.state.storage.view(&s.exec, db);
     // Only the source's type matters until it has an element to move (then LMOVE checks both).
     if let Err(e) = list_at(&view, &src) {
         return e;
     }
     let target = dst.clone();
-    let reply = block_or_reply(s, vec![src], timeout, Reply::NullArray, move |state, key| {
-        let moved = move_one(state, db, key, &target, from_left, to_left)?;
+    let reply = block_or_reply(s, vec![src], timeout, Reply::NullArray, move |state, cx, key| {
+        let moved = move_one(state, cx, db, key, &target, from_left, to_left)?;
         if moved.is_some() && state.blocking.has_waiters(db, &target) {
             state.blocking.serve(db, &target);
         }
@@ -93,7 +95,7 @@ fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool
 
 fn blmove(s: &mut Session, args: &[Bytes]) -> Reply {
     let (Some(from), Some(to)) = (side(&args[3]), side(&args[4])) else {
-        return Reply::error(crate::commands::coll::SYNTAX);
+        return Reply::error(crate::commands::collections::SYNTAX);
     };
     bmove(s, args[1].clone(), args[2].clone(), from, to, &args[5])
 }
@@ -108,15 +110,15 @@ fn blmpop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok((k, l, c)) => (k.to_vec(), l, c),
         Err(e) => return e,
     };
-    if let Err(e) = crate::blocking::parse_timeout(&timeout) {
+    if let Err(e) = crate::services::blocking::parse_timeout(&timeout) {
         return e;
     }
     let db = s.db;
-    let view = s.state.storage.view(db);
+    let view = s.state.storage.view(&s.exec, db);
     for key in &keys {
         if let Err(e) = list_at(&view, key) {
             return e;
         }
     }
-    block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| mpop_key(state, db, key, left, count))
+    block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, cx, key| mpop_key(state, cx, db, key, left, count))
 }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 
 use super::{parse_i64, spec, BlockRequest, CommandSpec, Session, NO_KEYS};
-use crate::locks::{Acquire, Release};
 use crate::resp::Reply;
+use crate::services::named_locks::{Acquire, Release};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("lock", -2, &["readonly", "fast"], NO_KEYS, lock),

@@ -7,7 +7,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::range::store_zset;
-use crate::commands::coll::{NOT_INTEGER, SYNTAX, WRONGTYPE};
+use crate::commands::collections::{NOT_INTEGER, SYNTAX, WRONGTYPE};
 use crate::commands::{engine_error, parse_i64, Session};
 use crate::resp::Reply;
 use crate::storage::{decode_score, KeyType, View};
@@ -116,7 +116,7 @@ fn aggregate(a: f64, b: f64, how: Aggregate) -> f64 {
 
 /// The result of `op`, ordered by (score, member).
 fn compute(s: &Session, req: &Request, op: Op) -> Result<Vec<(Bytes, f64)>, Reply> {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut inputs = Vec::with_capacity(req.keys.len());
     for k in req.keys {
         inputs.push(load(&view, k)?);
@@ -186,7 +186,8 @@ fn write_locked(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
         Ok(r) => r,
         Err(e) => return e,
     };
-    let _guard = s.state.storage.lock(s.db, std::iter::once(&args[1][..]).chain(req.keys.iter().map(|k| &k[..])));
+    let _guard =
+        s.state.storage.lock(&s.exec, s.db, std::iter::once(&args[1][..]).chain(req.keys.iter().map(|k| &k[..])));
     match compute(s, &req, op) {
         Ok(items) => store_zset(s, &args[1], &items),
         Err(e) => e,
@@ -222,7 +223,7 @@ pub(super) fn zintercard(s: &mut Session, args: &[Bytes]) -> Reply {
     if n < 1 {
         return Reply::error("ERR at least 1 input key is needed for 'zintercard' command");
     }
-    let (keys, limit) = match crate::commands::set::numkeys_and_limit(args) {
+    let (keys, limit) = match crate::commands::sets::numkeys_and_limit(args) {
         Ok(k) => k,
         Err(e) => return e,
     };

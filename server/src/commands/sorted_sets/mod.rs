@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, pop_count, store, SYNTAX};
+use super::collections::{commit, fetch, pop_count, store, SYNTAX};
 use super::{engine_error, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
@@ -159,8 +159,8 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     let state = std::sync::Arc::clone(&s.state);
-    let _guard = state.storage.lock(s.db, [&args[1][..]]);
-    let mut w = match ZWrite::open(state.storage.view(s.db), &args[1]) {
+    let _guard = state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -215,8 +215,8 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
 fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(delta) = parse_score(&args[2]) else { return Reply::error(NOT_FLOAT) };
     let state = std::sync::Arc::clone(&s.state);
-    let _guard = state.storage.lock(s.db, [&args[1][..]]);
-    let mut w = match ZWrite::open(state.storage.view(s.db), &args[1]) {
+    let _guard = state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let mut w = match ZWrite::open(state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -235,8 +235,8 @@ fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn zrem(s: &mut Session, args: &[Bytes]) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     match zset(&view, &args[1]) {
         Ok(Some(_)) => {}
         Ok(None) => return Reply::Integer(0),
@@ -265,7 +265,7 @@ fn zrem(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn zcard(s: &mut Session, args: &[Bytes]) -> Reply {
-    match zset(&s.state.storage.view(s.db), &args[1]) {
+    match zset(&s.state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
         Err(e) => e,
     }
@@ -279,7 +279,7 @@ fn score_of(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<Option<f6
 }
 
 fn zscore(s: &mut Session, args: &[Bytes]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     match zset(&view, &args[1]).and_then(|m| score_of(&view, &m, &args[2])) {
         Ok(score) => score.map_or(Reply::Null, Reply::Double),
         Err(e) => e,
@@ -287,7 +287,7 @@ fn zscore(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn zmscore(s: &mut Session, args: &[Bytes]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match zset(&view, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
@@ -321,7 +321,7 @@ fn rank_generic(s: &Session, args: &[Bytes], reverse: bool) -> Reply {
         4 if args[3].eq_ignore_ascii_case(b"withscore") => true,
         _ => return Reply::error(SYNTAX),
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match zset(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return if withscore { Reply::NullArray } else { Reply::Null },
@@ -355,17 +355,18 @@ fn zrevrank(s: &mut Session, args: &[Bytes]) -> Reply {
 /// Pops up to `count` members from the low (or `max`) end; returns (member, score) pairs.
 /// The caller holds the key's lock.
 pub(super) fn pop(s: &Session, key: &[u8], count: usize, max: bool) -> Result<Vec<(Bytes, f64)>, Reply> {
-    pop_in(&s.state, s.db, key, count, max)
+    pop_in(&s.state, &s.exec, s.db, key, count, max)
 }
 
 fn pop_in(
     state: &crate::state::ServerState,
+    cx: &crate::storage::ExecContext,
     db: u32,
     key: &[u8],
     count: usize,
     max: bool,
 ) -> Result<Vec<(Bytes, f64)>, Reply> {
-    let view = state.storage.view(db);
+    let view = state.storage.view(cx, db);
     if zset(&view, key)?.is_none() {
         return Ok(Vec::new());
     }
@@ -385,7 +386,7 @@ fn pop_in(
     }
     if !popped.is_empty() {
         store(&w.view, &mut w.batch, w.key, &w.meta, w.header);
-        state.storage.write(w.batch).map_err(engine_error)?;
+        state.storage.write(cx, w.batch).map_err(engine_error)?;
     }
     Ok(popped)
 }
@@ -395,7 +396,7 @@ fn pop_generic(s: &Session, args: &[Bytes], max: bool) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     match pop(s, &args[1], count.unwrap_or(1), max) {
         Ok(popped) if count.is_none() => match popped.into_iter().next() {
             Some((m, sc)) => Reply::Array(vec![Reply::Bulk(m), Reply::Double(sc)]),
@@ -422,7 +423,7 @@ pub(super) fn mpop_reply(key: &Bytes, popped: Vec<(Bytes, f64)>) -> Reply {
 
 /// Pops from the first non-empty key of `keys`; `None` if all are empty.
 pub(super) fn mpop_first(s: &Session, keys: &[Bytes], max: bool, count: usize) -> Result<Option<Reply>, Reply> {
-    let _guard = s.state.storage.lock(s.db, keys.iter().map(|k| &k[..]));
+    let _guard = s.state.storage.lock(&s.exec, s.db, keys.iter().map(|k| &k[..]));
     for key in keys {
         let popped = pop(s, key, count, max)?;
         if !popped.is_empty() {
@@ -433,7 +434,7 @@ pub(super) fn mpop_first(s: &Session, keys: &[Bytes], max: bool, count: usize) -
 }
 
 fn zmpop(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (keys, max, count) = match super::coll::mpop_args(&args[1..], ["max", "min"]) {
+    let (keys, max, count) = match super::collections::mpop_args(&args[1..], ["max", "min"]) {
         Ok(a) => a,
         Err(e) => return e,
     };
@@ -444,11 +445,11 @@ fn zmpop(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (count, withscores) = match super::coll::random_args(args, b"withscores") {
+    let (count, withscores) = match super::collections::random_args(args, b"withscores") {
         Ok(a) => a,
         Err(e) => return e,
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let all: Vec<(Bytes, f64)> = match zset(&view, &args[1]) {
         Ok(Some(m)) => {
             match view.elements(m.uid, Bound::Unbounded).map(|kv| kv.map(|(k, v)| (k, decode_score(&v)))).collect() {
@@ -459,11 +460,11 @@ fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => Vec::new(),
         Err(e) => return e,
     };
-    super::coll::random_reply(&all, count, withscores, |&sc| Reply::Double(sc))
+    super::collections::random_reply(&all, count, withscores, |&sc| Reply::Double(sc))
 }
 
 fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {
-    super::coll::scan_command(s, args, KeyType::ZSet, false, |member, score, _, out| {
+    super::collections::scan_command(s, args, KeyType::ZSet, false, |member, score, _, out| {
         out.push(Reply::Bulk(member));
         // ZSCAN scores are always strings, whatever the protocol.
         out.push(Reply::Bulk(Bytes::from(crate::resp::format_double(decode_score(&score)))));
@@ -473,16 +474,16 @@ fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {
 /// Pops one member for BZPOPMIN/BZPOPMAX: `[key, member, score]`.
 fn bzpop(s: &mut Session, args: &[Bytes], max: bool) -> Reply {
     let keys = args[1..args.len() - 1].to_vec();
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     for key in &keys {
         if let Err(e) = zset(&view, key) {
             return e;
         }
     }
     let db = s.db;
-    super::list_blocking::block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, key| {
-        let _guard = state.storage.lock(db, [&key[..]]);
-        let popped = pop_in(state, db, key, 1, max)?;
+    super::blocking_pops::block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, cx, key| {
+        let _guard = state.storage.lock(cx, db, [&key[..]]);
+        let popped = pop_in(state, cx, db, key, 1, max)?;
         Ok(popped
             .into_iter()
             .next()
@@ -500,23 +501,23 @@ fn bzpopmax(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn bzmpop(s: &mut Session, args: &[Bytes]) -> Reply {
     let timeout = args[1].clone();
-    let (keys, max, count) = match super::coll::mpop_args(&args[2..], ["max", "min"]) {
+    let (keys, max, count) = match super::collections::mpop_args(&args[2..], ["max", "min"]) {
         Ok((k, m, c)) => (k.to_vec(), m, c),
         Err(e) => return e,
     };
-    if let Err(e) = crate::blocking::parse_timeout(&timeout) {
+    if let Err(e) = crate::services::blocking::parse_timeout(&timeout) {
         return e;
     }
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     for key in &keys {
         if let Err(e) = zset(&view, key) {
             return e;
         }
     }
     let db = s.db;
-    super::list_blocking::block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, key| {
-        let _guard = state.storage.lock(db, [&key[..]]);
-        let popped = pop_in(state, db, key, count, max)?;
+    super::blocking_pops::block_or_reply(s, keys, &timeout, Reply::NullArray, move |state, cx, key| {
+        let _guard = state.storage.lock(cx, db, [&key[..]]);
+        let popped = pop_in(state, cx, db, key, count, max)?;
         Ok((!popped.is_empty()).then(|| mpop_reply(key, popped)))
     })
 }

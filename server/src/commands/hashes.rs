@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER};
+use super::collections::{commit, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -35,7 +35,7 @@ fn hash(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
 
 /// Sets field/value pairs; returns how many fields were new.
 fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Result<i64, Reply> {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     let meta = fetch_or_create(&view, &mut b, key, KeyType::Hash)?;
     let mut header = Header::of(&meta);
@@ -53,7 +53,7 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
     }
     header.count += added as u64;
     store(&view, &mut b, key, &meta, header);
-    s.state.storage.write(b).map_err(engine_error)?;
+    s.state.storage.write(&s.exec, b).map_err(engine_error)?;
     Ok(added)
 }
 
@@ -61,7 +61,7 @@ fn hset(s: &mut Session, args: &[Bytes]) -> Reply {
     if !args.len().is_multiple_of(2) {
         return Reply::error("ERR wrong number of arguments for 'hset' command");
     }
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     set_fields(s, &args[1], &args[2..], false).map_or_else(|e| e, Reply::Integer)
 }
 
@@ -69,17 +69,17 @@ fn hmset(s: &mut Session, args: &[Bytes]) -> Reply {
     if !args.len().is_multiple_of(2) {
         return Reply::error("ERR wrong number of arguments for 'hmset' command");
     }
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     set_fields(s, &args[1], &args[2..], false).map_or_else(|e| e, |_| Reply::ok())
 }
 
 fn hsetnx(s: &mut Session, args: &[Bytes]) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     set_fields(s, &args[1], &args[2..], true).map_or_else(|e| e, Reply::Integer)
 }
 
 fn field_value(s: &Session, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, Reply> {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     match hash(&view, key)? {
         Some(meta) => view.element(meta.uid, field).map_err(engine_error),
         None => Ok(None),
@@ -94,7 +94,7 @@ fn hget(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn hmget(s: &mut Session, args: &[Bytes]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match hash(&view, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
@@ -114,8 +114,8 @@ fn hmget(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match hash(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -146,7 +146,7 @@ fn hexists(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn hlen(s: &mut Session, args: &[Bytes]) -> Reply {
-    match hash(&s.state.storage.view(s.db), &args[1]) {
+    match hash(&s.state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
         Err(e) => e,
     }
@@ -161,7 +161,7 @@ fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// Every (field, value) of the hash at `key` (empty if absent).
 fn all_fields(s: &Session, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let Some(meta) = hash(&view, key)? else { return Ok(Vec::new()) };
     view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>().map_err(engine_error)
 }
@@ -195,8 +195,8 @@ fn update_field(
     field: &[u8],
     update: impl FnOnce(Option<&Bytes>) -> Result<(Bytes, Reply), Reply>,
 ) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [key]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [key]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     let meta = match fetch_or_create(&view, &mut b, key, KeyType::Hash) {
         Ok(m) => m,

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::{zset, ZWrite};
-use crate::commands::coll::{commit, store, NOT_INTEGER, SYNTAX};
+use crate::commands::collections::{commit, store, NOT_INTEGER, SYNTAX};
 use crate::commands::{engine_error, parse_i64, Session};
 use crate::resp::Reply;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -288,7 +288,7 @@ fn run(s: &Session, key: &[u8], q: Query) -> Reply {
     if let Err(e) = validate(&q) {
         return e;
     }
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     // Bad ranges are errors even on a missing key.
     let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
     let meta = match zset(&view, key) {
@@ -351,7 +351,7 @@ pub(super) fn zrevrangebylex(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// Replaces whatever `dest` holds with a sorted set of `items` (deleting it if empty).
 pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     if items.is_empty() {
         view.delete_meta(&mut b, dest);
@@ -371,8 +371,8 @@ pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..], &args[2][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..], &args[2][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let items = match zset(&view, &args[2]) {
         Ok(Some(meta)) => match select(&view, &meta, &q) {
             Ok(i) => i,
@@ -392,7 +392,7 @@ fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
     if let Err(e) = validate(&q) {
         return e;
     }
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
     let meta = match zset(&view, &args[1]) {
         Ok(m) => m,
@@ -417,8 +417,8 @@ fn remove_range(s: &Session, args: &[Bytes], by: By) -> Reply {
     if let Err(e) = validate(&q) {
         return e;
     }
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match zset(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => {

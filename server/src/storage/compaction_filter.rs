@@ -1,15 +1,16 @@
-//! The compaction filter: drops expired keys and the elements of dead collection incarnations.
+//! The compaction filter: drops the elements of dead collection incarnations.
 
 use std::sync::{Mutex, OnceLock};
 
 use super::collection::is_live;
-use super::{now_ms, Meta};
 
-/// Decides, during compaction, what no read can see any more:
-/// - metadata records whose expiry has passed (the engine turns a removal into a tombstone, so
-///   nothing older reappears; reads already hide them, this gets the space back);
-/// - element (`E`), score-index (`Z`) and owner (`U`) records of collection incarnations that
-///   are no longer the live value of their key (deleted, overwritten, expired, flushed).
+/// Decides, during compaction, what no read can see any more: element (`E`), score-index (`Z`)
+/// and owner (`U`) records of collection incarnations that are no longer the live value of
+/// their key (deleted, overwritten, expired, flushed).
+///
+/// Metadata records are always kept, even once expired: a key counts in `DBSIZE` until the
+/// expiry cycle deletes it (as in Redis), and that delete is what keeps the keyspace counts
+/// exact; a record vanishing inside compaction would not be counted. Reads hide expired keys.
 ///
 /// Liveness needs lookups, so the filter holds a non-owning handle to the database, attached
 /// after it opens; until then it keeps every element. Elements of one incarnation are adjacent
@@ -44,7 +45,6 @@ impl ShaleFilter {
 impl lsm::CompactionFilter for ShaleFilter {
     fn filter(&self, _level: usize, key: &[u8], value: &[u8]) -> lsm::Decision {
         let keep = match key.first() {
-            Some(b'M') => Meta::decode(bytes::Bytes::copy_from_slice(value)).is_none_or(|m| !m.is_expired(now_ms())),
             Some(b'E' | b'Z') if key.len() >= 11 => {
                 let pdb = u16::from_be_bytes([key[1], key[2]]);
                 let uid = u64::from_be_bytes(key[3..11].try_into().unwrap_or_default());
@@ -75,7 +75,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::storage::{KeyType, Storage};
+    use crate::storage::{now_ms, ExecContext, KeyType, Storage};
 
     /// Storage over an engine whose compaction runs the filter.
     fn filtered_storage(dir: &std::path::Path) -> Storage {
@@ -87,27 +87,31 @@ mod tests {
     }
 
     #[test]
-    fn compaction_drops_expired_keys() {
+    fn expired_keys_stay_counted_until_the_expiry_cycle_deletes_them() {
         let dir = tempfile::tempdir().unwrap();
         let s = filtered_storage(dir.path());
+        let cx = ExecContext::new();
         for i in 0..100u32 {
             let expire = if i % 2 == 0 { now_ms() - 1 } else { 0 };
-            s.set_string(0, format!("k{i}").as_bytes(), Bytes::from_static(b"v"), expire).unwrap();
+            s.set_string(&cx, 0, format!("k{i}").as_bytes(), Bytes::from_static(b"v"), expire).unwrap();
         }
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         let entries = |s: &Storage| s.engine().live_files().iter().map(|f| f.entries).sum::<u64>();
-        assert_eq!(entries(&s), 50 + 50, "the expired half is gone; its expiry index entries remain");
-        assert_eq!(s.dbsize(0).unwrap(), 50);
-        assert_eq!(s.expire_cycle(now_ms(), 1000).unwrap(), (0, false), "nothing left to delete, only entries");
+        assert_eq!(entries(&s), 100 + 50, "compaction keeps expired metadata and their index entries");
+        assert_eq!(s.dbsize(0), 100, "as in Redis: expired until reclaimed");
+        assert_eq!(s.get(&cx, 0, b"k0").unwrap(), None, "but never readable");
+        assert_eq!(s.expire_cycle(now_ms(), 1000).unwrap(), (50, false));
+        assert_eq!(s.dbsize(0), 50);
         s.engine().compact_range::<&[u8], _>(..).unwrap();
-        assert_eq!(entries(&s), 50, "the active cycle removed the stale index entries");
+        assert_eq!(entries(&s), 50, "the cycle's deletes reclaim the keys and their index entries");
     }
 
     #[test]
     fn compaction_drops_elements_of_dead_incarnations_only() {
         let dir = tempfile::tempdir().unwrap();
         let s = filtered_storage(dir.path());
-        let v = s.view(0);
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
         let make = |key: &[u8], n: u32| {
             let mut b = lsm::WriteBatch::new();
             let mut meta = v.create(&mut b, key, KeyType::Hash);
@@ -116,7 +120,7 @@ mod tests {
             }
             meta.body = crate::storage::Header { count: u64::from(n), ..Default::default() }.body(false);
             v.put_meta(&mut b, key, &meta);
-            s.write(b).unwrap();
+            s.write(&cx, b).unwrap();
             meta
         };
         let kept = make(b"kept", 100);
@@ -128,8 +132,8 @@ mod tests {
         v.delete_meta(&mut b, b"old-name");
         v.put_meta(&mut b, b"new-name", &renamed);
         v.claim(&mut b, renamed.uid, b"new-name");
-        s.write(b).unwrap();
-        s.set_string(0, b"overwritten", Bytes::from_static(b"now a string"), 0).unwrap();
+        s.write(&cx, b).unwrap();
+        s.set_string(&cx, 0, b"overwritten", Bytes::from_static(b"now a string"), 0).unwrap();
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
         // kept: meta + owner + 100; renamed: meta + owner + 10; overwritten: its string meta.

@@ -14,16 +14,18 @@ const BATCH: usize = 256;
 /// Time one tick may spend (Redis's default `active-expire-effort` spends 25 % of a 100 ms tick).
 const TICK_BUDGET: Duration = Duration::from_millis(25);
 
-/// Runs until the task is aborted.
+/// Runs until the task is aborted. The work itself runs on an executor thread.
 pub async fn active_expiry(state: Arc<ServerState>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        crate::clients::tick_coarse_clock();
-        let state = Arc::clone(&state);
-        let run = tokio::task::spawn_blocking(move || run_tick(&state)).await;
-        if let Ok(Err(e)) = run {
+        crate::services::clients::tick_coarse_clock();
+        let run = {
+            let st = Arc::clone(&state);
+            state.executor.run(move || run_tick(&st))
+        };
+        if let Ok(Err(e)) = run.await {
             tracing::warn!(target: "shale::expire", error = %e, "active expiry failed; retrying next tick");
         }
     }

@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{
+use super::collections::{
     commit, distinct_picks, fetch, fetch_or_create, pop_count, repeated_picks, scan_command, store, NOT_INTEGER, SYNTAX,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
@@ -48,8 +48,8 @@ fn members(view: &View, key: &[u8]) -> Result<BTreeSet<Bytes>, Reply> {
 }
 
 fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     let meta = match fetch_or_create(&view, &mut b, &args[1], KeyType::Set) {
         Ok(m) => m,
@@ -102,8 +102,8 @@ fn remove_members(
 }
 
 fn srem(s: &mut Session, args: &[Bytes]) -> Reply {
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match set_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -117,7 +117,7 @@ fn srem(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn scard(s: &mut Session, args: &[Bytes]) -> Reply {
-    match set_at(&s.state.storage.view(s.db), &args[1]) {
+    match set_at(&s.state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
         Err(e) => e,
     }
@@ -131,13 +131,13 @@ fn is_member(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<bool, Re
 }
 
 fn sismember(s: &mut Session, args: &[Bytes]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let result = set_at(&view, &args[1]).and_then(|m| is_member(&view, &m, &args[2]));
     result.map_or_else(|e| e, |b| Reply::Integer(i64::from(b)))
 }
 
 fn smismember(s: &mut Session, args: &[Bytes]) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match set_at(&view, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
@@ -157,13 +157,13 @@ fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
 }
 
 fn smembers(s: &mut Session, args: &[Bytes]) -> Reply {
-    members(&s.state.storage.view(s.db), &args[1]).map_or_else(|e| e, set_reply)
+    members(&s.state.storage.view(&s.exec, s.db), &args[1]).map_or_else(|e| e, set_reply)
 }
 
 fn smove(s: &mut Session, args: &[Bytes]) -> Reply {
     let (src, dst, member) = (&args[1], &args[2], &args[3]);
-    let _guard = s.state.storage.lock(s.db, [&src[..], &dst[..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&src[..], &dst[..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let (src_meta, dst_meta) = match (set_at(&view, src), set_at(&view, dst)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return e,
@@ -200,8 +200,8 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match set_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return if count.is_some() { Reply::Set(Vec::new()) } else { Reply::Null },
@@ -234,7 +234,7 @@ fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         },
         _ => return Reply::error(SYNTAX),
     };
-    let all: Vec<Bytes> = match members(&s.state.storage.view(s.db), &args[1]) {
+    let all: Vec<Bytes> = match members(&s.state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(m) => m.into_iter().collect(),
         Err(e) => return e,
     };
@@ -287,12 +287,12 @@ fn combine(view: &View, keys: &[Bytes], op: Op) -> Result<BTreeSet<Bytes>, Reply
 }
 
 fn read_op(s: &Session, keys: &[Bytes], op: Op) -> Reply {
-    combine(&s.state.storage.view(s.db), keys, op).map_or_else(|e| e, set_reply)
+    combine(&s.state.storage.view(&s.exec, s.db), keys, op).map_or_else(|e| e, set_reply)
 }
 
 /// Replaces whatever `dest` holds with a set of `members` (deleting it if there are none).
 pub(super) fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>) -> Reply {
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     if members.is_empty() {
         view.delete_meta(&mut b, dest);
@@ -307,8 +307,8 @@ pub(super) fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>) -> 
 }
 
 fn store_op(s: &Session, args: &[Bytes], op: Op) -> Reply {
-    let _guard = s.state.storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
-    match combine(&s.state.storage.view(s.db), &args[2..], op) {
+    let _guard = s.state.storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
+    match combine(&s.state.storage.view(&s.exec, s.db), &args[2..], op) {
         Ok(result) => store_set(s, &args[1], &result),
         Err(e) => e,
     }
@@ -372,7 +372,7 @@ fn sintercard(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(k) => k,
         Err(e) => return e,
     };
-    match combine(&s.state.storage.view(s.db), keys, Op::Inter) {
+    match combine(&s.state.storage.view(&s.exec, s.db), keys, Op::Inter) {
         Ok(r) => Reply::Integer(if limit > 0 { r.len().min(limit) } else { r.len() } as i64),
         Err(e) => e,
     }

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::clients::ClientHandle;
 use crate::glob;
 use crate::resp::Reply;
+use crate::services::clients::ClientHandle;
 
 /// One subscribed connection as the hub sees it.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::{dispatch, engine_error, lookup, spec, CommandSpec, Session, NO_KEYS};
 use crate::resp::Reply;
-use crate::storage::{now_ms, txn, Watched};
+use crate::storage::{now_ms, Watched};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("multi", 1, &["noscript", "loading", "stale", "fast", "allow_busy"], NO_KEYS, multi),
@@ -23,7 +23,7 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Commands that act on the transaction itself rather than being queued.
-pub(super) fn is_control(name: &str) -> bool {
+pub(crate) fn is_control(name: &str) -> bool {
     matches!(name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }
 
@@ -57,8 +57,8 @@ fn watch(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     // Under the keys' locks: a writer holding them finishes (and is visible) first.
     let state = std::sync::Arc::clone(&s.state);
-    let _guard = state.storage.lock(s.db, args[1..].iter().map(|k| &k[..]));
-    let view = state.storage.view(s.db);
+    let _guard = state.storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
+    let view = state.storage.view(&s.exec, s.db);
     for key in &args[1..] {
         let live_until = match view.get(key) {
             Ok(m) => m.map(|m| m.expire_at_ms),
@@ -121,25 +121,34 @@ fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
     }
     let state = std::sync::Arc::clone(&s.state);
     let keys = queued_keys(s.db, &queue);
-    let guard = state.storage.lock_for_exec(keys.iter().map(|(db, k)| (*db, &k[..])));
+    // A queued FLUSHDB/FLUSHALL commits with the rest: every stripe is held until then, so no
+    // other client's write straddles it (the keyspace counts stay exact).
+    let whole_keyspace =
+        queue.iter().any(|args| lookup(&args[0]).is_some_and(|c| matches!(c.name, "flushdb" | "flushall" | "swapdb")));
+    let guard = if whole_keyspace {
+        state.storage.lock_all(&s.exec)
+    } else {
+        state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])))
+    };
+    state.storage.hold_for_exec(&s.exec, &guard);
     // Checked under the locks: nobody can change a watched key between the check and the run.
     if watch_broken(s) {
-        state.storage.end_exec();
+        state.storage.end_exec(&s.exec);
         drop(guard);
         clear_watches(s);
         return Reply::NullArray;
     }
-    txn::begin();
+    s.exec.begin_transaction();
     s.in_exec = true;
     let replies: Vec<Reply> = queue.iter().map(|args| dispatch(s, args)).collect();
     s.in_exec = false;
-    let batch = txn::finish();
+    let batch = s.exec.finish_transaction();
     let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
-    state.storage.end_exec();
+    state.storage.end_exec(&s.exec);
     drop(guard);
     clear_watches(s);
     // Clients blocked on keys the transaction filled are served once it is visible.
-    super::serve_signals(s);
+    crate::exec::serve_signals(s);
     match committed {
         Ok(()) => Reply::Array(replies),
         Err(e) => engine_error(e),

@@ -9,11 +9,11 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::coll::{commit, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
+use super::collections::{commit, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::state::ServerState;
-use crate::storage::{Header, KeyType, Meta, View};
+use crate::storage::{ExecContext, Header, KeyType, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("lpush", -3, &["write", "denyoom", "fast"], ONE_KEY, lpush),
@@ -47,14 +47,15 @@ fn index_key(i: u64) -> [u8; 8] {
 /// With `only_existing` (LPUSHX/RPUSHX) a missing list stays missing (length 0).
 pub(super) fn push(
     state: &ServerState,
+    cx: &ExecContext,
     db: u32,
     key: &[u8],
     values: &[Bytes],
     left: bool,
     only_existing: bool,
 ) -> Result<i64, Reply> {
-    let _guard = state.storage.lock(db, [key]);
-    let view = state.storage.view(db);
+    let _guard = state.storage.lock(cx, db, [key]);
+    let view = state.storage.view(cx, db);
     let mut b = lsm::WriteBatch::new();
     let meta = match list_at(&view, key)? {
         Some(m) => m,
@@ -73,18 +74,32 @@ pub(super) fn push(
     }
     h.count = h.tail - h.head;
     store(&view, &mut b, key, &meta, h);
-    state.storage.write(b).map_err(engine_error)?;
+    state.storage.write(cx, b).map_err(engine_error)?;
     Ok(h.count as i64)
 }
 
 /// Removes up to `count` elements from the head (`left`) or tail of the list at `key`.
-pub(super) fn pop(state: &ServerState, db: u32, key: &[u8], left: bool, count: usize) -> Result<Vec<Bytes>, Reply> {
-    let _guard = state.storage.lock(db, [key]);
-    pop_locked(state, db, key, left, count)
+pub(super) fn pop(
+    state: &ServerState,
+    cx: &ExecContext,
+    db: u32,
+    key: &[u8],
+    left: bool,
+    count: usize,
+) -> Result<Vec<Bytes>, Reply> {
+    let _guard = state.storage.lock(cx, db, [key]);
+    pop_locked(state, cx, db, key, left, count)
 }
 
-fn pop_locked(state: &ServerState, db: u32, key: &[u8], left: bool, count: usize) -> Result<Vec<Bytes>, Reply> {
-    let view = state.storage.view(db);
+fn pop_locked(
+    state: &ServerState,
+    cx: &ExecContext,
+    db: u32,
+    key: &[u8],
+    left: bool,
+    count: usize,
+) -> Result<Vec<Bytes>, Reply> {
+    let view = state.storage.view(cx, db);
     let Some(meta) = list_at(&view, key)? else { return Ok(Vec::new()) };
     let mut h = Header::of(&meta);
     let n = count.min(h.count as usize);
@@ -104,7 +119,7 @@ fn pop_locked(state: &ServerState, db: u32, key: &[u8], left: bool, count: usize
     h.count = h.tail - h.head;
     if n > 0 {
         store(&view, &mut b, key, &meta, h);
-        state.storage.write(b).map_err(engine_error)?;
+        state.storage.write(cx, b).map_err(engine_error)?;
     }
     Ok(out)
 }
@@ -112,26 +127,27 @@ fn pop_locked(state: &ServerState, db: u32, key: &[u8], left: bool, count: usize
 /// Moves one element from `src` (its head if `from_left`) to `dst` (its head if `to_left`).
 pub(super) fn move_one(
     state: &ServerState,
+    cx: &ExecContext,
     db: u32,
     src: &[u8],
     dst: &[u8],
     from_left: bool,
     to_left: bool,
 ) -> Result<Option<Bytes>, Reply> {
-    let _guard = state.storage.lock(db, [src, dst]);
-    let view = state.storage.view(db);
+    let _guard = state.storage.lock(cx, db, [src, dst]);
+    let view = state.storage.view(cx, db);
     // Both types are checked before anything moves.
     let Some(_) = list_at(&view, src)? else { return Ok(None) };
     list_at(&view, dst)?;
-    let popped = pop_locked(state, db, src, from_left, 1)?;
+    let popped = pop_locked(state, cx, db, src, from_left, 1)?;
     let Some(v) = popped.into_iter().next() else { return Ok(None) };
     drop(_guard);
-    push(state, db, dst, std::slice::from_ref(&v), to_left, false)?;
+    push(state, cx, db, dst, std::slice::from_ref(&v), to_left, false)?;
     Ok(Some(v))
 }
 
 fn push_cmd(s: &mut Session, args: &[Bytes], left: bool, only_existing: bool) -> Reply {
-    match push(&s.state, s.db, &args[1], &args[2..], left, only_existing) {
+    match push(&s.state, &s.exec, s.db, &args[1], &args[2..], left, only_existing) {
         Ok(n) => {
             if n > 0 {
                 s.signal(&args[1]);
@@ -163,13 +179,13 @@ fn pop_cmd(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     match list_at(&view, &args[1]) {
         Ok(Some(_)) => {}
         Ok(None) => return if count.is_some() { Reply::NullArray } else { Reply::Null },
         Err(e) => return e,
     }
-    match pop(&s.state, s.db, &args[1], left, count.unwrap_or(1)) {
+    match pop(&s.state, &s.exec, s.db, &args[1], left, count.unwrap_or(1)) {
         Ok(items) if count.is_some() => Reply::Array(items.into_iter().map(Reply::Bulk).collect()),
         Ok(items) => items.into_iter().next().map_or(Reply::Null, Reply::Bulk),
         Err(e) => e,
@@ -185,7 +201,7 @@ fn rpop(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn llen(s: &mut Session, args: &[Bytes]) -> Reply {
-    match list_at(&s.state.storage.view(s.db), &args[1]) {
+    match list_at(&s.state.storage.view(&s.exec, s.db), &args[1]) {
         Ok(m) => Reply::Integer(m.map_or(0, |m| Header::of(&m).count as i64)),
         Err(e) => e,
     }
@@ -200,7 +216,7 @@ fn position(h: &Header, i: i64) -> Option<u64> {
 
 fn lindex(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(i) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Null,
@@ -217,8 +233,8 @@ fn lindex(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn lset(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(i) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::error("ERR no such key"),
@@ -252,7 +268,7 @@ fn lrange(s: &mut Session, args: &[Bytes]) -> Reply {
     let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
         return Reply::error(NOT_INTEGER);
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Array(Vec::new()),
@@ -296,8 +312,8 @@ fn linsert(s: &mut Session, args: &[Bytes]) -> Reply {
         "after" => false,
         _ => return Reply::error(SYNTAX),
     };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -316,8 +332,8 @@ fn linsert(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn lrem(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(count) = parse_i64(&args[2]) else { return Reply::error(NOT_INTEGER) };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
@@ -354,8 +370,8 @@ fn ltrim(s: &mut Session, args: &[Bytes]) -> Reply {
     let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
         return Reply::error(NOT_INTEGER);
     };
-    let _guard = s.state.storage.lock(s.db, [&args[1][..]]);
-    let view = s.state.storage.view(s.db);
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
     let meta = match list_at(&view, &args[1]) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::ok(),
@@ -401,7 +417,7 @@ fn lpos(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         i += 2;
     }
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     let items = match list_at(&view, &args[1]) {
         Ok(Some(m)) => match all(&view, &m) {
             Ok(i) => i,
@@ -447,7 +463,7 @@ pub(super) fn side(arg: &[u8]) -> Option<bool> {
 }
 
 fn lmove_generic(s: &mut Session, src: &Bytes, dst: &Bytes, from_left: bool, to_left: bool) -> Reply {
-    match move_one(&s.state, s.db, src, dst, from_left, to_left) {
+    match move_one(&s.state, &s.exec, s.db, src, dst, from_left, to_left) {
         Ok(Some(v)) => {
             s.signal(dst);
             Reply::Bulk(v)
@@ -469,12 +485,13 @@ fn rpoplpush(s: &mut Session, args: &[Bytes]) -> Reply {
 /// Pops from `key` for LMPOP-style replies: `[key, [elements…]]`, or `None` if it is empty.
 pub(super) fn mpop_key(
     state: &ServerState,
+    cx: &ExecContext,
     db: u32,
     key: &Bytes,
     left: bool,
     count: usize,
 ) -> Result<Option<Reply>, Reply> {
-    let items = pop(state, db, key, left, count)?;
+    let items = pop(state, cx, db, key, left, count)?;
     Ok((!items.is_empty()).then(|| {
         Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Array(items.into_iter().map(Reply::Bulk).collect())])
     }))
@@ -485,14 +502,14 @@ fn lmpop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(a) => a,
         Err(e) => return e,
     };
-    let view = s.state.storage.view(s.db);
+    let view = s.state.storage.view(&s.exec, s.db);
     for key in keys {
         if let Err(e) = list_at(&view, key) {
             return e;
         }
     }
     for key in keys {
-        match mpop_key(&s.state, s.db, key, left, count) {
+        match mpop_key(&s.state, &s.exec, s.db, key, left, count) {
             Ok(Some(r)) => return r,
             Ok(None) => {}
             Err(e) => return e,

@@ -1,0 +1,196 @@
+//! The executor threads: where commands run, off the async runtime.
+//!
+//! A fixed set of core threads (`executor-threads`, default one per core) takes jobs from one
+//! queue. Jobs may block (an engine read that faults a page in, a write that leads a group
+//! commit or waits in a write stall, a key-lock wait), so a monitor watches for starvation: when
+//! jobs are queued and none has finished for [`STARVED_AFTER`], every thread is stuck, and it
+//! starts a helper thread (up to [`MAX_HELPERS`]) that serves the queue until it has been idle
+//! for [`HELPER_IDLE`]. Stalled writers therefore cannot starve readers of cached keys, and a
+//! steady load runs on the core threads alone (no thread per request, no oversubscription).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+/// A job queued for an executor thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// How long queued jobs may see no job finish before a helper thread starts.
+pub const STARVED_AFTER: Duration = Duration::from_millis(10);
+/// Most helper threads alive at once.
+pub const MAX_HELPERS: usize = 64;
+/// A helper thread exits after this long without a job.
+pub const HELPER_IDLE: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
+struct Shared {
+    rx: Receiver<Job>,
+    /// Jobs finished since start: the monitor's sign of progress.
+    finished: AtomicU64,
+    helpers: AtomicUsize,
+    helpers_started: AtomicU64,
+}
+
+/// The executor pool (see the module docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    tx: Sender<Job>,
+    shared: Arc<Shared>,
+}
+
+/// The job panicked (its panic was caught and logged by the thread that ran it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobPanicked;
+
+impl Executor {
+    /// Starts `threads` core threads (0: one per core) and the starvation monitor. They run
+    /// until the last `Executor` handle is dropped.
+    pub fn start(threads: usize) -> std::io::Result<Executor> {
+        let threads = if threads == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { threads };
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let shared = Arc::new(Shared {
+            rx,
+            finished: AtomicU64::new(0),
+            helpers: AtomicUsize::new(0),
+            helpers_started: AtomicU64::new(0),
+        });
+        for i in 0..threads {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new().name(format!("shale-exec-{i}")).spawn(move || core_loop(&shared))?;
+        }
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new().name("shale-exec-monitor".into()).spawn(move || monitor(weak))?;
+        Ok(Executor { tx, shared })
+    }
+
+    /// Runs `job` on an executor thread; the future resolves with its result without blocking
+    /// the caller's thread. A panic in `job` resolves to `Err(JobPanicked)`.
+    pub fn run<R: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> impl Future<Output = Result<R, JobPanicked>> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let queued = self.tx.send(Box::new(move || {
+            let _ = tx.send(job());
+        }));
+        async move {
+            if queued.is_err() {
+                return Err(JobPanicked);
+            }
+            rx.await.map_err(|_| JobPanicked)
+        }
+    }
+
+    /// Runs `job` and waits for it on this thread (for callers that are not async).
+    pub fn run_blocking<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> Result<R, JobPanicked> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.tx
+            .send(Box::new(move || {
+                let _ = tx.send(job());
+            }))
+            .map_err(|_| JobPanicked)?;
+        rx.recv().map_err(|_| JobPanicked)
+    }
+
+    /// Helper threads alive now.
+    pub fn helpers(&self) -> usize {
+        self.shared.helpers.load(Ordering::Relaxed)
+    }
+
+    /// Helper threads started since the pool started (how often every core thread was stuck).
+    pub fn helpers_started(&self) -> u64 {
+        self.shared.helpers_started.load(Ordering::Relaxed)
+    }
+
+    /// Jobs waiting for a thread.
+    pub fn queued(&self) -> usize {
+        self.shared.rx.len()
+    }
+}
+
+fn run_job(shared: &Shared, job: Job) {
+    // The jobs of this server catch their own panics per command; this keeps the thread alive
+    // if anything else panics.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+        tracing::error!(target: "shale::exec", "an executor job panicked");
+    }
+    shared.finished.fetch_add(1, Ordering::Release);
+}
+
+fn core_loop(shared: &Shared) {
+    while let Ok(job) = shared.rx.recv() {
+        run_job(shared, job);
+    }
+}
+
+fn helper_loop(shared: &Shared) {
+    while let Ok(job) = shared.rx.recv_timeout(HELPER_IDLE) {
+        run_job(shared, job);
+    }
+    shared.helpers.fetch_sub(1, Ordering::AcqRel);
+    tracing::debug!(target: "shale::exec", "helper thread idle; exiting");
+}
+
+/// Starts a helper whenever jobs wait and none has finished for [`STARVED_AFTER`].
+fn monitor(shared: std::sync::Weak<Shared>) {
+    let mut last = 0;
+    loop {
+        std::thread::sleep(STARVED_AFTER);
+        let Some(shared) = shared.upgrade() else { return };
+        // Only the monitor's own handle left: the pool is gone.
+        if Arc::strong_count(&shared) == 1 && shared.rx.is_empty() && shared.helpers.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let finished = shared.finished.load(Ordering::Acquire);
+        let starved = finished == last && !shared.rx.is_empty();
+        last = finished;
+        if starved && shared.helpers.load(Ordering::Acquire) < MAX_HELPERS {
+            shared.helpers.fetch_add(1, Ordering::AcqRel);
+            shared.helpers_started.fetch_add(1, Ordering::Relaxed);
+            let s = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new().name("shale-exec-helper".into()).spawn(move || helper_loop(&s));
+            match spawned {
+                Ok(_) => {
+                    tracing::debug!(target: "shale::exec", queued = shared.rx.len(), "every executor thread is busy; started a helper")
+                }
+                Err(e) => {
+                    shared.helpers.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(target: "shale::exec", error = %e, "cannot start a helper thread");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_run_and_panics_are_reported_not_fatal() {
+        let pool = Executor::start(1).unwrap();
+        assert_eq!(pool.run_blocking(|| 2 + 2), Ok(4));
+        assert_eq!(pool.run_blocking(|| -> u32 { panic!("boom") }), Err(JobPanicked));
+        assert_eq!(pool.run_blocking(|| "still serving"), Ok("still serving"));
+    }
+
+    #[test]
+    fn stuck_core_threads_get_helpers_so_queued_jobs_still_run() {
+        let pool = Executor::start(2).unwrap();
+        let (release_tx, release_rx) = crossbeam_channel::unbounded::<()>();
+        // Both core threads block (as writers in a write stall would).
+        for _ in 0..2 {
+            let rx = release_rx.clone();
+            drop(pool.run(move || rx.recv())); // queued at once; the job needs no one to wait for it
+        }
+        // A job queued behind them still runs, on a helper.
+        let started = std::time::Instant::now();
+        assert_eq!(pool.run_blocking(|| 7), Ok(7));
+        assert!(pool.helpers_started() >= 1, "a helper was started");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(release_tx);
+    }
+}

@@ -1,0 +1,212 @@
+//! One client's connection state, owned by its connection and lent to the executor thread that
+//! runs a batch of its commands.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::resp::{Protocol, Reply};
+use crate::services::clients::ClientHandle;
+use crate::state::ServerState;
+use crate::storage::ExecContext;
+
+/// A blocking command waiting for one of its keys.
+pub struct BlockRequest {
+    /// The keys (of the session's database) to wait on.
+    pub keys: Vec<Bytes>,
+    /// How long (None: forever).
+    pub timeout: Option<std::time::Duration>,
+    /// Retried when a key is signalled.
+    pub attempt: crate::services::blocking::Attempt,
+    /// The reply when the timeout passes.
+    pub timeout_reply: Reply,
+    /// LOCK waits for this handoff instead of for keys.
+    pub lock: Option<(Bytes, tokio::sync::oneshot::Receiver<()>)>,
+}
+
+impl std::fmt::Debug for BlockRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockRequest").field("keys", &self.keys).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+/// `CLIENT REPLY`: whether replies are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every reply is sent.
+    On,
+    /// No reply is sent.
+    Off,
+}
+
+/// One client's connection state.
+#[derive(Debug)]
+pub struct Session {
+    /// `CLIENT ID`.
+    pub id: u64,
+    /// RESP2 or RESP3 (`HELLO`).
+    pub protocol: Protocol,
+    /// Selected database (mirrored in `handle` for `CLIENT LIST`).
+    pub db: u32,
+    /// Close the connection once the current replies are written (`QUIT`).
+    pub closing: bool,
+    /// Passed AUTH (always true without `requirepass`).
+    pub authenticated: bool,
+    /// `CLIENT REPLY` mode.
+    pub reply_mode: ReplyMode,
+    /// Set by `CLIENT REPLY SKIP` for the command after it.
+    pub skip_next: bool,
+    /// Do not send the reply of the command being run (`CLIENT REPLY SKIP` itself).
+    pub suppress_current: bool,
+    /// What other clients see of this one.
+    pub handle: Arc<ClientHandle>,
+    /// Set by a blocking command that found nothing: the connection waits on it.
+    pub blocked: Option<BlockRequest>,
+    /// Keys (of `db`) the command just run may have given elements (blocked clients are
+    /// served once it has finished).
+    pub signals: Vec<Bytes>,
+    /// Commands queued since MULTI (None: not in a transaction).
+    pub multi: Option<Vec<Vec<Bytes>>>,
+    /// A queued command was rejected: EXEC will abort.
+    pub multi_error: bool,
+    /// True while EXEC runs the queue (blocking commands do not block).
+    pub in_exec: bool,
+    /// WATCHed keys.
+    pub watched: Vec<crate::storage::Watched>,
+    /// Set when a watched key changes.
+    pub watch_flag: Arc<std::sync::atomic::AtomicBool>,
+    /// This connection as a pub/sub subscriber (after its first subscription).
+    pub subscriber: Option<Arc<crate::services::pubsub::Subscriber>>,
+    /// Messages for this subscriber, written out by the connection.
+    pub messages: Option<tokio::sync::mpsc::UnboundedReceiver<Reply>>,
+    channels: std::collections::HashSet<Bytes>,
+    patterns: std::collections::HashSet<Bytes>,
+    shard_channels: std::collections::HashSet<Bytes>,
+    /// The running command's execution context (transaction buffer, read snapshot, held
+    /// stripes), reset after every top-level command.
+    pub exec: ExecContext,
+    /// The server.
+    pub state: Arc<ServerState>,
+}
+
+impl Session {
+    /// A new client of `state` without a socket (tests, internal use).
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Session::connected(state, String::new(), String::new())
+    }
+
+    /// A new client of `state` connected from `addr` to `laddr`; registered until dropped.
+    pub fn connected(state: Arc<ServerState>, addr: String, laddr: String) -> Self {
+        let id = state.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let authenticated = state.config().requirepass.is_none();
+        let handle = Arc::new(ClientHandle::new(id, addr, laddr));
+        state.registry.register(Arc::clone(&handle));
+        Session {
+            id,
+            protocol: Protocol::Resp2,
+            db: 0,
+            closing: false,
+            authenticated,
+            reply_mode: ReplyMode::On,
+            skip_next: false,
+            suppress_current: false,
+            handle,
+            blocked: None,
+            signals: Vec::new(),
+            multi: None,
+            multi_error: false,
+            in_exec: false,
+            watched: Vec::new(),
+            watch_flag: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            subscriber: None,
+            messages: None,
+            channels: Default::default(),
+            patterns: Default::default(),
+            shard_channels: Default::default(),
+            exec: ExecContext::new(),
+            state,
+        }
+    }
+
+    /// Selects database `db`.
+    pub fn select(&mut self, db: u32) {
+        self.db = db;
+        self.handle.db.store(db, Ordering::Relaxed);
+    }
+
+    /// Switches protocol version.
+    pub fn set_protocol(&mut self, p: Protocol) {
+        self.protocol = p;
+        self.handle.resp.store(if p == Protocol::Resp3 { 3 } else { 2 }, Ordering::Relaxed);
+    }
+
+    /// `CLIENT SETNAME`.
+    pub fn set_name(&self, name: Option<Bytes>) {
+        *self.handle.name.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    /// The subscriptions of one kind.
+    pub fn subscriptions(&mut self, kind: crate::services::pubsub::Kind) -> &mut std::collections::HashSet<Bytes> {
+        match kind {
+            crate::services::pubsub::Kind::Channel => &mut self.channels,
+            crate::services::pubsub::Kind::Pattern => &mut self.patterns,
+            crate::services::pubsub::Kind::Shard => &mut self.shard_channels,
+        }
+    }
+
+    /// Channel and pattern subscriptions (the count SUBSCRIBE replies carry).
+    pub fn subscription_count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// True while the connection has any subscription.
+    pub fn subscribed(&self) -> bool {
+        self.subscription_count() + self.shard_channels.len() > 0
+    }
+
+    /// Drops every subscription.
+    pub fn unsubscribe_all(&mut self) {
+        use crate::services::pubsub::Kind;
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+            for name in std::mem::take(self.subscriptions(kind)) {
+                self.state.pubsub.unsubscribe(kind, &name, self.id);
+            }
+        }
+    }
+
+    /// Notes that `key` may have gained elements (pushes, moves, stores).
+    pub fn signal(&mut self, key: &Bytes) {
+        self.signals.push(key.clone());
+    }
+
+    /// Asks the connection to block on `req`; the returned reply is never sent. Inside EXEC
+    /// nothing blocks: the command answers as if it had timed out, as in Redis.
+    pub fn block(&mut self, req: BlockRequest) -> Reply {
+        if self.in_exec {
+            return req.timeout_reply;
+        }
+        self.blocked = Some(req);
+        Reply::Null
+    }
+
+    /// True if the reply to the command just run should be sent (and consumes a SKIP).
+    pub fn take_reply_permission(&mut self) -> bool {
+        let suppressed = std::mem::take(&mut self.suppress_current);
+        if std::mem::take(&mut self.skip_next) {
+            self.suppress_current = true;
+        }
+        !suppressed && self.reply_mode == ReplyMode::On
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.state.registry.unregister(self.id);
+        if !self.watched.is_empty() {
+            self.state.storage.watches.unwatch(&self.watched, &self.watch_flag);
+        }
+        self.unsubscribe_all();
+        self.state.locks.release_all(self.id);
+    }
+}

@@ -1,0 +1,262 @@
+//! The per-command execution context: state that one command (or one EXEC) carries while it
+//! runs, passed explicitly to every storage call that needs it, never kept in thread-locals.
+//!
+//! - **Transaction buffer** (EXEC): every batch a queued command writes goes into one engine
+//!   `WriteBatch` instead of the engine, and every read sees the buffer over the engine (point
+//!   reads check it first, ranges are merged), so later commands see earlier ones' writes. EXEC
+//!   then commits the buffer as one batch: other clients see all of the transaction or none of
+//!   it, and so does recovery after a crash.
+//! - **Read snapshot**: a command that reads several keys sees them all as of one moment, as
+//!   Redis's single thread would.
+//! - **Held stripes**: EXEC locks the stripes of all its keys up front; the queued commands'
+//!   own locking of those stripes is then a no-op.
+//!
+//! The context belongs to the session and is reset after every top-level command, including
+//! one that panicked: a failed command leaves no buffer, snapshot or lock behind (the stripe
+//! guards themselves are RAII and drop during unwinding).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use lsm::key::ValueKind;
+
+/// Writes buffered by the running transaction.
+#[derive(Debug, Default)]
+struct TxnBuffer {
+    batch: lsm::WriteBatch,
+    /// Key -> value (None: deleted).
+    writes: BTreeMap<Vec<u8>, Option<Bytes>>,
+    /// Ranges deleted (`[start, end)`), applied before `writes` made after them.
+    range_dels: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One command's execution state (see the module docs).
+#[derive(Debug, Default)]
+pub struct ExecContext {
+    txn: RefCell<Option<TxnBuffer>>,
+    snapshot: RefCell<Option<lsm::ReadOptions>>,
+    held: RefCell<Vec<usize>>,
+}
+
+impl ExecContext {
+    /// A fresh context (no transaction, snapshot or held stripes): what code outside a client
+    /// command uses, such as a blocked client's retried pop.
+    pub fn new() -> Self {
+        ExecContext::default()
+    }
+
+    /// Drops whatever the last command left: called after every top-level command, so nothing
+    /// outlives the command that set it (also after a panic).
+    pub fn reset(&self) {
+        self.txn.borrow_mut().take();
+        self.snapshot.borrow_mut().take();
+        self.held.borrow_mut().clear();
+    }
+
+    /// True if the context holds nothing (checked after every command in debug builds).
+    pub fn is_clear(&self) -> bool {
+        self.txn.borrow().is_none() && self.snapshot.borrow().is_none() && self.held.borrow().is_empty()
+    }
+
+    /// Makes every later read through this context see one snapshot of `engine`, until
+    /// [`ExecContext::end_snapshot`] or [`ExecContext::reset`]. False (and nothing changes)
+    /// inside a transaction, whose keys are locked anyway, or if a snapshot is already set.
+    pub fn begin_snapshot(&self, engine: &lsm::Db) -> bool {
+        if self.in_transaction() || self.snapshot.borrow().is_some() {
+            return false;
+        }
+        *self.snapshot.borrow_mut() = Some(lsm::ReadOptions::new().snapshot(&engine.snapshot()));
+        true
+    }
+
+    /// Ends [`ExecContext::begin_snapshot`].
+    pub fn end_snapshot(&self) {
+        self.snapshot.borrow_mut().take();
+    }
+
+    /// Starts buffering writes (EXEC).
+    pub fn begin_transaction(&self) {
+        *self.txn.borrow_mut() = Some(TxnBuffer::default());
+    }
+
+    /// Stops buffering and returns the buffered batch.
+    pub fn finish_transaction(&self) -> lsm::WriteBatch {
+        self.txn.borrow_mut().take().map(|t| t.batch).unwrap_or_default()
+    }
+
+    /// True while a transaction buffers writes.
+    pub fn in_transaction(&self) -> bool {
+        self.txn.borrow().is_some()
+    }
+
+    /// Marks `stripes` as held for the running EXEC.
+    pub(super) fn hold(&self, stripes: &[usize]) {
+        self.held.borrow_mut().extend_from_slice(stripes);
+    }
+
+    /// Ends [`ExecContext::hold`].
+    pub(super) fn release(&self) {
+        self.held.borrow_mut().clear();
+    }
+
+    /// Removes the stripes this context already holds from `idx`.
+    pub(super) fn skip_held(&self, idx: &mut Vec<usize>) {
+        let held = self.held.borrow();
+        if !held.is_empty() {
+            idx.retain(|i| !held.contains(i));
+        }
+    }
+
+    /// A point read as this command sees it: the transaction's writes, else the snapshot, else
+    /// the latest state.
+    pub(super) fn get(&self, engine: &lsm::Db, key: &[u8]) -> lsm::Result<Option<Bytes>> {
+        if let Some(v) = self.buffered(key) {
+            return Ok(v);
+        }
+        match self.snapshot.borrow().as_ref() {
+            Some(opts) => engine.get_with(key, opts),
+            None => engine.get(key),
+        }
+    }
+
+    /// Buffers `batch` if a transaction runs; gives it back otherwise.
+    pub(super) fn buffer(&self, batch: lsm::WriteBatch) -> Option<lsm::WriteBatch> {
+        let mut t = self.txn.borrow_mut();
+        let Some(txn) = t.as_mut() else { return Some(batch) };
+        for entry in batch.iter().flatten() {
+            match entry.kind {
+                ValueKind::Put => {
+                    txn.writes.insert(entry.key.to_vec(), Some(Bytes::copy_from_slice(entry.value)));
+                }
+                ValueKind::Delete => {
+                    txn.writes.insert(entry.key.to_vec(), None);
+                }
+                ValueKind::RangeDelete => {
+                    let (start, end) = (entry.key.to_vec(), entry.value.to_vec());
+                    let doomed: Vec<Vec<u8>> =
+                        txn.writes.range(start.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
+                    for k in doomed {
+                        txn.writes.insert(k, None);
+                    }
+                    txn.range_dels.push((start, end));
+                }
+            }
+        }
+        txn.batch.extend_from(&batch);
+        None
+    }
+
+    /// The buffered state of `key`: `Some(Some(v))` written, `Some(None)` deleted, `None` untouched.
+    fn buffered(&self, key: &[u8]) -> Option<Option<Bytes>> {
+        let t = self.txn.borrow();
+        let txn = t.as_ref()?;
+        if let Some(v) = txn.writes.get(key) {
+            return Some(v.clone());
+        }
+        txn.range_dels.iter().any(|(a, b)| key >= &a[..] && key < &b[..]).then_some(None)
+    }
+
+    /// `engine.range(start..end)` as this command sees it.
+    pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
+        let inner = match self.snapshot.borrow().as_ref() {
+            Some(opts) => engine.range_with((start.clone(), end.clone()), opts),
+            None => engine.range((start.clone(), end.clone())),
+        };
+        let t = self.txn.borrow();
+        let Some(txn) = t.as_ref() else { return RawRange::Engine(inner) };
+        let mut merged: BTreeMap<Bytes, Bytes> = BTreeMap::new();
+        for kv in inner.flatten() {
+            if !txn.range_dels.iter().any(|(a, b)| kv.0[..] >= a[..] && kv.0[..] < b[..]) {
+                merged.insert(kv.0, kv.1);
+            }
+        }
+        for (k, v) in txn.writes.range::<Vec<u8>, _>((start, end)) {
+            match v {
+                Some(v) => merged.insert(Bytes::copy_from_slice(k), v.clone()),
+                None => merged.remove(&k[..]),
+            };
+        }
+        RawRange::Merged(merged.into_iter().collect::<Vec<_>>().into_iter())
+    }
+}
+
+/// A range over the engine, merged with the running transaction's writes when there is one.
+// The engine variant is the common one; boxing it would cost an allocation per range.
+#[allow(clippy::large_enum_variant)]
+pub enum RawRange {
+    /// No transaction: the engine's own iterator.
+    Engine(lsm::Range),
+    /// Inside a transaction: the merged entries.
+    Merged(std::vec::IntoIter<(Bytes, Bytes)>),
+}
+
+impl std::fmt::Debug for RawRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RawRange")
+    }
+}
+
+impl Iterator for RawRange {
+    type Item = lsm::Result<(Bytes, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            RawRange::Engine(r) => r.next(),
+            RawRange::Merged(v) => v.next().map(Ok),
+        }
+    }
+}
+
+impl DoubleEndedIterator for RawRange {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        match self {
+            RawRange::Engine(r) => r.next_back(),
+            RawRange::Merged(v) => v.next_back().map(Ok),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_reads_its_own_writes_and_reset_drops_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        db.put(b"a", b"engine").unwrap();
+        db.put(b"c", b"engine").unwrap();
+        let cx = ExecContext::new();
+        cx.begin_transaction();
+        let mut b = lsm::WriteBatch::new();
+        b.put(b"a", b"txn").put(b"b", b"txn").delete(b"c");
+        assert!(cx.buffer(b).is_none(), "buffered, not handed back");
+        assert_eq!(cx.get(&db, b"a").unwrap().as_deref(), Some(&b"txn"[..]));
+        assert_eq!(cx.get(&db, b"c").unwrap(), None);
+        let keys: Vec<Bytes> = cx.range(&db, Bound::Unbounded, Bound::Unbounded).map(|kv| kv.unwrap().0).collect();
+        assert_eq!(keys, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"engine"[..]), "nothing reached the engine");
+        cx.hold(&[3, 5]);
+        assert!(!cx.is_clear());
+        cx.reset();
+        assert!(cx.is_clear());
+        assert_eq!(cx.get(&db, b"a").unwrap().as_deref(), Some(&b"engine"[..]));
+    }
+
+    #[test]
+    fn a_snapshot_hides_later_writes_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        db.put(b"k", b"1").unwrap();
+        let cx = ExecContext::new();
+        assert!(cx.begin_snapshot(&db));
+        db.put(b"k", b"2").unwrap();
+        assert_eq!(cx.get(&db, b"k").unwrap().as_deref(), Some(&b"1"[..]));
+        assert!(!cx.begin_snapshot(&db), "one snapshot at a time");
+        cx.end_snapshot();
+        assert!(cx.is_clear());
+        assert_eq!(cx.get(&db, b"k").unwrap().as_deref(), Some(&b"2"[..]));
+    }
+}

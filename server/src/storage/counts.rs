@@ -1,0 +1,208 @@
+//! Keyspace counts: per physical database, the number of keys, of keys with a TTL, and the
+//! sum of their expiry times, kept exact on every commit so `DBSIZE` and `INFO keyspace` are
+//! O(1) instead of a scan.
+//!
+//! A key counts from the commit that writes its metadata record to the commit that deletes it
+//! (DEL, overwrite by another type is not a delete, FLUSHDB, the expiry cycle), as in Redis,
+//! where `DBSIZE` includes keys whose TTL has passed until they are reclaimed. Every commit
+//! compares, for each metadata record it writes, the record before (read under the key's lock)
+//! with the record after. The compaction filter never drops metadata records, so nothing
+//! changes the keyspace behind the counts' back.
+//!
+//! On a clean shutdown the counts are stored in one record with the data; at startup they are
+//! loaded from it and the record is deleted at once, so after a crash (no record) they are
+//! recounted with one scan of the metadata records.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use super::{meta_key, DATABASES};
+
+/// Where clean shutdown leaves the counts.
+pub(super) const COUNTS_KEY: &[u8] = b"S:counts";
+
+/// One database's counts.
+#[derive(Debug, Default)]
+struct DbCounts {
+    keys: AtomicU64,
+    expires: AtomicU64,
+    /// Sum over keys with a TTL of `expire_at_ms - base_ms`.
+    ttl_sum: AtomicI64,
+}
+
+/// Every physical database's counts.
+#[derive(Debug)]
+pub struct KeyspaceCounts {
+    dbs: Box<[DbCounts]>,
+    /// Expiry times are summed relative to this (ms since the epoch), so sums stay small.
+    base_ms: u64,
+}
+
+/// The change one commit makes to one database.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delta {
+    /// Reset the database to zero first (a FLUSHDB/FLUSHALL range delete).
+    pub cleared: bool,
+    /// Keys added minus keys removed.
+    pub keys: i64,
+    /// Keys with a TTL added minus removed.
+    pub expires: i64,
+    /// Change in the sum of expiry times (absolute ms).
+    pub ttl_sum: i64,
+}
+
+impl Delta {
+    /// Accounts for a metadata record going from `before` to `after`, each given by its expiry
+    /// time (None: absent; 0: no TTL).
+    pub fn record(&mut self, before: Option<u64>, after: Option<u64>) {
+        let ttl = |m: Option<u64>| m.unwrap_or(0);
+        self.keys += i64::from(after.is_some()) - i64::from(before.is_some());
+        self.expires += i64::from(ttl(after) != 0) - i64::from(ttl(before) != 0);
+        self.ttl_sum += ttl(after) as i64 - ttl(before) as i64;
+    }
+}
+
+/// One database's counts at one moment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Keys.
+    pub keys: u64,
+    /// Keys with a TTL.
+    pub expires: u64,
+    /// Average remaining TTL of the keys with one, in ms (0 if none), as INFO's `avg_ttl`.
+    pub avg_ttl_ms: u64,
+}
+
+impl KeyspaceCounts {
+    /// All zero.
+    pub fn new() -> Self {
+        KeyspaceCounts { dbs: (0..DATABASES).map(|_| DbCounts::default()).collect(), base_ms: super::now_ms() }
+    }
+
+    /// Applies a committed change to physical database `pdb`.
+    pub fn apply(&self, pdb: u16, d: &Delta) {
+        let c = &self.dbs[usize::from(pdb)];
+        if d.cleared {
+            c.keys.store(0, Ordering::Release);
+            c.expires.store(0, Ordering::Release);
+            c.ttl_sum.store(0, Ordering::Release);
+        }
+        c.keys.fetch_add(d.keys as u64, Ordering::AcqRel);
+        c.expires.fetch_add(d.expires as u64, Ordering::AcqRel);
+        // Relative to the base: each key with a TTL contributes `expire_at - base`.
+        let rel = d.ttl_sum - d.expires * self.base_ms as i64;
+        c.ttl_sum.fetch_add(rel, Ordering::AcqRel);
+    }
+
+    /// The counts of physical database `pdb`.
+    pub fn get(&self, pdb: u16, now_ms: u64) -> Snapshot {
+        let c = &self.dbs[usize::from(pdb)];
+        let (keys, expires) = (c.keys.load(Ordering::Acquire), c.expires.load(Ordering::Acquire));
+        let avg_ttl_ms = if expires == 0 {
+            0
+        } else {
+            let avg_at = self.base_ms as i128 + i128::from(c.ttl_sum.load(Ordering::Acquire)) / i128::from(expires);
+            (avg_at - i128::from(now_ms)).max(0) as u64
+        };
+        Snapshot { keys, expires, avg_ttl_ms }
+    }
+
+    /// The record clean shutdown stores: `base u64 | (pdb u16 | keys u64 | expires u64 | sum i64)*`
+    /// (big-endian) for every non-empty database.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.base_ms.to_be_bytes().to_vec();
+        for (pdb, c) in self.dbs.iter().enumerate() {
+            let keys = c.keys.load(Ordering::Acquire);
+            if keys == 0 {
+                continue;
+            }
+            out.extend_from_slice(&(pdb as u16).to_be_bytes());
+            out.extend_from_slice(&keys.to_be_bytes());
+            out.extend_from_slice(&c.expires.load(Ordering::Acquire).to_be_bytes());
+            out.extend_from_slice(&c.ttl_sum.load(Ordering::Acquire).to_be_bytes());
+        }
+        out
+    }
+
+    /// Counts from a record of [`KeyspaceCounts::encode`]; None if it is damaged.
+    pub fn decode(raw: &[u8]) -> Option<Self> {
+        let counts = KeyspaceCounts::new();
+        let old_base = u64::from_be_bytes(raw.get(..8)?.try_into().ok()?);
+        let rest = &raw[8..];
+        if !rest.len().is_multiple_of(26) {
+            return None;
+        }
+        for rec in rest.chunks_exact(26) {
+            let pdb = u16::from_be_bytes([rec[0], rec[1]]);
+            let word = |at: usize| rec[at..at + 8].try_into().map(u64::from_be_bytes).unwrap_or_default();
+            let c = &counts.dbs[usize::from(pdb)];
+            let expires = word(10);
+            c.keys.store(word(2), Ordering::Relaxed);
+            c.expires.store(expires, Ordering::Relaxed);
+            // Re-base the sum: each key's `at - old_base` becomes `at - new_base`.
+            let shift = (i128::from(old_base) - i128::from(counts.base_ms)) * i128::from(expires);
+            let sum = i128::from(word(18) as i64) + shift;
+            c.ttl_sum.store(sum.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64, Ordering::Relaxed);
+        }
+        Some(counts)
+    }
+
+    /// Counts every metadata record of `engine` (startup after a crash).
+    pub fn recount(engine: &lsm::Db) -> lsm::Result<Self> {
+        let counts = KeyspaceCounts::new();
+        let mut deltas: Vec<Delta> = vec![Delta::default(); DATABASES];
+        for kv in engine.range(meta_key(0, b"").to_vec()..b"N".to_vec()) {
+            let (k, v) = kv?;
+            if k.len() < 3 {
+                continue;
+            }
+            let pdb = u16::from_be_bytes([k[1], k[2]]);
+            let at = super::Meta::expiry_of(&v)
+                .ok_or_else(|| lsm::Error::InvalidArgument("damaged metadata record".into()))?;
+            deltas[usize::from(pdb)].record(None, Some(at));
+        }
+        for (pdb, d) in deltas.iter().enumerate() {
+            if d.keys != 0 {
+                counts.apply(pdb as u16, d);
+            }
+        }
+        Ok(counts)
+    }
+}
+
+impl Default for KeyspaceCounts {
+    fn default() -> Self {
+        KeyspaceCounts::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_apply_and_the_record_round_trips_across_a_new_base() {
+        let counts = KeyspaceCounts::new();
+        let now = super::super::now_ms();
+        let mut d = Delta::default();
+        let (plain, ttl) = (0, now + 10_000);
+        d.record(None, Some(plain));
+        d.record(None, Some(ttl));
+        d.record(Some(plain), Some(plain)); // an overwrite changes nothing
+        counts.apply(7, &d);
+        let got = counts.get(7, now);
+        assert_eq!((got.keys, got.expires), (2, 1));
+        assert!((9_000..=10_000).contains(&got.avg_ttl_ms), "{got:?}");
+        let mut del = Delta::default();
+        del.record(Some(ttl), None);
+        counts.apply(7, &del);
+        assert_eq!(counts.get(7, now), Snapshot { keys: 1, expires: 0, avg_ttl_ms: 0 });
+        counts.apply(7, &d);
+        let back = KeyspaceCounts::decode(&counts.encode()).unwrap();
+        assert_eq!(back.get(7, now).keys, 3);
+        assert_eq!(back.get(7, now).expires, 1);
+        assert!((9_000..=10_000).contains(&back.get(7, now).avg_ttl_ms));
+        counts.apply(7, &Delta { cleared: true, ..Delta::default() });
+        assert_eq!(counts.get(7, now).keys, 0);
+        assert!(KeyspaceCounts::decode(b"short").is_none());
+    }
+}
