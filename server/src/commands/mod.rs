@@ -9,7 +9,6 @@ mod config;
 mod connection;
 mod hashes;
 mod keys;
-mod keyspace;
 mod lists;
 mod named_locks;
 mod pubsub;
@@ -79,7 +78,8 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         strings::MORE,
         string_range::COMMANDS,
         keys::COMMANDS,
-        keyspace::COMMANDS,
+        keys::relocate::COMMANDS,
+        keys::inspect::COMMANDS,
         hashes::COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,

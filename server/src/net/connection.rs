@@ -36,6 +36,10 @@ pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut s
     let mut requests: VecDeque<Vec<Bytes>> = VecDeque::new();
     let mut protocol_error = None;
     loop {
+        // CLIENT KILL (or a subscriber over its output limit): close, whatever is pending.
+        if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let (limits, query_limit, timeout) = {
             let cfg = state.config();
             let limits = Limits {
@@ -183,6 +187,9 @@ async fn write_out(
 ) -> bool {
     if output.is_empty() {
         return true;
+    }
+    if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
+        return false;
     }
     let written = tokio::select! {
         r = socket.write_all(output) => r.is_ok(),

@@ -1,11 +1,22 @@
-//! Keyspace commands: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, EXPIRE, PEXPIRE, EXPIREAT,
-//! PEXPIREAT (NX XX GT LT), PERSIST, DBSIZE, FLUSHDB, FLUSHALL.
+//! Generic key commands: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, EXPIRE, PEXPIRE, EXPIREAT,
+//! PEXPIREAT (NX XX GT LT), PERSIST, DBSIZE, FLUSHDB, FLUSHALL here; moving keys in
+//! [`relocate`], walking and inspecting them in [`inspect`].
+
+pub(super) mod inspect;
+pub(super) mod relocate;
 
 use bytes::Bytes;
 
 use super::{engine_error, parse_i64, CommandSpec, Session};
 use crate::resp::Reply;
-use crate::storage::now_ms;
+use crate::storage::{now_ms, Meta};
+
+const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+
+/// The live metadata of `key` in `db`, as the running command sees it.
+fn get(s: &Session, db: u32, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    s.state.storage.get(&s.exec, db, key).map_err(engine_error)
+}
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "del", arity: -2, flags: &["write"], first_key: 1, last_key: -1, step: 1, handler: del },

@@ -1,0 +1,82 @@
+//! Storage unit tests: strings, databases, the expiry cycle, SWAPDB across restarts.
+
+mod basics {
+    use super::super::*;
+
+    #[test]
+    fn strings_expire_and_databases_flush_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        s.set_string(&cx, 0, b"a", Bytes::from_static(b"1"), 0).unwrap();
+        s.set_string(&cx, 0, b"gone", Bytes::from_static(b"x"), now_ms() - 1).unwrap();
+        s.set_string(&cx, 1, b"a", Bytes::from_static(b"2"), 0).unwrap();
+        s.set_string(&cx, 65535, b"last", Bytes::from_static(b"3"), 0).unwrap();
+        assert_eq!(s.get(&cx, 0, b"a").unwrap().unwrap().body, "1");
+        assert_eq!(s.get(&cx, 0, b"gone").unwrap(), None, "an expired key is never returned");
+        assert_eq!((s.dbsize(0), s.dbsize(1)), (2, 1), "an expired key counts until it is reclaimed, as in Redis");
+        s.flushdb(&cx, 0).unwrap();
+        assert_eq!((s.dbsize(0), s.dbsize(1), s.dbsize(65535)), (0, 1, 1));
+        s.flushdb(&cx, 65535).unwrap();
+        assert_eq!(s.dbsize(65535), 0);
+        s.flushall(&cx).unwrap();
+        assert_eq!(s.get(&cx, 1, b"a").unwrap(), None);
+    }
+}
+
+mod cycle {
+    use super::super::*;
+
+    fn storage(dir: &std::path::Path) -> Storage {
+        Storage::new(lsm::Db::open(dir, lsm::Options::default()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn active_cycle_deletes_due_keys_in_bounded_batches_and_skips_stale_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let cx = ExecContext::new();
+        let now = now_ms();
+        for i in 0..10u32 {
+            s.set_string(&cx, 3, format!("due{i}").as_bytes(), Bytes::from_static(b"v"), now - 10).unwrap();
+        }
+        s.set_string(&cx, 3, b"later", Bytes::from_static(b"v"), now + 60_000).unwrap();
+        // A key whose TTL was replaced: its old index entry is stale and must not delete it.
+        s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v"), now - 5).unwrap();
+        s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v2"), 0).unwrap();
+        assert_eq!(s.expire_cycle(now, 4).unwrap(), (4, true), "a batch stops at its budget");
+        assert_eq!(s.expire_cycle(now, 100).unwrap(), (6, false));
+        assert_eq!(s.expire_cycle(now, 100).unwrap(), (0, false), "entries are consumed");
+        assert_eq!(s.get(&cx, 3, b"renewed").unwrap().unwrap().body, "v2");
+        assert!(s.get(&cx, 3, b"later").unwrap().is_some());
+        let raw_due = s.engine().get(meta_key(3, b"due0")).unwrap();
+        assert_eq!(raw_due, None, "deleted from the engine, not just hidden");
+    }
+
+    #[test]
+    fn swapdb_survives_restart_and_expiry_follows_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = storage(dir.path());
+            let cx = ExecContext::new();
+            s.set_string(&cx, 0, b"k", Bytes::from_static(b"zero"), 0).unwrap();
+            s.set_string(&cx, 1, b"k", Bytes::from_static(b"one"), 0).unwrap();
+            s.set_string(&cx, 1, b"t", Bytes::from_static(b"ttl"), now_ms() - 1).unwrap();
+            s.swap_databases(&cx, 0, 1).unwrap();
+            assert_eq!(s.get(&cx, 0, b"k").unwrap().unwrap().body, "one");
+            assert_eq!(s.get(&cx, 1, b"k").unwrap().unwrap().body, "zero");
+            s.swap_databases(&cx, 1, 2).unwrap();
+            assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
+            assert_eq!(s.nonempty_databases(16).unwrap(), vec![0, 2]);
+            s.engine().clone().close().unwrap();
+        }
+        let s = storage(dir.path());
+        let cx = ExecContext::new();
+        assert_eq!(s.get(&cx, 0, b"k").unwrap().unwrap().body, "one");
+        assert_eq!(s.get(&cx, 1, b"k").unwrap(), None);
+        assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
+        assert_eq!(s.expire_cycle(now_ms(), 10).unwrap().0, 1, "the expired key of (now) db 0 is found");
+        s.flushdb(&cx, 0).unwrap();
+        assert_eq!((s.dbsize(0), s.dbsize(2)), (0, 1));
+    }
+}
