@@ -286,3 +286,28 @@ fn a_rate_limited_compaction_is_throttled_and_stops_at_close_without_loss() {
     db.compact_range::<&[u8], _>(..).unwrap();
     assert_levels_sorted(&db);
 }
+
+#[test]
+fn blocks_of_compacted_away_tables_leave_the_block_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small().compression(lsm::Compression::Snappy).block_cache_size(64 << 20).disable_auto_compactions(true);
+    let db = Db::open(dir.path(), opts).unwrap();
+    for round in 0..4 {
+        fill(&db, 0..3000, round);
+        db.flush().unwrap();
+    }
+    let read_all = |db: &Db| {
+        for i in 0..3000 {
+            assert!(db.get(key(i)).unwrap().is_some());
+        }
+    };
+    read_all(&db);
+    let before = db.stats().block_cache_bytes;
+    assert!(before > 0, "compressed blocks were cached");
+    // Every table is rewritten: the cache then holds the new tables' blocks only.
+    db.compact_range::<&[u8], _>(..).unwrap();
+    read_all(&db);
+    // One decompressed copy of the data before and after; stale blocks would make it two.
+    let after = db.stats().block_cache_bytes;
+    assert!(after < before * 3 / 2, "cache {after} bytes after compaction, {before} before: stale blocks stayed");
+}

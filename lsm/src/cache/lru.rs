@@ -102,6 +102,19 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         Some(s.value)
     }
 
+    /// Removes every entry whose key fails `keep` (the ring forgets them lazily).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        let mut freed = 0;
+        self.map.retain(|k, s| {
+            let kept = keep(k);
+            if !kept {
+                freed += s.charge;
+            }
+            kept
+        });
+        self.usage -= freed;
+    }
+
     /// Total charge held.
     pub fn usage(&self) -> usize {
         self.usage
@@ -139,6 +152,9 @@ mod tests {
         assert_eq!((l.get(&"a"), l.usage(), l.len()), (Some(5), 6, 2));
         assert_eq!(l.remove(&"c"), Some(3));
         assert_eq!(l.usage(), 2);
+        l.insert("b", 7, 3);
+        l.retain(|k| *k != "a");
+        assert_eq!((l.get(&"a"), l.get(&"b"), l.usage(), l.len()), (None, Some(7), 3, 1));
     }
 }
 

@@ -70,6 +70,14 @@ impl BlockCache {
         self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).insert((file, offset), block, charge);
     }
 
+    /// Drops every cached block of table `file` (its file is being deleted): blocks of tables
+    /// that compaction replaced would otherwise hold memory until the clock reached them.
+    pub fn evict_file(&self, file: u64) {
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| k.0 != file);
+        }
+    }
+
     /// Bytes held.
     pub fn usage(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
@@ -108,9 +116,10 @@ impl TableCache {
         Ok(t)
     }
 
-    /// Forgets table `number` (its file is being deleted).
+    /// Forgets table `number` and its cached blocks (its file is being deleted).
     pub fn evict(&self, number: u64) {
         self.tables.lock().unwrap_or_else(|e| e.into_inner()).remove(&number);
+        self.block_cache.evict_file(number);
     }
 
     /// Number of open tables.
