@@ -249,7 +249,14 @@ fn remove_obsolete_files(dir: &Path, versions: &VersionSet) -> Result<Vec<(u64, 
                 }
                 continue;
             }
-            FileKind::Table(n) => !live.contains(&n),
+            FileKind::Table(n) if live.contains(&n) => false,
+            FileKind::Table(n) if versions.provably_obsolete(n) => true,
+            FileKind::Table(_) => {
+                // Never delete what cannot be proven obsolete (a manifest that lost edits would
+                // otherwise take the tables they added with it).
+                tracing::warn!(target: "lsm::db", file = %path.display(), "table not in the manifest kept: no manifest edit accounts for it");
+                false
+            }
             FileKind::Manifest(n) => Some(n) != versions.manifest_number(),
             FileKind::Temp(_) => true,
             FileKind::Current | FileKind::Lock => false,

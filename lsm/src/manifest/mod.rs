@@ -34,6 +34,11 @@ pub struct VersionSet {
     pub(crate) compact_pointers: Vec<Vec<u8>>,
     /// Tables inputs of a running compaction.
     pub(crate) busy: std::collections::HashSet<u64>,
+    /// Tables some recovered edit deleted: provably obsolete if no version lists them.
+    recorded_deleted: std::collections::HashSet<u64>,
+    /// The next file number the recovered manifest recorded: tables numbered from here on are
+    /// newer than every recovered edit (outputs of a flush or compaction the crash interrupted).
+    recovered_next_file: u64,
 }
 
 impl VersionSet {
@@ -43,6 +48,8 @@ impl VersionSet {
             tables,
             compact_pointers: vec![Vec::new(); NUM_LEVELS],
             busy: Default::default(),
+            recorded_deleted: Default::default(),
+            recovered_next_file: 2,
             dir: dir.to_path_buf(),
             current: Arc::new(Version::default()),
             next_file_number: 2,
@@ -72,6 +79,7 @@ impl VersionSet {
                 .ok_or_else(|| Error::corruption(&path, rec.offset, "malformed version edit"))?;
             saw_next |= edit.next_file_number.is_some();
             saw_log |= edit.log_number.is_some();
+            set.recorded_deleted.extend(edit.deleted.iter().map(|&(_, n)| n));
             set.absorb(&edit);
             apply(&mut version, &edit, dir, &set.tables)
                 .map_err(|reason| Error::corruption(&path, rec.offset, reason))?;
@@ -88,7 +96,15 @@ impl VersionSet {
         }
         version.sort_levels();
         set.current = Arc::new(version);
+        set.recovered_next_file = set.next_file_number;
         Ok(set)
+    }
+
+    /// Whether table `number`, listed by no current version, is provably obsolete: an edit
+    /// deleted it, or it is newer than every recovered edit. Anything else is a table the
+    /// manifest cannot account for, which must be kept.
+    pub fn provably_obsolete(&self, number: u64) -> bool {
+        self.recorded_deleted.contains(&number) || number >= self.recovered_next_file
     }
 
     fn absorb(&mut self, edit: &VersionEdit) {

@@ -35,8 +35,6 @@ pub struct LogReader<'a> {
     data: &'a [u8],
     /// File offset of `data[0]`: block boundaries are computed on file offsets.
     base: usize,
-    /// Set while probing for valid data after damage: zeros are then simply not valid.
-    probing: bool,
     pos: usize,
     /// Offset after the last complete record returned.
     good_end: usize,
@@ -57,7 +55,7 @@ impl<'a> LogReader<'a> {
 
     /// Reads `data`, which holds the log from file offset `base` (a record boundary) on.
     pub fn with_base(data: &'a [u8], base: u64) -> Self {
-        LogReader { data, base: base as usize, probing: false, pos: 0, good_end: 0, damage: None }
+        LogReader { data, base: base as usize, pos: 0, good_end: 0, damage: None }
     }
 
     /// File offset just past the last complete record returned so far.
@@ -104,7 +102,7 @@ impl<'a> LogReader<'a> {
                         return Some(Record { offset, end, payload: Cow::Owned(buf) });
                     }
                     (k, _) => {
-                        self.fail(&format!("unexpected {k:?} fragment"));
+                        self.fail_intact(&format!("unexpected {k:?} fragment"));
                         return None;
                     }
                 },
@@ -113,9 +111,21 @@ impl<'a> LogReader<'a> {
     }
 
     fn fail(&mut self, reason: &str) {
-        let valid_data_after = has_valid_fragment_after(self.data, self.base, self.good_end);
+        // Look for intact data after the damaged fragment (which starts at `pos`): any in the
+        // same block or later makes this corruption, not a torn tail.
+        let valid_data_after = has_valid_fragment_after(self.data, self.base, self.pos + 1);
         self.damage =
             Some(Damage { offset: (self.base + self.good_end) as u64, reason: reason.to_string(), valid_data_after });
+    }
+
+    /// Like [`LogReader::fail`] for a fragment that is itself intact but out of place (a
+    /// record's middle or end without its start): intact data follows the damage by definition.
+    fn fail_intact(&mut self, reason: &str) {
+        self.damage = Some(Damage {
+            offset: (self.base + self.good_end) as u64,
+            reason: reason.to_string(),
+            valid_data_after: true,
+        });
     }
 
     fn next_fragment(&mut self) -> Fragment<'a> {
@@ -136,10 +146,7 @@ impl<'a> LogReader<'a> {
             if header.iter().all(|&b| b == 0) {
                 // A mapped WAL is preallocated with zeros: where nothing valid follows, this is
                 // the end of what was written, not damage.
-                if self.probing {
-                    return Fragment::Bad("zeros".into());
-                }
-                if !has_valid_fragment_after(self.data, self.base, self.pos) {
+                if !has_valid_fragment_after(self.data, self.base, self.pos + 1) {
                     return Fragment::Eof;
                 }
                 return Fragment::Bad("zeroed region inside the log".into());
@@ -165,23 +172,47 @@ impl<'a> LogReader<'a> {
     }
 }
 
-/// True if any well-formed FULL or FIRST fragment starts at a block boundary, or right after
-/// another well-formed fragment, anywhere after `from`. Used to decide whether damage is a torn
-/// tail (nothing valid follows) or corruption in the middle of the log.
+/// True if a well-formed fragment (header, length within its block, checksum) starts at any
+/// offset at or after `from`, in the same block or a later one. Used to decide whether damage is
+/// a torn tail (nothing intact follows it) or corruption in the middle of the log. Every offset
+/// is tried, since damage can shift where fragments appear to start; a false match needs a
+/// 32-bit checksum to agree by chance.
 fn has_valid_fragment_after(data: &[u8], base: usize, from: usize) -> bool {
-    // Block starts as positions in `data`.
-    let mut block_start = ((base + from) / BLOCK_SIZE + 1) * BLOCK_SIZE - base;
-    while block_start < data.len() {
-        let mut r = LogReader { data, base, probing: true, pos: block_start, good_end: block_start, damage: None };
-        // Fragments at the start of a block may be the tail of a record that began earlier.
-        loop {
-            match r.next_fragment() {
-                Fragment::Ok { kind: FragmentType::Full | FragmentType::First, .. } => return true,
-                Fragment::Ok { .. } => continue,
-                Fragment::Eof | Fragment::Bad(_) => break,
-            }
+    let mut pos = from;
+    while pos + HEADER_SIZE <= data.len() {
+        // A fragment's type byte (header offset 6) is 1..=4: skip to the next such byte, so the
+        // zero-filled rest of a preallocated log is passed over quickly.
+        match data[pos + 6..].iter().position(|b| (1..=4).contains(b)) {
+            Some(skip) => pos += skip,
+            None => return false,
         }
-        block_start += BLOCK_SIZE;
+        if pos + HEADER_SIZE > data.len() {
+            return false;
+        }
+        let left_in_block = BLOCK_SIZE - (base + pos) % BLOCK_SIZE;
+        if left_in_block < HEADER_SIZE {
+            pos += left_in_block;
+            continue;
+        }
+        if fragment_at(data, pos, left_in_block) {
+            return true;
+        }
+        pos += 1;
     }
     false
+}
+
+/// True if a well-formed fragment starts at `pos` (with `left_in_block` bytes left in its block).
+fn fragment_at(data: &[u8], pos: usize, left_in_block: usize) -> bool {
+    let Some(header) = data.get(pos..pos + HEADER_SIZE) else { return false };
+    let type_byte = header[6];
+    if FragmentType::from_u8(type_byte).is_none() {
+        return false; // also every all-zero header: type 0 is not a fragment type
+    }
+    let len = usize::from(u16::from_le_bytes([header[4], header[5]]));
+    if HEADER_SIZE + len > left_in_block {
+        return false;
+    }
+    let Some(payload) = data.get(pos + HEADER_SIZE..pos + HEADER_SIZE + len) else { return false };
+    checksum(type_byte, payload) == read_u32(header, 0).unwrap_or(0)
 }
