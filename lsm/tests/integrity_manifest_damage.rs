@@ -47,22 +47,57 @@ fn a_flipped_bit_in_the_first_manifest_record_fails_open_and_deletes_nothing() {
 }
 
 #[test]
-fn tables_the_recovered_manifest_does_not_explain_are_kept_not_deleted() {
+fn a_damaged_last_edit_whose_wal_is_gone_is_corruption_not_a_shorter_database() {
+    for cut in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (manifest, tables) = two_flushes(dir.path());
+        // The last edit (the second flush) damaged or cut: it looks like a torn tail, but the
+        // WAL it retired is gone, which only happens once an edit is durable.
+        let mut bytes = std::fs::read(&manifest).unwrap();
+        if cut {
+            bytes.truncate(bytes.len() - 3);
+        } else {
+            let last = bytes.len() - 2;
+            bytes[last] ^= 0x01;
+        }
+        std::fs::write(&manifest, &bytes).unwrap();
+        match Db::open(dir.path(), Options::default()) {
+            Err(Error::Corruption { file, reason, .. }) => {
+                assert_eq!(file, manifest);
+                assert!(reason.contains("lost"), "{reason}");
+            }
+            Err(e) => panic!("expected corruption, got {e}"),
+            Ok(db) => panic!("opened with b={:?}", db.get(b"b")),
+        }
+        assert_eq!(files(dir.path(), "sst"), tables, "no table was deleted");
+    }
+}
+
+#[test]
+fn a_table_no_edit_accounts_for_is_kept_not_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let (manifest, tables) = two_flushes(dir.path());
-    // Cut the manifest inside its last record (the second flush): a torn tail. The second
-    // table is then newer than every recovered edit (an interrupted flush's output, whose WAL
-    // still exists), the first stays live.
-    let bytes = std::fs::read(&manifest).unwrap();
-    std::fs::write(&manifest, &bytes[..bytes.len() - 3]).unwrap();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
-    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
-    drop(db);
-    // A table older than the manifest's state that no edit added or deleted is not provably
-    // obsolete: it stays on disk.
+    let (_, tables) = two_flushes(dir.path());
+    // Older than the manifest's state, and no edit added or deleted it: not provably obsolete.
     let stray = tables[0].with_file_name("000001.sst");
+    assert!(!stray.exists());
     std::fs::copy(&tables[0], &stray).unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
     drop(db);
-    assert!(stray.exists(), "an unexplained older table is kept and reported, not deleted");
+    assert!(stray.exists(), "kept and reported, not deleted");
+}
+
+#[test]
+fn a_table_the_manifest_lists_but_the_directory_lacks_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (manifest, tables) = two_flushes(dir.path());
+    std::fs::remove_file(&tables[0]).unwrap();
+    match Db::open(dir.path(), Options::default()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, manifest);
+            assert!(reason.contains("missing"), "{reason}");
+        }
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(_) => panic!("opened without one of its tables"),
+    }
 }

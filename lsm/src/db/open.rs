@@ -58,6 +58,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
             versions.mark_file_number_used(*n);
         }
     }
+    check_recovered_files(&versions, &files)?;
     let mut wals: Vec<u64> = files
         .iter()
         .filter_map(|(k, _)| match k {
@@ -152,6 +153,36 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     }
     *super::lock(&inner.threads) = threads;
     Ok(inner)
+}
+
+/// Checks the recovered manifest against the files present, before anything is replayed or
+/// deleted: every table it lists must exist, and tables newer than every recovered edit (an
+/// interrupted flush or compaction) are only harmless if the oldest WAL the manifest still
+/// needs is there too: if it is gone, a later edit that moved past it was lost.
+fn check_recovered_files(versions: &VersionSet, files: &[(FileKind, std::path::PathBuf)]) -> Result<()> {
+    let Some(manifest) = versions.recovered_from() else { return Ok(()) };
+    let on_disk: std::collections::HashSet<u64> =
+        files.iter().filter_map(|(k, _)| if let FileKind::Table(n) = k { Some(*n) } else { None }).collect();
+    let version = versions.current();
+    if let Some((_, f)) = version.files().find(|(_, f)| !on_disk.contains(&f.number)) {
+        return Err(Error::corruption(manifest, 0, format!("table {} listed by the manifest is missing", f.number)));
+    }
+    let live: std::collections::HashSet<u64> = version.files().map(|(_, f)| f.number).collect();
+    let newer: Vec<u64> =
+        on_disk.iter().copied().filter(|n| !live.contains(n) && versions.provably_obsolete(*n)).collect();
+    let wal_there = files.iter().any(|(k, _)| matches!(k, FileKind::Wal(n) if *n == versions.log_number()));
+    let recorded = newer.iter().all(|n| versions.recorded_deleted(*n));
+    if !recorded && !wal_there {
+        return Err(Error::corruption(
+            manifest,
+            0,
+            format!(
+                "tables {newer:?} are newer than the manifest and WAL {} it needs is gone: manifest edits were lost",
+                versions.log_number()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Replays WAL `n` into `mem`, calling `flush` whenever `mem` fills up. Returns `true` when

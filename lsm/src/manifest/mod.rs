@@ -39,6 +39,8 @@ pub struct VersionSet {
     /// The next file number the recovered manifest recorded: tables numbered from here on are
     /// newer than every recovered edit (outputs of a flush or compaction the crash interrupted).
     recovered_next_file: u64,
+    /// The manifest this set was recovered from (None for a new database).
+    recovered_from: Option<PathBuf>,
 }
 
 impl VersionSet {
@@ -50,6 +52,7 @@ impl VersionSet {
             busy: Default::default(),
             recorded_deleted: Default::default(),
             recovered_next_file: 2,
+            recovered_from: None,
             dir: dir.to_path_buf(),
             current: Arc::new(Version::default()),
             next_file_number: 2,
@@ -97,7 +100,18 @@ impl VersionSet {
         version.sort_levels();
         set.current = Arc::new(version);
         set.recovered_next_file = set.next_file_number;
+        set.recovered_from = Some(path);
         Ok(set)
+    }
+
+    /// Whether a recovered edit deleted table `number`.
+    pub fn recorded_deleted(&self, number: u64) -> bool {
+        self.recorded_deleted.contains(&number)
+    }
+
+    /// The manifest this set was recovered from.
+    pub fn recovered_from(&self) -> Option<&Path> {
+        self.recovered_from.as_deref()
     }
 
     /// Whether table `number`, listed by no current version, is provably obsolete: an edit
