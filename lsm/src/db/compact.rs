@@ -53,8 +53,10 @@ impl DbInner {
                 Some((choice, version)) => match self.run_compaction(&choice, &version) {
                     // A throttled compaction interrupted by close: nothing is lost, its inputs stay.
                     Err(Error::Closed) if lock(&self.bg).shutdown => {}
+                    // A failed job removed its outputs (retryable on a full disk); a failed
+                    // manifest write was already recorded as fatal by run_compaction.
                     Err(e) => {
-                        self.poison(e);
+                        self.poison_retryable(e);
                     }
                     Ok(()) => {}
                 },
@@ -99,7 +101,7 @@ impl DbInner {
             }
         };
         let outputs = res.edit.added.len();
-        vs.log_and_apply(res.edit)?;
+        vs.log_and_apply(res.edit).map_err(|e| self.poison(e))?;
         if let Some(largest) = choice.inputs.iter().map(|f| &f.largest).max_by(|a, b| crate::key::compare(a, b)) {
             vs.compact_pointers[choice.level] = largest.clone();
         }

@@ -84,7 +84,9 @@ impl DbInner {
                 continue;
             };
             if let Err(e) = self.flush_memtable(&imm) {
-                self.poison(e);
+                // A table that could not be built was removed: retryable on a full disk. A
+                // failed manifest write was already recorded as fatal by flush_memtable.
+                self.poison_retryable(e);
             }
             self.signal_work();
         }
@@ -112,7 +114,7 @@ impl DbInner {
                 }
             };
             edit.log_number = Some(next_log);
-            versions.log_and_apply(edit)?;
+            versions.log_and_apply(edit).map_err(|e| self.poison(e))?;
             let version = versions.current();
             self.set_super_version(|sv| SuperVersion {
                 mem: Arc::clone(&sv.mem),

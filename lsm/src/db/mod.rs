@@ -84,8 +84,10 @@ pub(crate) struct DbInner {
     /// The current [`SyncMode`] (changeable at runtime).
     sync_mode: std::sync::atomic::AtomicU8,
     snapshots: Arc<SnapshotList>,
-    poisoned: Mutex<Option<String>>,
+    poisoned: Mutex<Option<BackgroundError>>,
     is_poisoned: AtomicBool,
+    /// When a retryable background error was last retried (rate limit of the automatic retry).
+    last_resume: Mutex<Option<std::time::Instant>>,
     closed: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     lock_file: Mutex<Option<File>>,
@@ -103,6 +105,14 @@ impl std::fmt::Debug for DbInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbInner").field("dir", &self.dir).finish_non_exhaustive()
     }
+}
+
+/// A failure that made the database read-only.
+#[derive(Debug, Clone)]
+struct BackgroundError {
+    message: String,
+    /// Nothing was left half-written: [`Db::resume`] may clear it (a full disk).
+    retryable: bool,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (engine state stays
@@ -390,6 +400,15 @@ impl Db {
         self.inner.property(name)
     }
 
+    /// Clears a retryable background error, such as a full disk that made a WAL or table write
+    /// fail with nothing half-written: writes are accepted again and flushes and compactions
+    /// retry. Fails with [`Error::Poisoned`] if the error was not retryable (a failed fsync or
+    /// manifest write: reopen the database, recovery decides what is durable). Writes also try
+    /// this by themselves, at most once a second, so a database recovers when space returns.
+    pub fn resume(&self) -> Result<()> {
+        self.inner.resume()
+    }
+
     /// Closes the database for every clone: stops background work, writes and syncs the WAL,
     /// releases the directory lock. Later calls on any clone return [`Error::Closed`].
     pub fn close(self) -> Result<()> {
@@ -486,23 +505,74 @@ impl DbInner {
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
         if self.is_poisoned.load(Ordering::Acquire) {
-            let why = lock(&self.poisoned).clone().unwrap_or_default();
+            // A full disk may have been cleared up since: retry, at most once a second.
+            if self.auto_resume_due() && self.resume().is_ok() {
+                return Ok(());
+            }
+            let why = lock(&self.poisoned).as_ref().map(|b| b.message.clone()).unwrap_or_default();
             return Err(Error::Poisoned(why));
         }
         Ok(())
     }
 
-    /// Records a failure that leaves the WAL or tables in an unknown state: every later write
-    /// is refused until the database is reopened (and recovery sorts out what is durable).
+    fn auto_resume_due(&self) -> bool {
+        let retryable = lock(&self.poisoned).as_ref().is_some_and(|b| b.retryable);
+        let mut last = lock(&self.last_resume);
+        let due = retryable && last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
+    }
+
+    /// Records a failure that leaves the WAL, manifest or tables in an unknown state: every later
+    /// write is refused until the database is reopened (and recovery sorts out what is durable).
     fn poison(&self, e: Error) -> Error {
-        tracing::error!(target: "lsm::db", error = %e, "write path failed; database is now read-only");
+        self.poison_as(e, false)
+    }
+
+    /// Records a failure that left nothing half-written (a full disk while a table was built
+    /// and then removed, or while a mapped WAL tried to grow): writes are refused until
+    /// [`DbInner::resume`] succeeds, which [`DbInner::check_writable`] tries once a second.
+    fn poison_retryable(&self, e: Error) -> Error {
+        let retryable = matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) || io.raw_os_error() == Some(libc::EDQUOT));
+        self.poison_as(e, retryable)
+    }
+
+    fn poison_as(&self, e: Error, retryable: bool) -> Error {
+        tracing::error!(target: "lsm::db", error = %e, retryable, "write path failed; database is now read-only");
         let mut p = lock(&self.poisoned);
-        if p.is_none() {
-            *p = Some(e.to_string());
+        match p.as_mut() {
+            None => *p = Some(BackgroundError { message: e.to_string(), retryable }),
+            // A retryable error never turns a fatal one into a retryable one.
+            Some(b) => b.retryable &= retryable,
         }
         self.is_poisoned.store(true, Ordering::Release);
         self.bg_cv.notify_all();
         e
+    }
+
+    /// Clears a retryable background error (see [`Db::resume`]).
+    fn resume(&self) -> Result<()> {
+        if !self.is_poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut w = lock(&self.wal);
+        let mut p = lock(&self.poisoned);
+        match p.as_ref() {
+            None => return Ok(()),
+            Some(b) if !b.retryable => return Err(Error::Poisoned(b.message.clone())),
+            Some(_) => {}
+        }
+        w.log.restore_after_failure()?;
+        let was = p.take().map(|b| b.message).unwrap_or_default();
+        self.is_poisoned.store(false, Ordering::Release);
+        drop(p);
+        drop(w);
+        tracing::info!(target: "lsm::db", error = %was, "resumed after a retryable background error");
+        // Flush and compaction retry what failed.
+        self.signal_work();
+        Ok(())
     }
 
     /// The sequence number and super version a read uses. The sequence is read first, so every

@@ -121,6 +121,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         snapshots: Arc::new(SnapshotList::default()),
         poisoned: Mutex::new(None),
         is_poisoned: AtomicBool::new(false),
+        last_resume: Mutex::new(None),
         closed: AtomicBool::new(false),
         threads: Mutex::new(Vec::new()),
         lock_file: Mutex::new(Some(lock_file)),

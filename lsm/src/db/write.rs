@@ -204,7 +204,13 @@ impl DbInner {
             return Err(self.poison(Error::InvalidArgument("sequence numbers exhausted".into())));
         }
         if let Err(e) = w.log.write_pending() {
-            return Err(self.poison(e.into()));
+            // A mapped WAL reserves its space before copying: a full disk leaves nothing behind,
+            // so the error can be retried once space is back. A failed fsync never can.
+            return Err(if w.log.may_hold_partial_records() {
+                self.poison(e.into())
+            } else {
+                self.poison_retryable(e.into())
+            });
         }
         if sync {
             if let Err(e) = w.log.sync() {
@@ -278,7 +284,7 @@ impl DbInner {
                 continue;
             }
             if let Err(e) = self.rotate(w) {
-                break Err(self.poison(e));
+                break Err(self.poison_retryable(e));
             }
             break Ok(());
         };
@@ -291,9 +297,13 @@ impl DbInner {
     /// Freezes the active memtable and starts a new one with a new WAL.
     fn rotate(&self, w: &mut WalState) -> Result<()> {
         // The old WAL is complete before the new one exists (WAL tailers rely on it).
-        w.log.write_pending()?;
+        if let Err(e) = w.log.write_pending() {
+            return Err(if w.log.may_hold_partial_records() { self.poison(e.into()) } else { e.into() });
+        }
         if self.sync_mode() != SyncMode::Never {
-            w.log.sync()?;
+            if let Err(e) = w.log.sync() {
+                return Err(self.poison(e.into())); // a failed fsync is never retried
+            }
         }
         let number = lock(&self.versions).new_file_number();
         let log = LogWriter::create_mapped(

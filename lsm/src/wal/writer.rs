@@ -37,6 +37,8 @@ pub struct LogWriter {
     written: u64,
     buf: Vec<u8>,
     sink: Sink,
+    /// Written through a mapping (which a failed growth drops: see `restore_after_failure`).
+    mapped: bool,
 }
 
 impl LogWriter {
@@ -54,6 +56,7 @@ impl LogWriter {
             written: 0,
             buf: Vec::new(),
             sink: Sink::File,
+            mapped: false,
         }
     }
 
@@ -62,14 +65,18 @@ impl LogWriter {
     pub fn create_mapped(path: &Path, number: u64, capacity: u64) -> std::io::Result<LogWriter> {
         let file = File::options().read(true).write(true).create(true).truncate(true).open(path)?;
         let mut w = Self::with_file(file, path, number);
-        w.remap(capacity.max(BLOCK_SIZE as u64).next_multiple_of(BLOCK_SIZE as u64))?;
+        w.mapped = true;
+        if let Err(e) = w.remap(capacity.max(BLOCK_SIZE as u64).next_multiple_of(BLOCK_SIZE as u64)) {
+            let _ = std::fs::remove_file(path); // no log is better than one that cannot be written
+            return Err(e);
+        }
         Ok(w)
     }
 
-    /// Grows the file to `len` bytes and maps all of it.
+    /// Grows the file to `len` bytes, with disk space really reserved, and maps all of it.
     fn remap(&mut self, len: u64) -> std::io::Result<()> {
         self.sink = Sink::File; // unmap before resizing
-        self.file.set_len(len)?;
+        reserve(&self.file, len)?;
         // SAFETY: the file is this writer's own, opened read-write; nothing else maps it
         // writable or truncates it while the mapping lives (readers only `read` it, and the
         // writer drops the mapping before it truncates the file in `finish`/`Drop`).
@@ -165,6 +172,26 @@ impl LogWriter {
         }
     }
 
+    /// Makes the writer usable again after a failed [`LogWriter::write_pending`] that left
+    /// nothing of its records in the file (a mapped log that could not grow, e.g. on a full
+    /// disk): the failed records are forgotten, framing continues from the last written byte,
+    /// and the mapping is restored.
+    pub fn restore_after_failure(&mut self) -> std::io::Result<()> {
+        self.buf.clear();
+        self.block_offset = (self.written % BLOCK_SIZE as u64) as usize;
+        if self.mapped && matches!(self.sink, Sink::File) {
+            let len = self.file.metadata()?.len().max(self.written).next_multiple_of(BLOCK_SIZE as u64);
+            self.remap(len.max(BLOCK_SIZE as u64))?;
+        }
+        Ok(())
+    }
+
+    /// True if a failed write can have left part of a record in the file: only a log written
+    /// with `write` calls (a mapped log reserves its space before copying anything).
+    pub fn may_hold_partial_records(&self) -> bool {
+        !self.mapped
+    }
+
     /// Frames `payload`, writes it, and fsyncs when `sync`.
     pub fn append(&mut self, payload: &[u8], sync: bool) -> std::io::Result<()> {
         self.add_record(payload);
@@ -187,6 +214,29 @@ impl LogWriter {
             self.file.set_len(self.written)?;
         }
         Ok(())
+    }
+}
+
+/// Makes `file` `len` bytes long with its blocks allocated (`posix_fallocate`), so stores
+/// through a mapping of it can never hit a full disk: a sparse `set_len` would let the disk
+/// fill up later and turn a store into SIGBUS. A full disk is reported here, as an error.
+fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let current = file.metadata()?.len();
+    if len < current {
+        return file.set_len(len);
+    }
+    let Ok(size) = libc::off_t::try_from(len) else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "WAL size out of range"));
+    };
+    // SAFETY: the descriptor is valid for as long as `file` is borrowed; the call only
+    // allocates blocks of that file and reads no memory of ours.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size) };
+    match rc {
+        0 => Ok(()),
+        // File systems that cannot preallocate: fall back to a sized (sparse) file.
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
     }
 }
 

@@ -95,10 +95,17 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
     .collect()
 });
 
-/// The reply for an engine failure (the engine logs the details).
+/// The reply for an engine failure (the engine logs the details). A write the engine cannot
+/// make durable (a full disk, an I/O error, the read-only state that follows) answers like
+/// Redis's failed persistence, `-MISCONF`; reads keep working meanwhile.
 pub fn engine_error(e: lsm::Error) -> Reply {
     tracing::error!(target: "shale::storage", error = %e, "engine error");
-    Reply::error(format!("ERR storage engine: {e}"))
+    match e {
+        lsm::Error::Io(_) | lsm::Error::Poisoned(_) => Reply::error(format!(
+            "MISCONF Errors writing to the storage engine: {e}. Writes are refused until it recovers; reads keep working."
+        )),
+        e => Reply::error(format!("ERR storage engine: {e}")),
+    }
 }
 
 /// Looks a command up by name, case-insensitively.
