@@ -39,10 +39,19 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     // The engine opens (and later closes) here, off the runtime: only network I/O runs there.
+    let dir = config.dir.clone();
     let (db, state) = match open(config, log_hook) {
         Ok(opened) => opened,
         Err(e) => {
-            tracing::error!(error = %e, "cannot start");
+            if matches!(e.downcast_ref::<lsm::Error>(), Some(lsm::Error::Corruption { .. })) {
+                tracing::error!(
+                    error = %e,
+                    "the data directory is damaged; nothing was changed. Inspect it with `shale-ldb verify {d}`, rebuild it with `shale-ldb repair {d}`",
+                    d = dir.display()
+                );
+            } else {
+                tracing::error!(error = %e, "cannot start");
+            }
             return ExitCode::from(1);
         }
     };

@@ -7,7 +7,7 @@ mod replication;
 mod stats;
 mod write;
 
-pub(crate) use flush::finish_table_file;
+pub(crate) use flush::{build_table as build_table_file, finish_table_file};
 pub use replication::WalTail;
 pub use stats::{LevelStats, Stats};
 

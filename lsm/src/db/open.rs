@@ -49,6 +49,18 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         if !opts.create_if_missing {
             return Err(Error::InvalidArgument(format!("no database in {} (create_if_missing is off)", dir.display())));
         }
+        // Without CURRENT a directory holding tables or logs is a database that lost its
+        // manifest pointer, not a new one: starting afresh would delete its tables.
+        let stray = filename::list(dir)?
+            .into_iter()
+            .find(|(k, _)| matches!(k, FileKind::Table(_) | FileKind::Wal(_) | FileKind::Manifest(_)));
+        if let Some((_, path)) = stray {
+            return Err(Error::corruption(
+                dir.join("CURRENT"),
+                0,
+                format!("missing while {} exists: rebuild with lsm::repair (shale-ldb repair)", path.display()),
+            ));
+        }
         VersionSet::new(dir, opts.max_manifest_file_size, Some(Arc::clone(&tables)))
     };
 
