@@ -216,10 +216,24 @@ fn replay_wal(
     while let Some(rec) = reader.next_record() {
         let batch = WriteBatch::from_bytes(rec.payload.into_owned())
             .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
-        mem.apply(&batch)?;
         if !batch.is_empty() {
-            *last_seq = (*last_seq).max(batch.sequence() + u64::from(batch.len()) - 1);
+            // Records carry increasing sequence numbers below the largest one: anything else
+            // is damage that happened to pass the checksum.
+            let last = batch.sequence().checked_add(u64::from(batch.len()) - 1);
+            match last {
+                Some(last) if batch.sequence() > 0 && last <= crate::key::MAX_SEQUENCE => {
+                    *last_seq = (*last_seq).max(last);
+                }
+                _ => {
+                    return Err(Error::corruption(
+                        &path,
+                        rec.offset,
+                        format!("record sequence {} (count {}) is out of range", batch.sequence(), batch.len()),
+                    ))
+                }
+            }
         }
+        mem.apply(&batch)?;
         records += 1;
         if mem.approximate_size() >= opts.write_buffer_size {
             flush(mem)?;

@@ -265,20 +265,32 @@ impl WalTail {
                 Err(e) => return Err(e.into()),
             };
             let start = self.offset;
+            // Only acknowledged writes are shipped: a group is in the WAL before it is visible,
+            // and one whose commit failed (its fsync, say) never becomes visible.
+            let visible = self.db.visible_seq.load(Ordering::Acquire);
             let mut r = LogReader::with_base(&data, start);
+            let mut held_back = false;
             while let Some(rec) = r.next_record() {
                 let batch = WriteBatch::from_bytes(rec.payload.into_owned())
                     .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
-                self.offset = rec.end;
                 if batch.is_empty() {
+                    self.offset = rec.end;
                     continue;
                 }
                 let last = batch.sequence() + u64::from(batch.len()) - 1;
+                if last > visible {
+                    held_back = true;
+                    break; // read again once it is visible
+                }
+                self.offset = rec.end;
                 if last < self.next_seq {
                     continue;
                 }
                 self.next_seq = last + 1;
                 self.ready.push_back((batch.sequence(), batch));
+            }
+            if held_back {
+                return Ok(());
             }
             if let Some(d) = r.damage().filter(|d| d.valid_data_after) {
                 return Err(Error::corruption(&path, d.offset, d.reason.clone()));

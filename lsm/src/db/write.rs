@@ -190,6 +190,15 @@ impl DbInner {
             }
             seq = forced - 1;
         }
+        // Sequence numbers are checked before anything is framed: a group that would pass the
+        // largest sequence number is refused whole, and nothing reaches the WAL.
+        let total: u64 = group.iter().map(|p| u64::from(p.batch.len())).sum();
+        if seq.checked_add(total).is_none_or(|end| end > crate::key::MAX_SEQUENCE) {
+            return Err(Error::InvalidArgument(format!(
+                "sequence numbers exhausted: {total} more after {seq} would pass {}",
+                crate::key::MAX_SEQUENCE
+            )));
+        }
         let mut sync = false;
         for p in group.iter_mut() {
             sync |= p.sync;
@@ -199,9 +208,6 @@ impl DbInner {
             p.batch.set_sequence(seq + 1);
             seq += u64::from(p.batch.len());
             w.log.add_record(p.batch.as_bytes());
-        }
-        if seq > crate::key::MAX_SEQUENCE {
-            return Err(self.poison(Error::InvalidArgument("sequence numbers exhausted".into())));
         }
         if let Err(e) = w.log.write_pending() {
             // A mapped WAL reserves its space before copying: a full disk leaves nothing behind,
