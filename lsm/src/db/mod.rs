@@ -502,17 +502,25 @@ impl DbInner {
         Ok(())
     }
 
+    /// Fails if the database is closed or read-only after a background error. Callable with
+    /// any lock held (it takes none but the error's own).
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
         if self.is_poisoned.load(Ordering::Acquire) {
-            // A full disk may have been cleared up since: retry, at most once a second.
-            if self.auto_resume_due() && self.resume().is_ok() {
-                return Ok(());
-            }
             let why = lock(&self.poisoned).as_ref().map(|b| b.message.clone()).unwrap_or_default();
             return Err(Error::Poisoned(why));
         }
         Ok(())
+    }
+
+    /// [`DbInner::check_writable`] for a new write, which first retries a retryable background
+    /// error (a full disk may have been cleared up), at most once a second. Takes the WAL lock:
+    /// never call it with that lock held.
+    fn check_writable_or_resume(&self) -> Result<()> {
+        if self.is_poisoned.load(Ordering::Acquire) && self.auto_resume_due() {
+            let _ = self.resume();
+        }
+        self.check_writable()
     }
 
     fn auto_resume_due(&self) -> bool {

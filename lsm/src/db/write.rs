@@ -93,7 +93,7 @@ impl DbInner {
 
     /// Queues a batch; returns its ticket.
     pub(super) fn enqueue(&self, batch: WriteBatch, opts: &WriteOptions, forced_seq: Option<u64>) -> Result<u64> {
-        self.check_writable()?;
+        self.check_writable_or_resume()?;
         let sync = opts.sync || self.sync_mode() == SyncMode::Always;
         let mut q = lock(&self.queue);
         q.next_ticket += 1;
