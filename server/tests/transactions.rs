@@ -149,3 +149,19 @@ fn watch_is_broken_by_every_kind_of_change() {
     let r: Value = redis::pipe().atomic().cmd("SET").arg("done").arg(1).query(&mut c).unwrap();
     assert_eq!(r, Value::Nil, "expiry of a watched key makes EXEC answer nil");
 }
+
+#[test]
+fn no_multi_commands_are_refused_inside_multi_and_abort_the_transaction() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    for command in ["SHUTDOWN", "SAVE"] {
+        cmd("MULTI").query::<()>(&mut c).unwrap();
+        cmd("SET").arg("k").arg("v").query::<()>(&mut c).unwrap();
+        let e = cmd(command).query::<Value>(&mut c).unwrap_err();
+        assert!(e.to_string().contains("Command not allowed inside a transaction"), "{e}");
+        let e = cmd("EXEC").query::<Value>(&mut c).unwrap_err();
+        assert_eq!(e.code(), Some("EXECABORT"), "{e}");
+    }
+    assert_eq!(cmd("EXISTS").arg("k").query::<i64>(&mut c).unwrap(), 0);
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG", "the server is still up");
+}

@@ -1,7 +1,8 @@
 //! The command gate and the batch runner.
 //!
 //! Every request of every connection passes [`gate`] — authentication, RESP2 subscribed mode,
-//! MULTI queueing, the command table's arity — in that order, before anything runs; fast paths
+//! the command table's arity, MULTI queueing (refusing `no-multi` commands such as SAVE and
+//! SHUTDOWN) — in that order, before anything runs; fast paths
 //! come after it. [`run_batch`] runs a connection's parsed requests on an executor thread: it
 //! honours `CLIENT PAUSE`, catches a panicking command (the client gets an error for that
 //! command only and its execution context is reset), coalesces consecutive plain `SET`s into
@@ -60,6 +61,10 @@ pub fn gate(s: &mut Session, args: &[Bytes]) -> Result<&'static CommandSpec, Rep
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         s.multi_error |= queuing;
         return Err(Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name)));
+    }
+    if queuing && spec.flags.contains(&"no_multi") {
+        s.multi_error = true;
+        return Err(Reply::error("ERR Command not allowed inside a transaction"));
     }
     if queuing {
         if let Some(queue) = s.multi.as_mut() {
