@@ -82,6 +82,9 @@ pub enum WalRecoveryMode {
     AbsoluteConsistency,
     /// Recover up to the first damaged record and drop everything after it.
     PointInTime,
+    /// Recover every intact record, skipping damaged ones (the database may then miss writes
+    /// in the middle of its history): for salvaging data, logged record by record.
+    SkipAnyCorruptedRecords,
 }
 
 /// Options for [`crate::Db::open`]. Every setter states its default.

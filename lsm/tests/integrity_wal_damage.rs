@@ -74,3 +74,24 @@ fn a_torn_last_record_is_still_a_torn_tail() {
     // And so is a damaged last record followed only by the log's zero-filled preallocation.
     drop(db);
 }
+
+#[test]
+fn salvage_mode_skips_a_damaged_record_and_keeps_the_ones_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = three_records(dir.path());
+    let mut bytes = std::fs::read(&wal).unwrap();
+    let at = bytes.iter().position(|&b| b == b'2').unwrap();
+    bytes[at] ^= 0x01; // b's record
+    std::fs::write(&wal, &bytes).unwrap();
+    assert!(Db::open(dir.path(), Options::default()).is_err(), "the default mode refuses");
+    let db =
+        Db::open(dir.path(), Options::default().wal_recovery_mode(WalRecoveryMode::SkipAnyCorruptedRecords)).unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.get(b"b").unwrap(), None, "the damaged record is skipped");
+    assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"3"[..]), "the one after it is kept");
+    db.put(b"d", b"4").unwrap();
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+    assert_eq!(db.get(b"d").unwrap().as_deref(), Some(&b"4"[..]));
+}

@@ -213,7 +213,29 @@ fn replay_wal(
     let data = std::fs::read(&path)?;
     let mut reader = LogReader::new(&data);
     let mut records = 0u64;
-    while let Some(rec) = reader.next_record() {
+    loop {
+        let Some(rec) = reader.next_record() else {
+            // Salvage mode: skip a damaged stretch with intact records after it, and go on.
+            match reader.damage() {
+                Some(d) if d.valid_data_after && opts.wal_recovery_mode == WalRecoveryMode::SkipAnyCorruptedRecords => {
+                    let (offset, reason) = (d.offset, d.reason.clone());
+                    let resumed = reader.skip_damage();
+                    tracing::warn!(
+                        target: "lsm::wal",
+                        file = %path.display(),
+                        offset,
+                        skipped_to = reader.good_end(),
+                        %reason,
+                        "skipping damaged WAL records"
+                    );
+                    if resumed {
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            break;
+        };
         let batch = WriteBatch::from_bytes(rec.payload.into_owned())
             .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
         if !batch.is_empty() {
@@ -251,7 +273,7 @@ fn replay_wal(
     let tolerate = match opts.wal_recovery_mode {
         WalRecoveryMode::AbsoluteConsistency => false,
         WalRecoveryMode::TolerateCorruptedTail => is_last && !d.valid_data_after,
-        WalRecoveryMode::PointInTime => true,
+        WalRecoveryMode::PointInTime | WalRecoveryMode::SkipAnyCorruptedRecords => true,
     };
     if !tolerate {
         return Err(Error::corruption(&path, d.offset, d.reason.clone()));

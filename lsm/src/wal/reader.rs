@@ -68,6 +68,26 @@ impl<'a> LogReader<'a> {
         self.damage.as_ref()
     }
 
+    /// After damage, moves to the start of the next intact record (a FULL or FIRST fragment)
+    /// after it and clears the damage, so reading can go on; false if no intact record follows.
+    /// Records the skipped bytes no longer count: recovery that salvages data uses this.
+    pub fn skip_damage(&mut self) -> bool {
+        if self.damage.take().is_none() {
+            return true;
+        }
+        let mut from = self.pos + 1;
+        while let Some(at) = next_valid_fragment(self.data, self.base, from) {
+            if matches!(FragmentType::from_u8(self.data[at + 6]), Some(FragmentType::Full | FragmentType::First)) {
+                self.pos = at;
+                self.good_end = at;
+                return true;
+            }
+            from = at + 1;
+        }
+        self.pos = self.data.len();
+        false
+    }
+
     /// The next complete record, or `None` at the end of the data or at the first damage.
     pub fn next_record(&mut self) -> Option<Record<'a>> {
         if self.damage.is_some() {
@@ -178,16 +198,19 @@ impl<'a> LogReader<'a> {
 /// is tried, since damage can shift where fragments appear to start; a false match needs a
 /// 32-bit checksum to agree by chance.
 fn has_valid_fragment_after(data: &[u8], base: usize, from: usize) -> bool {
+    next_valid_fragment(data, base, from).is_some()
+}
+
+/// Where the first well-formed fragment at or after `from` starts (see
+/// [`has_valid_fragment_after`]).
+fn next_valid_fragment(data: &[u8], base: usize, from: usize) -> Option<usize> {
     let mut pos = from;
     while pos + HEADER_SIZE <= data.len() {
         // A fragment's type byte (header offset 6) is 1..=4: skip to the next such byte, so the
         // zero-filled rest of a preallocated log is passed over quickly.
-        match data[pos + 6..].iter().position(|b| (1..=4).contains(b)) {
-            Some(skip) => pos += skip,
-            None => return false,
-        }
+        pos += data[pos + 6..].iter().position(|b| (1..=4).contains(b))?;
         if pos + HEADER_SIZE > data.len() {
-            return false;
+            return None;
         }
         let left_in_block = BLOCK_SIZE - (base + pos) % BLOCK_SIZE;
         if left_in_block < HEADER_SIZE {
@@ -195,11 +218,11 @@ fn has_valid_fragment_after(data: &[u8], base: usize, from: usize) -> bool {
             continue;
         }
         if fragment_at(data, pos, left_in_block) {
-            return true;
+            return Some(pos);
         }
         pos += 1;
     }
-    false
+    None
 }
 
 /// True if a well-formed fragment starts at `pos` (with `left_in_block` bytes left in its block).
