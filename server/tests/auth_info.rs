@@ -63,6 +63,11 @@ fn info_time_and_client_commands() {
         "used_cpu_user:",
         "# LSM",
         "lsm_l0_files:",
+        "used_memory_rss_anon:",
+        "used_memory_rss_file:",
+        "lsm_mapped_table_bytes:",
+        "mem_allocator:jemalloc",
+        "executor_threads:",
     ] {
         assert!(info.contains(field), "INFO lacks {field}:\n{info}");
     }

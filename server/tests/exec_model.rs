@@ -172,6 +172,13 @@ fn stalled_writers_stall_neither_readers_nor_new_connections() {
     assert_eq!(cmd("GET").arg("cached").query::<String>(&mut c).unwrap(), "here");
     let stalled = now_ms(start).saturating_sub(last_write.load(Ordering::Relaxed));
     assert!(stalled >= 1000, "the writers were still stalled while the reads were answered");
+    let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+    let helpers: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("executor_helpers_started:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(helpers >= 1, "the blocked executors got helpers: {info}");
     stop.store(true, Ordering::Relaxed);
 }
 

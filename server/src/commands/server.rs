@@ -164,6 +164,21 @@ pub fn rss_bytes() -> u64 {
     statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096
 }
 
+/// Resident bytes of anonymous memory (heap: memtables, block cache, buffers) and of mapped
+/// files (the engine's tables and WAL), from `/proc/self/status`.
+fn rss_split() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
 fn human(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{:.2}G", b as f64 / (1u64 << 30) as f64),
@@ -234,6 +249,7 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     if show("memory") {
         let used = (stats.memtable_bytes + stats.block_cache_bytes) as u64;
         let rss = rss_bytes();
+        let (anon, file) = rss_split();
         section(
             "Memory",
             vec![
@@ -244,9 +260,14 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("maxmemory", cfg.get("maxmemory").unwrap_or("0").to_string()),
                 ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
                 ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
-                ("mem_allocator", "libc".into()),
+                ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
                 ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
                 ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
+                // RSS counts the pages of memory-mapped tables and WAL that were touched: the
+                // kernel can drop them under memory pressure, unlike the anonymous part.
+                ("lsm_mapped_table_bytes", stats.levels.iter().map(|l| l.bytes).sum::<u64>().to_string()),
+                ("used_memory_rss_anon", anon.to_string()),
+                ("used_memory_rss_file", file.to_string()),
             ],
         );
     }
@@ -280,6 +301,11 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("keyspace_misses", st.keyspace_misses.load(Ordering::Relaxed).to_string()),
                 ("pubsub_channels", st.pubsub.channels(crate::services::pubsub::Kind::Channel, None).len().to_string()),
                 ("pubsub_patterns", st.pubsub.pattern_count().to_string()),
+                // Shale's executor threads: how often every one was blocked (helpers started).
+                ("executor_threads", st.executor.threads().to_string()),
+                ("executor_helpers_active", st.executor.helpers().to_string()),
+                ("executor_helpers_started", st.executor.helpers_started().to_string()),
+                ("executor_queued_jobs", st.executor.queued().to_string()),
             ],
         );
     }

@@ -32,6 +32,8 @@ struct Shared {
     finished: AtomicU64,
     helpers: AtomicUsize,
     helpers_started: AtomicU64,
+    /// Core threads.
+    threads: usize,
 }
 
 /// The executor pool (see the module docs). Cheap to clone.
@@ -56,6 +58,7 @@ impl Executor {
             finished: AtomicU64::new(0),
             helpers: AtomicUsize::new(0),
             helpers_started: AtomicU64::new(0),
+            threads,
         });
         for i in 0..threads {
             let shared = Arc::clone(&shared);
@@ -93,6 +96,11 @@ impl Executor {
             }))
             .map_err(|_| JobPanicked)?;
         rx.recv().map_err(|_| JobPanicked)
+    }
+
+    /// Core threads.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
     }
 
     /// Helper threads alive now.
