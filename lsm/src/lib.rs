@@ -36,6 +36,7 @@ mod coding;
 pub mod compaction;
 mod db;
 mod error;
+pub mod fault;
 pub mod filename;
 pub mod iter;
 pub mod key;

@@ -111,6 +111,7 @@ pub struct Options {
     pub(crate) max_background_compactions: usize,
     pub(crate) disable_auto_compactions: bool,
     pub(crate) compaction_rate_limit: u64,
+    pub(crate) faults: Option<Arc<dyn crate::fault::FaultInjector>>,
     pub(crate) block_cache_size: usize,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
@@ -153,6 +154,7 @@ impl Default for Options {
             max_background_compactions: 1,
             disable_auto_compactions: false,
             compaction_rate_limit: 0,
+            faults: None,
             block_cache_size: 64 << 20,
             max_open_files: 1000,
             compaction_filter: None,
@@ -291,6 +293,13 @@ impl Options {
     #[must_use]
     pub fn compaction_rate_limit(mut self, bytes_per_sec: u64) -> Self {
         self.compaction_rate_limit = bytes_per_sec;
+        self
+    }
+    /// A [`crate::fault::FaultInjector`] asked before every durable file operation (tests;
+    /// default none).
+    #[must_use]
+    pub fn fault_injector(mut self, faults: Arc<dyn crate::fault::FaultInjector>) -> Self {
+        self.faults = Some(faults);
         self
     }
     /// Bytes of decompressed blocks kept in the block cache (default 64 MiB).

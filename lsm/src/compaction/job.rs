@@ -351,7 +351,8 @@ impl Outputs<'_, '_> {
         }
         self.lower = upper.map(<[u8]>::to_vec);
         let Some((number, b)) = self.current.take() else { return Ok(()) };
-        self.files.push(crate::db::finish_table_file(number, b)?);
+        let path = filename::table_path(self.cx.dir, number);
+        self.files.push(crate::db::finish_table_file(&path, number, b, &self.cx.table_opts)?);
         Ok(())
     }
 

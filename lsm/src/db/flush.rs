@@ -39,7 +39,7 @@ pub(crate) fn build_table(
             b.add(iter.key(), iter.value())?;
             iter.next()?;
         }
-        finish_table_file(number, b)
+        finish_table_file(&path, number, b, opts)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&path);
@@ -48,9 +48,15 @@ pub(crate) fn build_table(
 }
 
 /// Finishes table `number`, fsyncs it, and returns its manifest record.
-pub(crate) fn finish_table_file(number: u64, b: TableBuilder<BufWriter<std::fs::File>>) -> Result<NewFile> {
+pub(crate) fn finish_table_file(
+    path: &Path,
+    number: u64,
+    b: TableBuilder<BufWriter<std::fs::File>>,
+    opts: &TableOptions,
+) -> Result<NewFile> {
     let (w, props, size) = b.finish()?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
+    crate::fault::check(&opts.faults, crate::fault::IoOp::TableSync, path)?;
     file.sync_all()?;
     Ok(NewFile {
         number,
@@ -147,8 +153,11 @@ impl DbInner {
             drop(bg);
             if self.sync_mode() == SyncMode::EverySec {
                 let file = Arc::clone(&lock(&self.wal_file));
-                if let Err(e) = file.sync_data() {
-                    self.poison(e.into());
+                let path = self.dir.join("WAL");
+                let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &path)
+                    .and_then(|()| file.sync_data());
+                if let Err(e) = synced {
+                    self.poison(e.into()); // a failed fsync is never retried
                 }
             }
             if !self.opts.wal_ttl.is_zero() {

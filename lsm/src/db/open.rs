@@ -64,6 +64,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         VersionSet::new(dir, opts.max_manifest_file_size, Some(Arc::clone(&tables)))
     };
 
+    versions.set_faults(opts.faults.clone());
     let files = filename::list(dir)?;
     for (kind, _) in &files {
         if let FileKind::Wal(n) | FileKind::Table(n) | FileKind::Manifest(n) | FileKind::Temp(n) = kind {

@@ -209,6 +209,11 @@ impl DbInner {
             seq += u64::from(p.batch.len());
             w.log.add_record(p.batch.as_bytes());
         }
+        let wal_path = filename::wal_path(&self.dir, w.log.number());
+        if let Err(e) = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalWrite, &wal_path) {
+            w.log.discard_pending();
+            return Err(self.poison_retryable(e.into()));
+        }
         if let Err(e) = w.log.write_pending() {
             // A mapped WAL reserves its space before copying: a full disk leaves nothing behind,
             // so the error can be retried once space is back. A failed fsync never can.
@@ -219,7 +224,9 @@ impl DbInner {
             });
         }
         if sync {
-            if let Err(e) = w.log.sync() {
+            let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &wal_path)
+                .and_then(|()| w.log.sync());
+            if let Err(e) = synced {
                 return Err(self.poison(e.into()));
             }
         }
@@ -307,11 +314,15 @@ impl DbInner {
             return Err(if w.log.may_hold_partial_records() { self.poison(e.into()) } else { e.into() });
         }
         if self.sync_mode() != SyncMode::Never {
-            if let Err(e) = w.log.sync() {
+            let old = filename::wal_path(&self.dir, w.log.number());
+            let synced =
+                crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &old).and_then(|()| w.log.sync());
+            if let Err(e) = synced {
                 return Err(self.poison(e.into())); // a failed fsync is never retried
             }
         }
         let number = lock(&self.versions).new_file_number();
+        crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalCreate, &filename::wal_path(&self.dir, number))?;
         let log = LogWriter::create_mapped(
             &filename::wal_path(&self.dir, number),
             number,

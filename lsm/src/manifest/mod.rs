@@ -41,6 +41,8 @@ pub struct VersionSet {
     recovered_next_file: u64,
     /// The manifest this set was recovered from (None for a new database).
     recovered_from: Option<PathBuf>,
+    /// Asked before each manifest write (tests).
+    faults: Option<Arc<dyn crate::fault::FaultInjector>>,
 }
 
 impl VersionSet {
@@ -53,6 +55,7 @@ impl VersionSet {
             recorded_deleted: Default::default(),
             recovered_next_file: 2,
             recovered_from: None,
+            faults: None,
             dir: dir.to_path_buf(),
             current: Arc::new(Version::default()),
             next_file_number: 2,
@@ -102,6 +105,11 @@ impl VersionSet {
         set.recovered_next_file = set.next_file_number;
         set.recovered_from = Some(path);
         Ok(set)
+    }
+
+    /// Sets the fault injector asked before each manifest write (tests).
+    pub fn set_faults(&mut self, faults: Option<Arc<dyn crate::fault::FaultInjector>>) {
+        self.faults = faults;
     }
 
     /// Whether a recovered edit deleted table `number`.
@@ -183,6 +191,7 @@ impl VersionSet {
             .map(|(_, f)| Arc::clone(f))
             .collect();
         let too_big = self.manifest.as_ref().is_none_or(|m| m.size() >= self.max_manifest_size);
+        crate::fault::check(&self.faults, crate::fault::IoOp::ManifestWrite, &self.dir)?;
         if !edit.added.is_empty() {
             // New tables' directory entries must be durable before the manifest names them.
             sync_dir(&self.dir)?;

@@ -24,6 +24,8 @@ pub struct TableOptions {
     pub zstd_level: i32,
     /// Bloom bits per key (0 = no filter).
     pub bloom_bits_per_key: u32,
+    /// Asked before the finished table is fsynced (tests).
+    pub faults: Option<std::sync::Arc<dyn crate::fault::FaultInjector>>,
 }
 
 impl TableOptions {
@@ -35,6 +37,7 @@ impl TableOptions {
             compression: o.compression,
             zstd_level: o.zstd_level,
             bloom_bits_per_key: o.bloom_bits_per_key,
+            faults: o.faults.clone(),
         }
     }
 }

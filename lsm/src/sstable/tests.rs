@@ -24,7 +24,14 @@ fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
 }
 
 fn build(es: &[(Vec<u8>, Vec<u8>)], compression: Compression, block_size: usize) -> Arc<Table> {
-    let opts = TableOptions { block_size, restart_interval: 16, compression, zstd_level: 3, bloom_bits_per_key: 10 };
+    let opts = TableOptions {
+        block_size,
+        restart_interval: 16,
+        compression,
+        zstd_level: 3,
+        bloom_bits_per_key: 10,
+        faults: None,
+    };
     let mut b = TableBuilder::new(Vec::new(), opts).unwrap();
     for (k, v) in es {
         b.add(k, v).unwrap();

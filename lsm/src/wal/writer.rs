@@ -172,6 +172,13 @@ impl LogWriter {
         }
     }
 
+    /// Drops the records framed but not yet written (their write failed before it started),
+    /// so framing continues from the last written byte.
+    pub fn discard_pending(&mut self) {
+        self.buf.clear();
+        self.block_offset = (self.written % BLOCK_SIZE as u64) as usize;
+    }
+
     /// Makes the writer usable again after a failed [`LogWriter::write_pending`] that left
     /// nothing of its records in the file (a mapped log that could not grow, e.g. on a full
     /// disk): the failed records are forgotten, framing continues from the last written byte,
