@@ -153,7 +153,7 @@ impl DbInner {
             drop(bg);
             if self.sync_mode() == SyncMode::EverySec {
                 let file = Arc::clone(&lock(&self.wal_file));
-                let path = self.dir.join("WAL");
+                let path = filename::wal_path(&self.dir, lock(&self.wal).log.number());
                 let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &path)
                     .and_then(|()| file.sync_data());
                 if let Err(e) = synced {
