@@ -1,6 +1,8 @@
 //! Fault injection for tests: the engine asks a [`FaultInjector`] before each file operation
-//! that makes data durable (WAL writes and fsyncs, table fsyncs, manifest writes), and fails the
-//! operation with the error it returns, before anything of it happens. Tests use it to fail the
+//! that makes data durable (WAL writes, creations and fsyncs, table fsyncs, manifest writes, the
+//! `CURRENT` rename), and fails the operation with the error it returns, before anything of it
+//! happens. An injector that also notes what each fsync makes durable can build the directory a
+//! power cut would leave (see `lsm/tests/integrity_power_loss.rs`). Tests use it to fail the
 //! Nth operation of a kind with `EIO` or `ENOSPC` and check that every failure ends in an `Err`
 //! and a read-only state, never a panic, a hang or wrong data. Unset (the default), it costs a
 //! branch.
@@ -20,6 +22,8 @@ pub enum IoOp {
     TableSync,
     /// Appending a version edit to the manifest.
     ManifestWrite,
+    /// Renaming a new `CURRENT` into place (a new manifest at open or when the old one is big).
+    Rename,
 }
 
 /// Decides whether a file operation fails (see the module docs).

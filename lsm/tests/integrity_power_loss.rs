@@ -4,7 +4,7 @@
 //! Under `SyncMode::Always` opening that image gives exactly the acknowledged writes; under the
 //! default `EverySec` a prefix of them. Never anything invented, every batch whole.
 //!
-//! `SHALE_POWER_CUTS` (default 60) scales the number of cut points.
+//! `SHALE_POWER_CUTS` (default 500 per mode) scales the number of cut points.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -81,12 +81,12 @@ fn a_power_cut_anywhere_keeps_a_prefix_of_the_acknowledged_writes_by_default() {
 }
 
 fn power_cuts(mode: SyncMode) {
-    let cuts: u64 = std::env::var("SHALE_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let cuts: u64 = std::env::var("SHALE_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0xc0ffee);
     for trial in 0..cuts {
         let root = tempfile::tempdir().unwrap();
         let (dir, image) = (root.path().join("db"), root.path().join("image"));
-        let cut_at = rng.random_range(1..700u64);
+        let cut_at = rng.random_range(1..450u64);
         let faults = Arc::new(PowerCut {
             dir: dir.clone(),
             image: image.clone(),
@@ -103,7 +103,7 @@ fn power_cuts(mode: SyncMode) {
         // The cut may come while the database opens (its first manifest write): then nothing
         // was acknowledged.
         if let Ok(db) = Db::open(&dir, opts) {
-            for i in 0..800u32 {
+            for i in 0..400u32 {
                 let mut b = WriteBatch::new();
                 b.put(format!("log{i:06}"), value(i)).put(format!("pair{i:06}"), value(i));
                 if db.write(b, &WriteOptions::default()).is_err() {

@@ -229,7 +229,7 @@ impl VersionSet {
         let path = filename::manifest_path(&self.dir, number);
         let mut w = LogWriter::create(&path, number)?;
         w.append(&snapshot.encode(), true)?;
-        set_current(&self.dir, number, temp)?;
+        set_current(&self.dir, number, temp, &self.faults)?;
         if let Some(old) = self.manifest.replace(w) {
             let _ = std::fs::remove_file(old.path());
         }
@@ -264,7 +264,12 @@ fn apply(v: &mut Version, edit: &VersionEdit, dir: &Path, tables: &Option<Arc<Ta
 }
 
 /// Atomically points `CURRENT` at manifest `number`, using temp file number `temp`.
-fn set_current(dir: &Path, number: u64, temp: u64) -> Result<()> {
+fn set_current(
+    dir: &Path,
+    number: u64,
+    temp: u64,
+    faults: &Option<Arc<dyn crate::fault::FaultInjector>>,
+) -> Result<()> {
     let tmp = filename::temp_path(dir, temp);
     {
         use std::io::Write;
@@ -272,6 +277,7 @@ fn set_current(dir: &Path, number: u64, temp: u64) -> Result<()> {
         f.write_all(format!("{}\n", filename::manifest_name(number)).as_bytes())?;
         f.sync_all()?;
     }
+    crate::fault::check(faults, crate::fault::IoOp::Rename, &dir.join("CURRENT"))?;
     std::fs::rename(&tmp, dir.join("CURRENT"))?;
     sync_dir(dir)?;
     Ok(())
