@@ -53,8 +53,10 @@ pub struct ServerState {
     pub lastsave: AtomicU64,
     /// Set by `SHUTDOWN`; the binary waits on it beside the signals.
     pub shutdown: Notify,
-    /// `CLIENT PAUSE` in force.
-    pub pause: Mutex<Option<Pause>>,
+    /// `CLIENT PAUSE` in force (change it with [`ServerState::set_pause`]).
+    pause: Mutex<Option<Pause>>,
+    /// True while a pause may be in force: every command checks this, not the mutex.
+    paused: std::sync::atomic::AtomicBool,
     /// Resume points of SCAN walks.
     pub cursors: crate::services::cursors::Cursors,
     /// Clients blocked on keys.
@@ -100,6 +102,7 @@ impl ServerState {
             lastsave: AtomicU64::new(now_s),
             shutdown: Notify::new(),
             pause: Mutex::new(None),
+            paused: std::sync::atomic::AtomicBool::new(false),
             cursors: crate::services::cursors::Cursors::default(),
             blocking: crate::services::blocking::Registry::default(),
             pubsub: crate::services::pubsub::Hub::default(),
@@ -149,13 +152,28 @@ impl ServerState {
         }
     }
 
+    /// `CLIENT PAUSE` (merged with one in force: the longer and stricter wins, as in Redis)
+    /// or `CLIENT UNPAUSE` (`None`).
+    pub fn set_pause(&self, new: Option<Pause>) {
+        let mut pause = self.pause.lock().unwrap_or_else(|e| e.into_inner());
+        *pause = match (*pause, new) {
+            (Some(p), Some(n)) => Some(Pause { until: p.until.max(n.until), all: p.all || n.all }),
+            (_, n) => n,
+        };
+        self.paused.store(pause.is_some(), Ordering::Release);
+    }
+
     /// How long a command must wait for a `CLIENT PAUSE` (None: run it now).
     pub fn pause_remaining(&self, is_write: bool) -> Option<Duration> {
+        if !self.paused.load(Ordering::Acquire) {
+            return None;
+        }
         let mut pause = self.pause.lock().unwrap_or_else(|e| e.into_inner());
         let p = (*pause)?;
         let now = Instant::now();
         if now >= p.until {
             *pause = None;
+            self.paused.store(false, Ordering::Release);
             return None;
         }
         (p.all || is_write).then(|| p.until - now)

@@ -85,7 +85,7 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
         },
         "pause" => pause(s, &args[2..]),
         "unpause" => {
-            *s.state.pause.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            s.state.set_pause(None);
             Reply::ok()
         }
         "unblock" => {
@@ -236,13 +236,7 @@ fn pause(s: &Session, args: &[Bytes]) -> Reply {
         Some(_) => return Reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
     };
     let until = Instant::now() + Duration::from_millis(ms as u64);
-    let mut pause = s.state.pause.lock().unwrap_or_else(|e| e.into_inner());
-    // A longer or stricter pause already in force stays (Redis keeps the most restrictive).
-    let merged = match *pause {
-        Some(p) => Pause { until: p.until.max(until), all: p.all || all },
-        None => Pause { until, all },
-    };
-    *pause = Some(merged);
+    s.state.set_pause(Some(Pause { until, all }));
     Reply::ok()
 }
 

@@ -37,9 +37,14 @@ pub enum BatchEnd {
 /// Checks a request against the gate. `Ok(spec)`: run it; `Err(reply)`: answer that instead
 /// (an error, or `QUEUED` inside MULTI).
 pub fn gate(s: &mut Session, args: &[Bytes]) -> Result<&'static CommandSpec, Reply> {
+    let spec = args.first().and_then(|name| lookup(name));
+    admit(s, args, spec)
+}
+
+/// [`gate`] for a request whose command was already looked up (`spec`).
+fn admit(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) -> Result<&'static CommandSpec, Reply> {
     let Some(name) = args.first() else { return Err(Reply::error("ERR empty command")) };
     s.state.commands_processed.fetch_add(1, Ordering::Relaxed);
-    let spec = lookup(name);
     if !s.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
         return Err(Reply::error("NOAUTH Authentication required."));
     }
@@ -124,7 +129,8 @@ pub fn run_batch(
             break BatchEnd::Close;
         }
         let Some(args) = requests.front() else { break BatchEnd::Drained };
-        if let Some(spec) = lookup(&args[0]).filter(|c| c.name != "client") {
+        let looked_up = lookup(&args[0]);
+        if let Some(spec) = looked_up.filter(|c| c.name != "client") {
             if let Some(wait) = s.state.pause_remaining(spec.flags.contains(&"write")) {
                 break BatchEnd::Paused(wait);
             }
@@ -132,7 +138,7 @@ pub fn run_batch(
         let Some(args) = requests.pop_front() else { break BatchEnd::Drained };
         let name = args[0].clone();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Option<Reply> {
-            let spec = match gate(s, &args) {
+            let spec = match admit(s, &args, looked_up) {
                 Ok(spec) => spec,
                 Err(reply) => {
                     sets.commit(s, out);
