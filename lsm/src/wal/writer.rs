@@ -184,8 +184,7 @@ impl LogWriter {
     /// disk): the failed records are forgotten, framing continues from the last written byte,
     /// and the mapping is restored.
     pub fn restore_after_failure(&mut self) -> std::io::Result<()> {
-        self.buf.clear();
-        self.block_offset = (self.written % BLOCK_SIZE as u64) as usize;
+        self.discard_pending();
         if self.mapped && matches!(self.sink, Sink::File) {
             let len = self.file.metadata()?.len().max(self.written).next_multiple_of(BLOCK_SIZE as u64);
             self.remap(len.max(BLOCK_SIZE as u64))?;

@@ -158,15 +158,9 @@ fn cpu_seconds() -> (f64, f64) {
     (ticks(11), ticks(12))
 }
 
-/// Resident set size in bytes, from /proc/self/statm.
-pub fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096
-}
-
-/// Resident bytes of anonymous memory (heap: memtables, block cache, buffers) and of mapped
-/// files (the engine's tables and WAL), from `/proc/self/status`.
-fn rss_split() -> (u64, u64) {
+/// Resident bytes in all, of anonymous memory (heap: memtables, block cache, buffers) and of
+/// mapped files (the engine's tables and WAL), from `/proc/self/status`.
+fn rss() -> (u64, u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status
@@ -176,7 +170,7 @@ fn rss_split() -> (u64, u64) {
             .unwrap_or(0)
             * 1024
     };
-    (field("RssAnon:"), field("RssFile:"))
+    (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
 }
 
 fn human(bytes: u64) -> String {
@@ -248,8 +242,7 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     if show("memory") {
         let used = (stats.memtable_bytes + stats.block_cache_bytes) as u64;
-        let rss = rss_bytes();
-        let (anon, file) = rss_split();
+        let (rss, anon, file) = rss();
         section(
             "Memory",
             vec![

@@ -87,17 +87,6 @@ impl Executor {
         }
     }
 
-    /// Runs `job` and waits for it on this thread (for callers that are not async).
-    pub fn run_blocking<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> Result<R, JobPanicked> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.tx
-            .send(Box::new(move || {
-                let _ = tx.send(job());
-            }))
-            .map_err(|_| JobPanicked)?;
-        rx.recv().map_err(|_| JobPanicked)
-    }
-
     /// Core threads.
     pub fn threads(&self) -> usize {
         self.shared.threads
@@ -176,6 +165,19 @@ fn monitor(shared: std::sync::Weak<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Executor {
+        /// Runs `job` and waits for it on this thread.
+        fn run_blocking<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> Result<R, JobPanicked> {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            self.tx
+                .send(Box::new(move || {
+                    let _ = tx.send(job());
+                }))
+                .map_err(|_| JobPanicked)?;
+            rx.recv().map_err(|_| JobPanicked)
+        }
+    }
 
     #[test]
     fn jobs_run_and_panics_are_reported_not_fatal() {

@@ -218,17 +218,12 @@ async fn wait_blocked(
     let (registration, mut rx) = state.blocking.block(session.id, db, req.keys, req.attempt, req.timeout_reply.clone());
     // An element pushed between the command's own attempt and the registration would otherwise
     // wake nobody: serve our keys once now that we are registered (on an executor: it reads).
-    let served = {
-        let state = Arc::clone(&state);
-        state.executor.run({
-            let state = Arc::clone(&state);
-            move || {
-                for key in &keys {
-                    state.blocking.serve(db, key);
-                }
-            }
-        })
-    };
+    let serving = Arc::clone(&state);
+    let served = state.executor.run(move || {
+        for key in &keys {
+            serving.blocking.serve(db, key);
+        }
+    });
     if served.await.is_err() {
         return None;
     }

@@ -55,7 +55,8 @@ impl ExecContext {
         self.held.borrow_mut().clear();
     }
 
-    /// True if the context holds nothing (checked after every command in debug builds).
+    /// True if the context holds nothing.
+    #[cfg(test)]
     pub fn is_clear(&self) -> bool {
         self.txn.borrow().is_none() && self.snapshot.borrow().is_none() && self.held.borrow().is_empty()
     }

@@ -392,24 +392,6 @@ impl Storage {
         self.counts.get(self.phys(db), now_ms())
     }
 
-    /// Logical databases below `databases` that hold at least one metadata record (found by
-    /// seeking from physical database to physical database, not scanning).
-    pub fn nonempty_databases(&self, databases: u32) -> lsm::Result<Vec<u32>> {
-        let mut physical = Vec::new();
-        let mut it = self.engine.iter(&lsm::ReadOptions::default());
-        it.seek(b"M")?;
-        while it.valid() && it.key().first() == Some(&b'M') && it.key().len() >= 3 {
-            let pdb = u16::from_be_bytes([it.key()[1], it.key()[2]]);
-            physical.push(pdb);
-            match pdb.checked_add(1) {
-                Some(next) => it.seek(&meta_key(next, b""))?,
-                None => break,
-            }
-        }
-        it.status()?;
-        Ok((0..databases).filter(|&db| physical.contains(&self.phys(db))).collect())
-    }
-
     /// Up to `count` records of `db` from `cursor` (a key; empty = the start), in key order,
     /// skipping expired keys. Used by KEYS, SCAN and RANDOMKEY.
     pub fn scan(&self, cx: &ExecContext, db: u32, cursor: &[u8], count: usize) -> lsm::Result<ScanPage> {

@@ -67,7 +67,7 @@ mod cycle {
             assert_eq!(s.get(&cx, 1, b"k").unwrap().unwrap().body, "zero");
             s.swap_databases(&cx, 1, 2).unwrap();
             assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
-            assert_eq!(s.nonempty_databases(16).unwrap(), vec![0, 2]);
+            assert_eq!((0..16).filter(|&db| s.dbsize(db) > 0).collect::<Vec<_>>(), vec![0, 2]);
             s.engine().clone().close().unwrap();
         }
         let s = storage(dir.path());

@@ -53,13 +53,6 @@ impl Watches {
         self.count.store(keys.len(), Ordering::Release);
     }
 
-    /// Flags the watchers of every metadata key `batch` writes or range-deletes.
-    pub fn touch_batch(&self, batch: &lsm::WriteBatch) {
-        for f in self.affected(batch) {
-            f.store(true, Ordering::Release);
-        }
-    }
-
     /// The flags of the clients watching a key `batch` writes. Writers take them before
     /// committing and set them once the batch is visible (a client that WATCHes meanwhile waits
     /// for the writer's key lock, so it reads the new value and needs no flag).
