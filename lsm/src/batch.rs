@@ -106,6 +106,13 @@ impl WriteBatch {
         read_u64(&self.rep, 0).unwrap_or(0)
     }
 
+    /// The sequence number of the last update: `None` for an empty batch, or one whose numbers
+    /// would pass the largest sequence number (damage that passed a checksum).
+    pub fn last_sequence(&self) -> Option<u64> {
+        let n = u64::from(self.len()).checked_sub(1)?;
+        self.sequence().checked_add(n).filter(|&last| last <= crate::key::MAX_SEQUENCE)
+    }
+
     pub(crate) fn set_sequence(&mut self, seq: u64) {
         self.rep[..8].copy_from_slice(&seq.to_le_bytes());
     }

@@ -45,12 +45,7 @@ pub struct RepairReport {
 /// The directory must not be open anywhere.
 pub fn repair(dir: impl AsRef<Path>, opts: Options) -> Result<RepairReport> {
     let dir = dir.as_ref();
-    let lock_file = std::fs::File::options().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-    match lock_file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
-        Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-    }
+    let lock_file = crate::db::lock_dir(dir)?;
     let lost = dir.join("lost");
     std::fs::create_dir_all(&lost)?;
     let mut report = RepairReport { lost_dir: lost.clone(), ..RepairReport::default() };
@@ -99,8 +94,8 @@ pub fn repair(dir: impl AsRef<Path>, opts: Options) -> Result<RepairReport> {
                 break;
             };
             mem.apply(&batch)?;
-            if !batch.is_empty() {
-                report.last_sequence = report.last_sequence.max(batch.sequence() + u64::from(batch.len()) - 1);
+            if let Some(last) = batch.last_sequence() {
+                report.last_sequence = report.last_sequence.max(last);
             }
             records += 1;
         }

@@ -8,6 +8,7 @@ mod stats;
 mod write;
 
 pub(crate) use flush::{build_table as build_table_file, finish_table_file};
+pub(crate) use open::lock_dir;
 pub use replication::WalTail;
 pub use stats::{LevelStats, Stats};
 

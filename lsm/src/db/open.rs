@@ -27,12 +27,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         }
         std::fs::create_dir_all(dir)?;
     }
-    let lock_file = File::options().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-    match lock_file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
-        Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-    }
+    let lock_file = lock_dir(dir)?;
     let read_counters = Arc::new(ReadCounters::default());
     let block_cache = Arc::new(BlockCache::new(opts.block_cache_size, Arc::clone(&read_counters)));
     let tables = Arc::new(TableCache::new(dir.to_path_buf(), opts.max_open_files, block_cache));
@@ -216,6 +211,17 @@ fn check_recovered_files(versions: &VersionSet, files: &[(FileKind, std::path::P
     Ok(())
 }
 
+/// Takes the directory's `LOCK` (held until the returned file is dropped): one process at a
+/// time opens or repairs a database.
+pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
+    let lock_file = File::options().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+    match lock_file.try_lock() {
+        Ok(()) => Ok(lock_file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
+}
+
 /// Replays WAL `n` into `mem`, calling `flush` whenever `mem` fills up. Returns `true` when
 /// recovery must stop here (point-in-time recovery hit damage).
 fn replay_wal(
@@ -259,9 +265,8 @@ fn replay_wal(
         if !batch.is_empty() {
             // Records carry increasing sequence numbers below the largest one: anything else
             // is damage that happened to pass the checksum.
-            let last = batch.sequence().checked_add(u64::from(batch.len()) - 1);
-            match last {
-                Some(last) if batch.sequence() > 0 && last <= crate::key::MAX_SEQUENCE => {
+            match batch.last_sequence() {
+                Some(last) if batch.sequence() > 0 => {
                     *last_seq = (*last_seq).max(last);
                 }
                 _ => {

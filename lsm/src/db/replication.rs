@@ -273,11 +273,10 @@ impl WalTail {
             while let Some(rec) = r.next_record() {
                 let batch = WriteBatch::from_bytes(rec.payload.into_owned())
                     .map_err(|e| Error::corruption(&path, rec.offset, e.to_string()))?;
-                if batch.is_empty() {
+                let Some(last) = batch.last_sequence() else {
                     self.offset = rec.end;
                     continue;
-                }
-                let last = batch.sequence() + u64::from(batch.len()) - 1;
+                };
                 if last > visible {
                     held_back = true;
                     break; // read again once it is visible
