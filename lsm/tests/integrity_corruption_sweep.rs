@@ -6,9 +6,12 @@
 //!
 //! `SHALE_SWEEP_TRIALS` (default 400) scales the number of trials.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use common::files_named;
 use lsm::{Compression, Db, Options};
 use rand::{Rng, SeedableRng};
 
@@ -56,16 +59,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn damageable(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            name.ends_with(".sst") || name.ends_with(".log") || name.starts_with("MANIFEST-") || name == "CURRENT"
-        })
-        .collect();
-    v.sort();
-    v
+    files_named(dir, |n| n.ends_with(".sst") || n.ends_with(".log") || n.starts_with("MANIFEST-") || n == "CURRENT")
 }
 
 #[derive(Debug, Default)]

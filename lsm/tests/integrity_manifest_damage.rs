@@ -1,21 +1,12 @@
 //! A damaged MANIFEST fails open with the file and offset, and no table is deleted because of
 //! it; tables no manifest edit accounts for are kept.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::files_named;
 use lsm::{Db, Error, Options};
-
-fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name().unwrap().to_string_lossy().starts_with(prefix) || p.extension().is_some_and(|e| e == prefix)
-        })
-        .collect();
-    v.sort();
-    v
-}
 
 /// `put a=1; flush; put b=2; flush; close`: a manifest of three records and two tables.
 fn two_flushes(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
@@ -25,8 +16,8 @@ fn two_flushes(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
     db.put(b"b", b"2").unwrap();
     db.flush().unwrap();
     db.close().unwrap();
-    let manifest = files(dir, "MANIFEST-").pop().unwrap();
-    (manifest, files(dir, "sst"))
+    let manifest = files_named(dir, |n| n.starts_with("MANIFEST-")).pop().unwrap();
+    (manifest, files_named(dir, |n| n.ends_with(".sst")))
 }
 
 #[test]
@@ -42,7 +33,7 @@ fn a_flipped_bit_in_the_first_manifest_record_fails_open_and_deletes_nothing() {
         Err(e) => panic!("expected corruption, got {e}"),
         Ok(db) => panic!("opened with a={:?} b={:?}", db.get(b"a"), db.get(b"b")),
     }
-    assert_eq!(files(dir.path(), "sst"), tables, "no table was deleted");
+    assert_eq!(files_named(dir.path(), |n| n.ends_with(".sst")), tables, "no table was deleted");
     assert_eq!(std::fs::read(&manifest).unwrap(), bytes);
 }
 
@@ -69,7 +60,7 @@ fn a_damaged_last_edit_whose_wal_is_gone_is_corruption_not_a_shorter_database() 
             Err(e) => panic!("expected corruption, got {e}"),
             Ok(db) => panic!("opened with b={:?}", db.get(b"b")),
         }
-        assert_eq!(files(dir.path(), "sst"), tables, "no table was deleted");
+        assert_eq!(files_named(dir.path(), |n| n.ends_with(".sst")), tables, "no table was deleted");
     }
 }
 

@@ -2,19 +2,12 @@
 //! WALs: everything that verifies comes back, what does not is moved to `lost/`, nothing is
 //! deleted. And a directory with tables but no CURRENT is not mistaken for a new database.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::files_named as named;
 use lsm::{Db, Error, Options};
-
-fn named(dir: &Path, f: impl Fn(&str) -> bool) -> Vec<PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file() && f(&p.file_name().unwrap().to_string_lossy()))
-        .collect();
-    v.sort();
-    v
-}
 
 fn opts() -> Options {
     Options::default().disable_auto_compactions(true)

@@ -1,5 +1,7 @@
 //! `shale-ldb`, the command-line tool, on real database directories.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -11,14 +13,9 @@ fn ldb(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn file_ending(dir: &Path, ext: &str) -> String {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(ext))
-        .unwrap()
-        .display()
-        .to_string()
+/// The one file in `dir` whose name ends with `suffix`, as a command-line argument.
+fn file_ending(dir: &Path, suffix: &str) -> String {
+    common::only_file(dir, suffix).display().to_string()
 }
 
 fn build(dir: &Path) {

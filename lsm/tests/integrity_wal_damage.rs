@@ -2,19 +2,12 @@
 //! fails, names the file and offset, and leaves the log as it was. Only a tolerant recovery
 //! mode accepts the loss.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::only_file;
 use lsm::{Db, Error, Options, WalRecoveryMode};
-
-fn only_file(dir: &Path, ext: &str) -> PathBuf {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == ext))
-        .collect();
-    assert_eq!(v.len(), 1, "{v:?}");
-    v.pop().unwrap()
-}
 
 /// `put a; put b; put c; close`, with the WAL (three records in one block) kept.
 fn three_records(dir: &Path) -> PathBuf {
@@ -23,7 +16,7 @@ fn three_records(dir: &Path) -> PathBuf {
     db.put(b"b", b"2").unwrap();
     db.put(b"c", b"3").unwrap();
     db.close().unwrap();
-    only_file(dir, "log")
+    only_file(dir, ".log")
 }
 
 #[test]
