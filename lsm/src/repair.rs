@@ -171,16 +171,7 @@ pub fn verify_table(path: &Path, n: u64) -> Result<NewFile> {
             format!("{entries} entries read, the properties say {}", props.num_entries),
         ));
     }
-    Ok(NewFile {
-        number: n,
-        size: table.file_size(),
-        smallest: props.smallest_key.clone(),
-        largest: props.largest_key.clone(),
-        smallest_seq: props.smallest_seq,
-        largest_seq: props.largest_seq,
-        num_entries: props.num_entries,
-        num_range_dels: props.num_range_deletions,
-    })
+    Ok(NewFile::from_properties(n, table.file_size(), props))
 }
 
 fn move_to(path: &Path, dir: &Path) -> Result<()> {

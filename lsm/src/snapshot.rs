@@ -29,6 +29,11 @@ impl SnapshotList {
     pub(crate) fn all(&self) -> Vec<u64> {
         self.seqs.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect()
     }
+
+    /// The oldest live snapshot's sequence number.
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        self.seqs.lock().unwrap_or_else(|e| e.into_inner()).keys().next().copied()
+    }
 }
 
 #[derive(Debug)]

@@ -28,6 +28,11 @@ pub struct ReadCounters {
     pub bloom_checks: AtomicU64,
     /// Probes that proved a key absent (a table read avoided).
     pub bloom_useful: AtomicU64,
+    /// Internal entries examined by user-facing cursors (every version and tombstone stepped
+    /// over counts): the work range reads do, which tombstones make grow.
+    pub iter_entries: AtomicU64,
+    /// Of those, deletions (point tombstones and entries hidden by range tombstones).
+    pub iter_tombstones: AtomicU64,
 }
 
 /// Decompressed blocks keyed by `(file number, block offset)`, in 16 LRU shards bounded in bytes.

@@ -154,6 +154,52 @@ pub fn choose(v: &Version, cfg: &PickerConfig, pointers: &[Vec<u8>], busy: &Hash
     None
 }
 
+/// When nothing is due by size: a table marked for compaction because a window of its entries
+/// is mostly tombstones (RocksDB's deletion-triggered compaction). Above the bottom level it is
+/// compacted one level down (all of L0 when it is in L0); in the bottom level (L1 or deeper) it is rewritten in
+/// place, which drops its tombstones — only when every tombstone in it is older than the
+/// oldest live snapshot (`oldest_snapshot`), so the output is never marked again and this cannot
+/// repeat forever.
+pub fn choose_marked(
+    v: &Version,
+    cfg: &PickerConfig,
+    busy: &HashSet<u64>,
+    oldest_snapshot: Option<u64>,
+) -> Option<Choice> {
+    let bottom = last_nonempty_level(v);
+    for level in 0..=bottom {
+        let Some(f) = v.levels[level].iter().find(|f| f.marked_for_compaction && !busy.contains(&f.number)) else {
+            continue;
+        };
+        let choice = if level == 0 {
+            let inputs = v.levels[0].clone();
+            if any_busy(&inputs, busy) {
+                continue;
+            }
+            complete(v, cfg, 0, inputs, 0.0)
+        } else if level == bottom {
+            if oldest_snapshot.is_some_and(|s| f.largest_seq > s) {
+                continue;
+            }
+            Choice {
+                level,
+                output_level: level,
+                inputs: vec![Arc::clone(f)],
+                next_inputs: Vec::new(),
+                grandparents: Vec::new(),
+                trivial_move: false,
+                score: 0.0,
+            }
+        } else {
+            complete(v, cfg, level, vec![Arc::clone(f)], 0.0)
+        };
+        if !any_busy(&choice.next_inputs, busy) {
+            return Some(choice);
+        }
+    }
+    None
+}
+
 /// A manual compaction of `level` over user keys `[lo, hi]` (`None` = unbounded).
 pub fn choose_range(
     v: &Version,
@@ -235,6 +281,8 @@ mod tests {
             largest_seq: number,
             num_entries: 1,
             num_range_dels: 0,
+            num_deletions: 0,
+            marked_for_compaction: false,
         };
         Arc::new(FileMeta::new(std::path::Path::new("/nonexistent"), &nf, None))
     }
@@ -250,6 +298,36 @@ mod tests {
         }
         v.sort_levels();
         v
+    }
+
+    fn marked(number: u64, lo: &str, hi: &str) -> Arc<FileMeta> {
+        let f = meta(number, lo, hi, 10);
+        let mut nf = f.to_new_file();
+        nf.marked_for_compaction = true;
+        Arc::new(FileMeta::new(std::path::Path::new("/nonexistent"), &nf, None))
+    }
+
+    #[test]
+    fn marked_tables_go_down_then_are_rewritten_at_the_bottom() {
+        let none = HashSet::new();
+        // Above the bottom: one level down, with what it overlaps there.
+        let v = version(vec![vec![], vec![marked(1, "a", "c")], vec![meta(2, "b", "d", 10)]]);
+        let c = choose_marked(&v, &cfg(), &none, None).unwrap();
+        assert_eq!((c.level, c.output_level, c.next_inputs.len()), (1, 2, 1));
+        // In the bottom level: rewritten in place, unless a snapshot is older than its entries.
+        let v = version(vec![vec![], vec![meta(3, "a", "b", 10)], vec![marked(4, "b", "d")]]);
+        let c = choose_marked(&v, &cfg(), &none, None).unwrap();
+        assert_eq!((c.level, c.output_level, c.inputs[0].number), (2, 2, 4));
+        assert!(choose_marked(&v, &cfg(), &none, Some(3)).is_none(), "a snapshot at 3 still needs entry 4");
+        assert!(choose_marked(&v, &cfg(), &none, Some(4)).is_some());
+        // From L0, all of L0 goes down; busy tables are left alone.
+        let v = version(vec![vec![marked(5, "a", "b"), meta(6, "c", "d", 10)]]);
+        let c = choose_marked(&v, &cfg(), &none, None).unwrap();
+        assert_eq!((c.level, c.inputs.len()), (0, 2));
+        assert!(choose_marked(&v, &cfg(), &HashSet::from([6]), None).is_none());
+        // Nothing marked: nothing to do.
+        let v = version(vec![vec![meta(7, "a", "b", 10)], vec![meta(8, "a", "z", 10)]]);
+        assert!(choose_marked(&v, &cfg(), &none, None).is_none());
     }
 
     #[test]

@@ -43,7 +43,9 @@ impl DbInner {
             } else {
                 let mut vs = lock(&self.versions);
                 let v = vs.current();
-                let c = picker::choose(&v, &self.picker_config(), &vs.compact_pointers, &vs.busy);
+                let cfg = self.picker_config();
+                let c = picker::choose(&v, &cfg, &vs.compact_pointers, &vs.busy)
+                    .or_else(|| picker::choose_marked(&v, &cfg, &vs.busy, self.snapshots.oldest()));
                 if let Some(c) = &c {
                     vs.busy.extend(c.all_inputs().map(|f| f.number));
                 }

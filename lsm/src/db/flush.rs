@@ -58,16 +58,7 @@ pub(crate) fn finish_table_file(
     let file = w.into_inner().map_err(|e| e.into_error())?;
     crate::fault::check(&opts.faults, crate::fault::IoOp::TableSync, path)?;
     file.sync_all()?;
-    Ok(NewFile {
-        number,
-        size,
-        smallest: props.smallest_key,
-        largest: props.largest_key,
-        smallest_seq: props.smallest_seq,
-        largest_seq: props.largest_seq,
-        num_entries: props.num_entries,
-        num_range_dels: props.num_range_deletions,
-    })
+    Ok(NewFile::from_properties(number, size, &props))
 }
 
 impl DbInner {

@@ -289,7 +289,7 @@ impl Db {
             return DbIterator::failed(e);
         }
         let (seq, sv) = self.inner.read_view(opts);
-        new_iterator(sv, seq, opts.snapshot.clone(), opts.fill_cache)
+        new_iterator(sv, seq, opts.snapshot.clone(), opts.fill_cache, Arc::clone(&self.inner.read_counters))
     }
 
     /// The entries with keys in `range`, in key order from either end.
@@ -319,8 +319,9 @@ impl Db {
         let (seq, sv) = self.inner.read_view(opts);
         let snapshot = opts.snapshot.clone();
         let fill_cache = opts.fill_cache;
+        let counters = Arc::clone(&self.inner.read_counters);
         let make = Box::new(move || match &open {
-            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fill_cache),
+            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fill_cache, Arc::clone(&counters)),
             Err(e) => DbIterator::failed(e.duplicate()),
         });
         Range::new(make, lower, upper)
@@ -446,7 +447,13 @@ fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
     Some(end)
 }
 
-fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fill_cache: bool) -> DbIterator {
+fn new_iterator(
+    sv: Arc<SuperVersion>,
+    seq: u64,
+    snapshot: Option<Snapshot>,
+    fill_cache: bool,
+    counters: Arc<ReadCounters>,
+) -> DbIterator {
     let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
     let mut tombstones = Vec::new();
     for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
@@ -461,7 +468,7 @@ fn new_iterator(sv: Arc<SuperVersion>, seq: u64, snapshot: Option<Snapshot>, fil
         return DbIterator::failed(e);
     }
     let fragments = crate::range_del::Fragments::new(&tombstones, seq);
-    DbIterator::new(MergingIterator::new(children), seq, fragments, sv, snapshot)
+    DbIterator::new(MergingIterator::new(children), seq, fragments, sv, snapshot, counters)
 }
 
 impl DbInner {

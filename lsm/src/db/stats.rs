@@ -47,6 +47,14 @@ pub struct Stats {
     pub bloom_checks: u64,
     /// Probes that avoided a table read.
     pub bloom_useful: u64,
+    /// Internal entries range reads examined (versions and tombstones stepped over included).
+    pub iter_entries: u64,
+    /// Of those, deletions: what tombstones cost readers.
+    pub iter_tombstones: u64,
+    /// Point tombstones in tables (from each table's properties).
+    pub table_tombstones: u64,
+    /// Tables marked for compaction because a window of their entries is mostly tombstones.
+    pub tables_marked_for_compaction: usize,
     /// Bytes in the active memtable.
     pub memtable_bytes: usize,
     /// Frozen memtables waiting for flush.
@@ -101,6 +109,11 @@ impl fmt::Display for Stats {
         writeln!(f, "Bloom: {} checks, {} useful", self.bloom_checks, self.bloom_useful)?;
         writeln!(
             f,
+            "Iterators: {} entries examined, {} of them deletions; tables: {} tombstones, {} marked for compaction",
+            self.iter_entries, self.iter_tombstones, self.table_tombstones, self.tables_marked_for_compaction
+        )?;
+        writeln!(
+            f,
             "Memtable: {:.2} MB active, {} immutable; open tables: {}; last sequence: {}",
             self.memtable_bytes as f64 / 1048576.0,
             self.immutable_memtables,
@@ -140,6 +153,10 @@ impl DbInner {
             block_cache_bytes: self.tables.block_cache().usage(),
             bloom_checks: r.bloom_checks.load(Ordering::Relaxed),
             bloom_useful: r.bloom_useful.load(Ordering::Relaxed),
+            iter_entries: r.iter_entries.load(Ordering::Relaxed),
+            iter_tombstones: r.iter_tombstones.load(Ordering::Relaxed),
+            table_tombstones: v.files().map(|(_, f)| f.num_deletions).sum(),
+            tables_marked_for_compaction: v.files().filter(|(_, f)| f.marked_for_compaction).count(),
             memtable_bytes: sv.mem.approximate_size(),
             immutable_memtables: sv.imm.len(),
             open_tables: self.tables.len(),

@@ -3,10 +3,18 @@
 //! The logic follows LevelDB's `DBIter`: moving forward, the inner cursor sits on the entry being
 //! returned; moving backward, it sits just before all entries of the returned key, whose value is
 //! kept in `saved_key` / `saved_value`.
+//!
+//! A cursor may carry bounds ([`DbIterator::set_bounds`], set by [`crate::Range`]): skipping
+//! deleted entries stops at them, so a range whose keys are all deleted costs the entries inside
+//! it, never a walk to the next live key of the whole database. Every internal entry examined
+//! is counted in the engine's read counters (`Stats::iter_entries`, `Stats::iter_tombstones`).
 
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{InternalIterator, MergingIterator};
+use crate::cache::ReadCounters;
 use crate::db::SuperVersion;
 use crate::key::{self, ValueKind};
 use crate::range_del::Fragments;
@@ -42,6 +50,12 @@ pub struct DbIterator {
     saved_key: Vec<u8>,
     saved_value: Vec<u8>,
     status: Option<Error>,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    /// Entries examined and tombstones among them, not yet added to `counters`.
+    entries_seen: u64,
+    deleted_seen: u64,
+    counters: Option<Arc<ReadCounters>>,
     // Keep the memtables and table files this cursor reads alive, and the snapshot registered.
     _sv: Option<Arc<SuperVersion>>,
     _snapshot: Option<Snapshot>,
@@ -60,6 +74,7 @@ impl DbIterator {
         tombstones: Fragments,
         sv: Arc<SuperVersion>,
         snapshot: Option<Snapshot>,
+        counters: Arc<ReadCounters>,
     ) -> Self {
         DbIterator {
             iter,
@@ -70,6 +85,11 @@ impl DbIterator {
             saved_key: Vec::new(),
             saved_value: Vec::new(),
             status: None,
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+            entries_seen: 0,
+            deleted_seen: 0,
+            counters: Some(counters),
             _sv: Some(sv),
             _snapshot: snapshot,
         }
@@ -86,8 +106,36 @@ impl DbIterator {
             saved_key: Vec::new(),
             saved_value: Vec::new(),
             status: Some(err),
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+            entries_seen: 0,
+            deleted_seen: 0,
+            counters: None,
             _sv: None,
             _snapshot: None,
+        }
+    }
+
+    /// Restricts the keys this cursor stops on to `lower..upper`: positioning and stepping
+    /// past either bound leaves the cursor invalid instead of searching on for a live key.
+    pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
+        self.lower = lower;
+        self.upper = upper;
+    }
+
+    fn below_upper(&self, k: &[u8]) -> bool {
+        match &self.upper {
+            Bound::Included(u) => k <= u.as_slice(),
+            Bound::Excluded(u) => k < u.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+
+    fn above_lower(&self, k: &[u8]) -> bool {
+        match &self.lower {
+            Bound::Included(l) => k >= l.as_slice(),
+            Bound::Excluded(l) => k > l.as_slice(),
+            Bound::Unbounded => true,
         }
     }
 
@@ -241,9 +289,14 @@ impl DbIterator {
         while self.iter.valid() {
             let p = key::parse(self.iter.key())
                 .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            if !self.below_upper(p.user_key) {
+                break;
+            }
+            self.entries_seen += 1;
             if p.seq <= self.seq {
                 match self.effective_kind(p.kind, p.user_key, p.seq) {
                     ValueKind::Delete => {
+                        self.deleted_seen += 1;
                         self.saved_key.clear();
                         self.saved_key.extend_from_slice(p.user_key);
                         skipping = true;
@@ -275,8 +328,13 @@ impl DbIterator {
                 if value_kind != ValueKind::Delete && p.user_key < self.saved_key.as_slice() {
                     break; // the entries of `saved_key` are done; its newest version is saved
                 }
+                if !self.above_lower(p.user_key) {
+                    break;
+                }
+                self.entries_seen += 1;
                 value_kind = self.effective_kind(p.kind, p.user_key, p.seq);
                 if value_kind == ValueKind::Delete {
+                    self.deleted_seen += 1;
                     self.saved_key.clear();
                     self.saved_value.clear();
                 } else {
@@ -297,5 +355,14 @@ impl DbIterator {
             self.valid = true;
         }
         Ok(())
+    }
+}
+
+impl Drop for DbIterator {
+    fn drop(&mut self) {
+        if let Some(c) = &self.counters {
+            c.iter_entries.fetch_add(self.entries_seen, Ordering::Relaxed);
+            c.iter_tombstones.fetch_add(self.deleted_seen, Ordering::Relaxed);
+        }
     }
 }

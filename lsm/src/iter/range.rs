@@ -67,6 +67,7 @@ impl Range {
             }
             None => {
                 let mut it = (self.make)();
+                it.set_bounds(self.lower.clone(), self.upper.clone());
                 match &self.lower {
                     Bound::Included(k) | Bound::Excluded(k) => it.seek(k)?,
                     Bound::Unbounded => it.seek_to_first()?,
@@ -98,6 +99,7 @@ impl Range {
             }
             None => {
                 let mut it = (self.make)();
+                it.set_bounds(self.lower.clone(), self.upper.clone());
                 match &self.upper {
                     Bound::Included(k) | Bound::Excluded(k) => it.seek_for_prev(k)?,
                     Bound::Unbounded => it.seek_to_last()?,

@@ -7,7 +7,9 @@
 //!       | 5 added:   level varint, number varint, size varint, smallest lp, largest lp,
 //!                    smallest_seq varint, largest_seq varint, entries varint,
 //!                    range_tombstones varint
+//!       | 6 added:   the fields of 5, then tombstones varint, marked_for_compaction varint (0/1)
 //! ```
+//! Edits are written with 6; 5 (older manifests) reads as no tombstones, not marked.
 //! (`lp` = varint length then bytes; every field starts with its tag as a varint.)
 
 use crate::coding::{put_length_prefixed, put_varint, Reader};
@@ -34,6 +36,28 @@ pub struct NewFile {
     pub num_entries: u64,
     /// Range tombstones in the table.
     pub num_range_dels: u64,
+    /// Point tombstones in the table.
+    pub num_deletions: u64,
+    /// A window of the table's entries is mostly tombstones: compact it when nothing is due.
+    pub marked_for_compaction: bool,
+}
+
+impl NewFile {
+    /// The record of table `number` (`size` bytes) with properties `props`.
+    pub fn from_properties(number: u64, size: u64, props: &crate::sstable::TableProperties) -> NewFile {
+        NewFile {
+            number,
+            size,
+            smallest: props.smallest_key.clone(),
+            largest: props.largest_key.clone(),
+            smallest_seq: props.smallest_seq,
+            largest_seq: props.largest_seq,
+            num_entries: props.num_entries,
+            num_range_dels: props.num_range_deletions,
+            num_deletions: props.num_deletions,
+            marked_for_compaction: props.dense_deletions,
+        }
+    }
 }
 
 /// A change to the set of live files and counters.
@@ -67,7 +91,7 @@ impl VersionEdit {
             put_varint(&mut b, number);
         }
         for (level, f) in &self.added {
-            put_varint(&mut b, 5);
+            put_varint(&mut b, 6);
             put_varint(&mut b, *level as u64);
             put_varint(&mut b, f.number);
             put_varint(&mut b, f.size);
@@ -77,6 +101,8 @@ impl VersionEdit {
             put_varint(&mut b, f.largest_seq);
             put_varint(&mut b, f.num_entries);
             put_varint(&mut b, f.num_range_dels);
+            put_varint(&mut b, f.num_deletions);
+            put_varint(&mut b, u64::from(f.marked_for_compaction));
         }
         b
     }
@@ -92,9 +118,9 @@ impl VersionEdit {
                 2 => e.next_file_number = Some(r.varint()?),
                 3 => e.last_sequence = Some(r.varint()?),
                 4 => e.deleted.push((level(&mut r)?, r.varint()?)),
-                5 => {
+                tag @ (5 | 6) => {
                     let lvl = level(&mut r)?;
-                    let f = NewFile {
+                    let mut f = NewFile {
                         number: r.varint()?,
                         size: r.varint()?,
                         smallest: r.length_prefixed()?.to_vec(),
@@ -103,7 +129,13 @@ impl VersionEdit {
                         largest_seq: r.varint()?,
                         num_entries: r.varint()?,
                         num_range_dels: r.varint()?,
+                        num_deletions: 0,
+                        marked_for_compaction: false,
                     };
+                    if tag == 6 {
+                        f.num_deletions = r.varint()?;
+                        f.marked_for_compaction = r.varint()? != 0;
+                    }
                     if f.smallest.len() < crate::key::TRAILER_LEN || f.largest.len() < crate::key::TRAILER_LEN {
                         return None;
                     }
@@ -139,6 +171,8 @@ mod tests {
                     largest_seq: 2,
                     num_entries: 2,
                     num_range_dels: 1,
+                    num_deletions: 1,
+                    marked_for_compaction: true,
                 },
             )],
         };

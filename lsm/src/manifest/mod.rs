@@ -298,6 +298,8 @@ mod tests {
             largest_seq: n,
             num_entries: 1,
             num_range_dels: 0,
+            num_deletions: 0,
+            marked_for_compaction: false,
         }
     }
 

@@ -31,6 +31,10 @@ pub struct FileMeta {
     pub num_entries: u64,
     /// Range tombstones.
     pub num_range_dels: u64,
+    /// Point tombstones.
+    pub num_deletions: u64,
+    /// A window of entries is mostly tombstones (see `sstable::DELETION_TRIGGER`).
+    pub marked_for_compaction: bool,
     path: PathBuf,
     tables: Option<Arc<TableCache>>,
     /// Set once no future version lists this table: the file is deleted when the last version
@@ -68,6 +72,8 @@ impl FileMeta {
             largest_seq: f.largest_seq,
             num_entries: f.num_entries,
             num_range_dels: f.num_range_dels,
+            num_deletions: f.num_deletions,
+            marked_for_compaction: f.marked_for_compaction,
             path: crate::filename::table_path(dir, f.number),
             tables,
             obsolete: AtomicBool::new(false),
@@ -90,6 +96,8 @@ impl FileMeta {
             largest_seq: self.largest_seq,
             num_entries: self.num_entries,
             num_range_dels: self.num_range_dels,
+            num_deletions: self.num_deletions,
+            marked_for_compaction: self.marked_for_compaction,
         }
     }
 

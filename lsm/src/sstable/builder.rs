@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::block::BlockBuilder;
 use super::bloom;
-use super::format::{block_trailer, compress_block, BlockHandle, Footer, TableProperties};
+use super::format::{self, block_trailer, compress_block, BlockHandle, Footer, TableProperties};
 use super::{META_FILTER, META_PROPERTIES, META_RANGE_DEL};
 use crate::key::{self, ValueKind};
 use crate::options::{Compression, Options};
@@ -63,6 +63,8 @@ pub struct TableBuilder<W: Write> {
     props: TableProperties,
     scratch: Vec<u8>,
     range_dels: Vec<RangeTombstone>,
+    /// One bit per recent entry, set for tombstones (see `DELETION_WINDOW`, which is 128).
+    deletion_window: u128,
 }
 
 impl<W: Write> TableBuilder<W> {
@@ -86,6 +88,7 @@ impl<W: Write> TableBuilder<W> {
             props,
             scratch: Vec::new(),
             range_dels: Vec::new(),
+            deletion_window: 0,
         })
     }
 
@@ -127,8 +130,14 @@ impl<W: Write> TableBuilder<W> {
             self.props.smallest_key = ikey.to_vec();
         }
         self.props.num_entries += 1;
-        if parsed.kind == ValueKind::Delete {
+        let deleted = parsed.kind == ValueKind::Delete;
+        if deleted {
             self.props.num_deletions += 1;
+        }
+        // The last DELETION_WINDOW entries, newest in bit 0, one bit per tombstone.
+        self.deletion_window = (self.deletion_window << 1) | u128::from(deleted);
+        if deleted && self.deletion_window.count_ones() >= format::DELETION_TRIGGER {
+            self.props.dense_deletions = true;
         }
         self.props.raw_key_size += ikey.len() as u64;
         self.props.raw_value_size += value.len() as u64;

@@ -256,7 +256,16 @@ pub struct TableProperties {
     pub compression: u8,
     /// Range tombstones (in the range-del block, not in data blocks).
     pub num_range_deletions: u64,
+    /// Some window of [`DELETION_WINDOW`] consecutive entries held at least
+    /// [`DELETION_TRIGGER`] tombstones: compacting the table soon saves readers that work.
+    pub dense_deletions: bool,
 }
+
+/// Entries in the sliding window a table builder watches for runs of tombstones.
+pub const DELETION_WINDOW: u32 = 128;
+/// Tombstones within one window that mark a table for compaction (RocksDB's
+/// `CompactOnDeletionCollector`, with its window and a half-full trigger).
+pub const DELETION_TRIGGER: u32 = 64;
 
 impl TableProperties {
     /// Encodes as tagged fields.
@@ -273,6 +282,7 @@ impl TableProperties {
             self.largest_seq,
             u64::from(self.compression),
             self.num_range_deletions,
+            u64::from(self.dense_deletions),
         ];
         for (tag, v) in nums.iter().enumerate() {
             put_varint(&mut b, tag as u64 + 1);
@@ -293,7 +303,7 @@ impl TableProperties {
             match r.varint()? {
                 20 => p.smallest_key = r.length_prefixed()?.to_vec(),
                 21 => p.largest_key = r.length_prefixed()?.to_vec(),
-                tag @ 1..=10 => {
+                tag @ 1..=11 => {
                     let v = r.varint()?;
                     match tag {
                         1 => p.num_entries = v,
@@ -305,7 +315,8 @@ impl TableProperties {
                         7 => p.smallest_seq = v,
                         8 => p.largest_seq = v,
                         9 => p.compression = u8::try_from(v).ok()?,
-                        _ => p.num_range_deletions = v,
+                        10 => p.num_range_deletions = v,
+                        _ => p.dense_deletions = v != 0,
                     }
                 }
                 _ => return None,
@@ -388,6 +399,7 @@ mod tests {
             largest_key: b"z".to_vec(),
             largest_seq: 99,
             compression: 2,
+            dense_deletions: true,
             ..Default::default()
         };
         assert_eq!(TableProperties::decode(&p.encode()), Some(p));

@@ -339,6 +339,10 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         fields.push(("lsm_stall_micros".into(), stats.stall_micros.to_string()));
         fields.push(("lsm_block_cache_hits".into(), stats.block_cache_hits.to_string()));
         fields.push(("lsm_block_cache_misses".into(), stats.block_cache_misses.to_string()));
+        fields.push(("lsm_iter_entries".into(), stats.iter_entries.to_string()));
+        fields.push(("lsm_iter_tombstones".into(), stats.iter_tombstones.to_string()));
+        fields.push(("lsm_table_tombstones".into(), stats.table_tombstones.to_string()));
+        fields.push(("lsm_tables_marked_for_compaction".into(), stats.tables_marked_for_compaction.to_string()));
         section("LSM", fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
     }
     Reply::Verbatim(Bytes::from(out))
