@@ -38,14 +38,22 @@ pub(super) fn fetch_or_create(
 }
 
 /// Adds the metadata of `meta` with `header` to `batch`, or its deletion when the collection is
-/// now empty (an empty collection does not exist).
+/// now empty (an empty collection does not exist). A set, hash or sorted set whose removals
+/// outnumber twice its members is rewritten under a fresh incarnation in the same batch.
 pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, header: Header) {
     if header.count == 0 {
         view.delete_meta(batch, key);
-    } else {
-        let updated = Meta { body: header.body(meta.kind == KeyType::List), ..meta.clone() };
-        view.put_meta(batch, key, &updated);
+        return;
     }
+    let updated = Meta { body: header.body_for(meta), ..meta.clone() };
+    if header.needs_rebuild() {
+        match view.rebuild_into(batch, key, &updated) {
+            Ok(fresh) => return view.put_meta(batch, key, &fresh),
+            // The rewrite only saves later reads work; the batch is right without it.
+            Err(e) => tracing::warn!(target: "shale::storage", error = %e, "could not rewrite a collection"),
+        }
+    }
+    view.put_meta(batch, key, &updated);
 }
 
 /// Commits `batch` and answers `ok`.
@@ -130,20 +138,6 @@ pub(super) fn scan_reply(next: u64, items: Vec<Reply>) -> Reply {
     Reply::Array(vec![Reply::bulk(Bytes::from(next.to_string())), Reply::Array(items)])
 }
 
-/// `n` distinct indexes below `len` (all of them if `n >= len`), in random order.
-pub(super) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
-    use rand::seq::index::sample;
-    let n = n.min(len);
-    sample(&mut rand::rng(), len, n).into_vec()
-}
-
-/// `n` indexes below `len`, repetitions allowed.
-pub(super) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    (0..n).map(|_| rng.random_range(0..len)).collect()
-}
-
 /// `key [count [WITH…]]` of HRANDFIELD / ZRANDMEMBER: `(count, with)`, checked as Redis does.
 pub(super) fn random_args(args: &[Bytes], with_word: &[u8]) -> Result<(Option<i64>, bool), Reply> {
     match args.len() {
@@ -162,31 +156,40 @@ pub(super) fn random_args(args: &[Bytes], with_word: &[u8]) -> Result<(Option<i6
     }
 }
 
-/// The reply of HRANDFIELD / ZRANDMEMBER over `all` (member, value) pairs: one member (or nil)
-/// without a count, distinct members for a positive count, repeats allowed for a negative one,
-/// with their values rendered by `value` when `with` is set.
-pub(super) fn random_reply<T>(
-    all: &[(Bytes, T)],
+/// The reply of HRANDFIELD / ZRANDMEMBER on the collection `meta` (None: no such key): one
+/// member (or nil) without a count, distinct members for a positive count, repeats allowed for
+/// a negative one, each followed by its value rendered by `value` when `with` is set.
+pub(super) fn random_reply(
+    view: &View,
+    meta: Option<&Meta>,
     count: Option<i64>,
     with: bool,
-    value: impl Fn(&T) -> Reply,
+    value: impl Fn(Bytes) -> Reply,
 ) -> Reply {
-    let Some(count) = count else {
-        return distinct_picks(all.len(), 1).first().map_or(Reply::Null, |&i| Reply::Bulk(all[i].0.clone()));
+    let Some(meta) = meta else {
+        return if count.is_some() { Reply::Array(Vec::new()) } else { Reply::Null };
     };
-    if all.is_empty() {
-        return Reply::Array(Vec::new());
-    }
-    let picks = if count >= 0 {
-        distinct_picks(all.len(), count as usize)
-    } else {
-        repeated_picks(all.len(), count.unsigned_abs() as usize)
+    let picks = match count {
+        None => return view.random_member(meta).map_or_else(engine_error, |m| m.map_or(Reply::Null, Reply::Bulk)),
+        Some(n) if n >= 0 => view.random_distinct(meta, n as usize),
+        Some(n) => view.random_with_repeats(meta, n.unsigned_abs() as usize),
     };
-    if with {
-        Reply::Pairs(picks.into_iter().map(|i| (Reply::Bulk(all[i].0.clone()), value(&all[i].1))).collect())
-    } else {
-        Reply::Array(picks.into_iter().map(|i| Reply::Bulk(all[i].0.clone())).collect())
+    let picks = match picks {
+        Ok(p) => p,
+        Err(e) => return engine_error(e),
+    };
+    if !with {
+        return Reply::Array(picks.into_iter().map(Reply::Bulk).collect());
     }
+    let mut pairs = Vec::with_capacity(picks.len());
+    for m in picks {
+        match view.element(meta.uid, &m) {
+            Ok(Some(v)) => pairs.push((Reply::Bulk(m), value(v))),
+            Ok(None) => return Reply::error("ERR internal error: a picked member has no element record"),
+            Err(e) => return engine_error(e),
+        }
+    }
+    Reply::Pairs(pairs)
 }
 
 /// HSCAN / SSCAN / ZSCAN: parses the options, walks the collection of `kind` at `args[1]`, and

@@ -49,7 +49,11 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
         if !exists && seen.insert(&pair[0]) {
             added += 1;
         }
-        view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+        if exists {
+            view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+        } else {
+            view.add_member(&mut b, meta.uid, &pair[0], &pair[1]);
+        }
     }
     header.count += added as u64;
     store(&view, &mut b, key, &meta, header);
@@ -126,12 +130,13 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut removed = std::collections::HashSet::new();
     for field in &args[2..] {
         match view.element(meta.uid, field) {
-            Ok(Some(_)) if removed.insert(field) => view.delete_element(&mut b, meta.uid, field),
+            Ok(Some(_)) if removed.insert(field) => view.remove_member(&mut b, meta.uid, field),
             Ok(_) => {}
             Err(e) => return engine_error(e),
         }
     }
     header.count -= removed.len() as u64;
+    header.removed += removed.len() as u64;
     if !removed.is_empty() {
         store(&view, &mut b, &args[1], &meta, header);
     }
@@ -217,8 +222,10 @@ fn update_field(
     };
     if current.is_none() {
         header.count += 1;
+        view.add_member(&mut b, meta.uid, field, &value);
+    } else {
+        view.put_element(&mut b, meta.uid, field, &value);
     }
-    view.put_element(&mut b, meta.uid, field, &value);
     store(&view, &mut b, key, &meta, header);
     commit(s, b, reply)
 }
@@ -258,8 +265,9 @@ fn hrandfield(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(a) => a,
         Err(e) => return e,
     };
-    match all_fields(s, &args[1]) {
-        Ok(all) => random_reply(&all, count, withvalues, |v| Reply::Bulk(v.clone())),
+    let view = s.state.storage.view(&s.exec, s.db);
+    match hash(&view, &args[1]) {
+        Ok(meta) => random_reply(&view, meta.as_ref(), count, withvalues, Reply::Bulk),
         Err(e) => e,
     }
 }

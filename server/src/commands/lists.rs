@@ -296,7 +296,7 @@ fn rewrite(view: &View, b: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, old: &
     for i in old.head..old.tail {
         view.delete_element(b, meta.uid, &index_key(i));
     }
-    let mut h = Header { count: items.len() as u64, head: old.head, tail: old.head + items.len() as u64 };
+    let mut h = Header { count: items.len() as u64, head: old.head, tail: old.head + items.len() as u64, removed: 0 };
     for (i, v) in items.iter().enumerate() {
         view.put_element(b, meta.uid, &index_key(old.head + i as u64), v);
     }
@@ -387,7 +387,7 @@ fn ltrim(s: &mut Session, args: &[Bytes]) -> Reply {
     for i in (h.head..new_head).chain(new_tail..h.tail) {
         view.delete_element(&mut b, meta.uid, &index_key(i));
     }
-    let nh = Header { count: new_tail - new_head, head: new_head, tail: new_tail };
+    let nh = Header { count: new_tail - new_head, head: new_head, tail: new_tail, removed: 0 };
     store(&view, &mut b, &args[1], &meta, nh);
     commit(s, b, Reply::ok())
 }

@@ -7,9 +7,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::collections::{
-    commit, distinct_picks, fetch, fetch_or_create, pop_count, repeated_picks, scan_command, store, NOT_INTEGER, SYNTAX,
-};
+use super::collections::{commit, fetch, fetch_or_create, pop_count, scan_command, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -69,7 +67,7 @@ fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
             },
         };
         if !exists {
-            view.put_element(&mut b, meta.uid, m, b"");
+            view.add_member(&mut b, meta.uid, m, b"");
             added.insert(m.clone());
         }
     }
@@ -90,12 +88,13 @@ fn remove_members(
     let mut removed = BTreeSet::new();
     for m in targets {
         if !removed.contains(m) && view.element(meta.uid, m).map_err(engine_error)?.is_some() {
-            view.delete_element(b, meta.uid, m);
+            view.remove_member(b, meta.uid, m);
             removed.insert(m.clone());
         }
     }
     if !removed.is_empty() {
         header.count -= removed.len() as u64;
+        header.removed += removed.len() as u64;
         store(view, b, key, meta, header);
     }
     Ok(removed.len())
@@ -186,7 +185,7 @@ fn smove(s: &mut Session, args: &[Bytes]) -> Reply {
     match is_member(&view, &Some(dst_meta.clone()), member) {
         Ok(true) => {}
         Ok(false) => {
-            view.put_element(&mut b, dst_meta.uid, member, b"");
+            view.add_member(&mut b, dst_meta.uid, member, b"");
             header.count += 1;
             store(&view, &mut b, dst, &dst_meta, header);
         }
@@ -207,15 +206,24 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return if count.is_some() { Reply::Set(Vec::new()) } else { Reply::Null },
         Err(e) => return e,
     };
-    let all: Vec<Bytes> = match members(&view, &args[1]) {
-        Ok(m) => m.into_iter().collect(),
-        Err(e) => return e,
+    let picked = match count {
+        None => view.random_member(&meta).map(|m| m.into_iter().collect()),
+        Some(n) => view.random_distinct(&meta, n),
     };
-    let picked: Vec<Bytes> =
-        distinct_picks(all.len(), count.unwrap_or(1)).into_iter().map(|i| all[i].clone()).collect();
+    let picked: Vec<Bytes> = match picked {
+        Ok(p) => p,
+        Err(e) => return engine_error(e),
+    };
+    // Picked members are members (and distinct): no need to look them up again.
     let mut b = lsm::WriteBatch::new();
-    if let Err(e) = remove_members(&view, &mut b, &args[1], &meta, &picked) {
-        return e;
+    let mut header = Header::of(&meta);
+    for m in &picked {
+        view.remove_member(&mut b, meta.uid, m);
+    }
+    header.count -= picked.len() as u64;
+    header.removed += picked.len() as u64;
+    if !picked.is_empty() {
+        store(&view, &mut b, &args[1], &meta, header);
     }
     let reply = match count {
         Some(_) => set_reply(picked),
@@ -234,23 +242,20 @@ fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         },
         _ => return Reply::error(SYNTAX),
     };
-    let all: Vec<Bytes> = match members(&s.state.storage.view(&s.exec, s.db), &args[1]) {
-        Ok(m) => m.into_iter().collect(),
+    let view = s.state.storage.view(&s.exec, s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(m) => m,
         Err(e) => return e,
     };
-    match count {
-        None => distinct_picks(all.len(), 1).first().map_or(Reply::Null, |&i| Reply::Bulk(all[i].clone())),
-        Some(_) if all.is_empty() => Reply::Array(Vec::new()),
-        Some(n) if n >= 0 => Reply::Array(
-            distinct_picks(all.len(), n as usize).into_iter().map(|i| Reply::Bulk(all[i].clone())).collect(),
-        ),
-        Some(n) => Reply::Array(
-            repeated_picks(all.len(), n.unsigned_abs() as usize)
-                .into_iter()
-                .map(|i| Reply::Bulk(all[i].clone()))
-                .collect(),
-        ),
-    }
+    let bulk = |members: Vec<Bytes>| Reply::Array(members.into_iter().map(Reply::Bulk).collect());
+    let picked = match (count, &meta) {
+        (None, None) => return Reply::Null,
+        (Some(_), None) => return Reply::Array(Vec::new()),
+        (None, Some(m)) => view.random_member(m).map(|p| p.map_or(Reply::Null, Reply::Bulk)),
+        (Some(n), Some(m)) if n >= 0 => view.random_distinct(m, n as usize).map(bulk),
+        (Some(n), Some(m)) => view.random_with_repeats(m, n.unsigned_abs() as usize).map(bulk),
+    };
+    picked.unwrap_or_else(engine_error)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -299,7 +304,7 @@ pub(super) fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>) -> 
     } else {
         let meta = view.create(&mut b, dest, KeyType::Set);
         for m in members {
-            view.put_element(&mut b, meta.uid, m, b"");
+            view.add_member(&mut b, meta.uid, m, b"");
         }
         store(&view, &mut b, dest, &meta, Header { count: members.len() as u64, ..Header::default() });
     }

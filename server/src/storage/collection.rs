@@ -5,17 +5,24 @@
 //! ```text
 //! element      'E' | db u16 BE | uid u64 BE | field           ->  value
 //! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)
+//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  (empty)   (see picks.rs)
 //! owner        'U' | uid u64 BE                               ->  db u16 BE | user key
 //! ```
-//! A collection's metadata body starts with its element count (u64 LE); lists add the index of
-//! their first element and the index after their last (u64 LE each). Deleting or overwriting a
-//! collection writes only its metadata: the elements of the old incarnation are unreachable
-//! (reads go through the current uid) and [`super::ShaleFilter`] drops them during compaction.
+//! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
+//! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
+//! sets add how many members were removed since the incarnation was written (u64 LE); sorted
+//! sets then keep the bounds of their live score index ([`ScoreBounds`]). Deleting or
+//! overwriting a collection writes only its metadata: the elements of the old incarnation are
+//! unreachable (reads go through the current uid) and [`super::ShaleFilter`] drops them during
+//! compaction. A collection whose removals outnumber twice its members is rewritten under a new
+//! uid in the same batch ([`View::rebuild_into`]), so the records its reads step over stay
+//! within a small multiple of its live members.
 
 use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::picks::pick_key;
 use super::{decode, expiry_key, meta_key, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
@@ -72,30 +79,128 @@ pub struct Header {
     pub head: u64,
     /// Lists: index after the last element.
     pub tail: u64,
+    /// Sets, hashes, sorted sets: members removed since this incarnation was written.
+    pub removed: u64,
 }
 
 /// Where a new list's indexes start: the middle of the u64 range, so both ends have room.
 pub const LIST_START: u64 = 1 << 63;
 
+/// A collection is rewritten under a fresh incarnation once `removed` passes twice its count
+/// plus this (so small collections are not rewritten for every few removals).
+const REBUILD_SLACK: u64 = 128;
+
+fn word(body: &[u8], i: usize) -> u64 {
+    body.get(i * 8..i * 8 + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+}
+
 impl Header {
     /// Reads the header of a collection's metadata body.
     pub fn of(meta: &Meta) -> Header {
-        let word = |i: usize| {
-            meta.body.get(i * 8..i * 8 + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-        };
-        Header { count: word(0), head: word(1), tail: word(2) }
+        let b = &meta.body;
+        if meta.kind == KeyType::List {
+            Header { count: word(b, 0), head: word(b, 1), tail: word(b, 2), removed: 0 }
+        } else {
+            Header { count: word(b, 0), removed: word(b, 1), ..Header::default() }
+        }
     }
 
-    /// The metadata body holding this header (`list` adds head and tail).
-    pub fn body(&self, list: bool) -> Bytes {
+    /// The metadata body holding this header for a collection of `kind` (a sorted set's score
+    /// bounds are added by [`Header::body_for`]).
+    pub fn body(&self, kind: KeyType) -> Bytes {
         let mut b = BytesMut::with_capacity(24);
         b.put_u64_le(self.count);
-        if list {
+        if kind == KeyType::List {
             b.put_u64_le(self.head);
             b.put_u64_le(self.tail);
+        } else {
+            b.put_u64_le(self.removed);
         }
         b.freeze()
     }
+
+    /// The body of `meta` with this header, keeping a sorted set's score bounds.
+    pub fn body_for(&self, meta: &Meta) -> Bytes {
+        let head = self.body(meta.kind);
+        if meta.kind != KeyType::ZSet || meta.body.len() <= head.len() {
+            return head;
+        }
+        let mut b = BytesMut::from(&head[..]);
+        b.put_slice(&meta.body[head.len()..]);
+        b.freeze()
+    }
+
+    /// Whether the collection should be rewritten under a fresh incarnation.
+    pub fn needs_rebuild(&self) -> bool {
+        self.count > 0 && self.removed > self.count.saturating_mul(2).saturating_add(REBUILD_SLACK)
+    }
+}
+
+/// A sorted set's live score index lies within `[low, high)` (keys after the score-index
+/// prefix: score (8) | member; empty = unbounded). Pops move the bounds inwards, so the next
+/// pop seeks past what earlier pops deleted instead of stepping over their tombstones; adds
+/// outside the bounds widen them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScoreBounds {
+    /// No live entry sorts below this.
+    pub low: Vec<u8>,
+    /// No live entry sorts at or above this.
+    pub high: Vec<u8>,
+}
+
+impl ScoreBounds {
+    /// The bounds kept in a sorted set's metadata body (after its two header words).
+    pub fn of(meta: &Meta) -> ScoreBounds {
+        let Some(rest) = meta.body.get(16..) else { return ScoreBounds::default() };
+        let Some(len) = rest.get(..4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize) else {
+            return ScoreBounds::default();
+        };
+        match (rest.get(4..4 + len), rest.get(4 + len..)) {
+            (Some(low), Some(high)) => ScoreBounds { low: low.to_vec(), high: high.to_vec() },
+            _ => ScoreBounds::default(),
+        }
+    }
+
+    /// `meta`'s body with `header` and these bounds.
+    pub fn body(&self, header: &Header) -> Bytes {
+        let mut b = BytesMut::from(&header.body(KeyType::ZSet)[..]);
+        if !self.low.is_empty() || !self.high.is_empty() {
+            b.put_u32_le(self.low.len() as u32);
+            b.put_slice(&self.low);
+            b.put_slice(&self.high);
+        }
+        b.freeze()
+    }
+
+    /// Widens the bounds to include the entry of `member` at `score`.
+    pub fn include(&mut self, score: f64, member: &[u8]) {
+        let k = score_suffix(score, member);
+        if !self.low.is_empty() && k < self.low {
+            self.low = k.clone();
+        }
+        if !self.high.is_empty() && k >= self.high {
+            self.high = k;
+            self.high.push(0);
+        }
+    }
+
+    /// Everything up to and including `member` at `score` was popped from the low end.
+    pub fn popped_low(&mut self, score: f64, member: &[u8]) {
+        self.low = score_suffix(score, member);
+        self.low.push(0);
+    }
+
+    /// Everything from `member` at `score` up was popped from the high end.
+    pub fn popped_high(&mut self, score: f64, member: &[u8]) {
+        self.high = score_suffix(score, member);
+    }
+}
+
+fn score_suffix(score: f64, member: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + member.len());
+    k.extend_from_slice(&encode_score(score));
+    k.extend_from_slice(member);
+    k
 }
 
 /// One database as a command sees it: the logical-to-physical mapping is resolved once, so a
@@ -144,9 +249,8 @@ impl<'a> View<'a> {
     pub fn create(&self, batch: &mut lsm::WriteBatch, key: &[u8], kind: KeyType) -> Meta {
         let uid = self.storage.new_uid();
         self.claim(batch, uid, key);
-        let list = kind == KeyType::List;
-        let header = Header { count: 0, head: LIST_START, tail: LIST_START };
-        Meta { kind, expire_at_ms: 0, uid, body: header.body(list) }
+        let header = Header { count: 0, head: LIST_START, tail: LIST_START, removed: 0 };
+        Meta { kind, expire_at_ms: 0, uid, body: header.body(kind) }
     }
 
     /// Records that incarnation `uid` belongs to `key` here (RENAME moves a collection).
@@ -195,6 +299,28 @@ impl<'a> View<'a> {
             .map(move |kv| kv.map(|(k, v)| (k.slice(skip..), v)))
     }
 
+    /// Adds a new member of a set, hash or sorted set: its element record and its pick record.
+    pub fn add_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8], value: &[u8]) {
+        batch.put(element_key(self.pdb, uid, member), value);
+        batch.put(pick_key(self.pdb, uid, self.storage.pick_seed, member), b"");
+    }
+
+    /// Adds removing a member of a set, hash or sorted set (element and pick records).
+    pub fn remove_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8]) {
+        batch.delete(element_key(self.pdb, uid, member));
+        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed, member));
+    }
+
+    /// A cursor for many short reads (see [`ExecContext::cursor`]).
+    pub(super) fn cursor(&self) -> Option<lsm::DbIterator> {
+        self.cx.cursor(&self.storage.engine)
+    }
+
+    /// Records in `[start, end)` as this command sees them.
+    pub(super) fn raw_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
+        self.cx.range(&self.storage.engine, start, end)
+    }
+
     /// Adds a score-index record for `member` at `score` to `batch`.
     pub fn put_score(&self, batch: &mut lsm::WriteBatch, uid: u64, score: f64, member: &[u8]) {
         batch.put(self.score_key(uid, score, member), b"");
@@ -212,23 +338,73 @@ impl<'a> View<'a> {
         k
     }
 
-    /// The score index of `uid` in (score, member) order, as a double-ended iterator of
-    /// `(score, member)` starting at score `min` (inclusive) when given.
-    pub fn scores(&self, uid: u64, min: Option<f64>) -> ScoreIter {
-        let prefix = score_prefix(self.pdb, uid);
-        let end = prefix_end(&prefix);
-        let start = match min {
-            Some(m) => {
-                let mut k = prefix.clone();
-                k.extend_from_slice(&encode_score(m));
-                k
-            }
-            None => prefix.clone(),
+    /// The score index of sorted set `meta` in (score, member) order, as a double-ended
+    /// iterator of `(score, member)` starting at score `min` (inclusive) when given. Reads
+    /// start and end at the set's [`ScoreBounds`], past what pops deleted.
+    pub fn scores(&self, meta: &Meta, min: Option<f64>) -> ScoreIter {
+        let prefix = score_prefix(self.pdb, meta.uid);
+        let bounds = ScoreBounds::of(meta);
+        let with_prefix = |suffix: &[u8]| {
+            let mut k = prefix.clone();
+            k.extend_from_slice(suffix);
+            k
         };
+        let mut start = with_prefix(&bounds.low);
+        if let Some(m) = min {
+            start = start.max(with_prefix(&encode_score(m)));
+        }
+        let end = if bounds.high.is_empty() { prefix_end(&prefix) } else { with_prefix(&bounds.high) };
         ScoreIter {
             range: self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)),
             skip: prefix.len(),
         }
+    }
+
+    /// Adds to `batch` a copy of the collection `meta` at `key` under a fresh incarnation id
+    /// (element, score-index and pick records, as they will be once `batch` is applied) and
+    /// returns the new metadata, with no removals counted and unbounded scores. Called when
+    /// [`Header::needs_rebuild`]: the old incarnation's records, tombstones included, are never
+    /// read again and compaction drops them as orphans.
+    pub fn rebuild_into(&self, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta) -> lsm::Result<Meta> {
+        use lsm::key::ValueKind;
+        let old_prefix = element_key(self.pdb, meta.uid, b"");
+        // What this batch already does to the old incarnation's elements.
+        let mut pending: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = std::collections::BTreeMap::new();
+        for entry in batch.iter() {
+            let entry = entry?;
+            if let Some(field) = entry.key.strip_prefix(&old_prefix[..]) {
+                match entry.kind {
+                    ValueKind::Put => pending.insert(field.to_vec(), Some(entry.value.to_vec())),
+                    ValueKind::Delete => pending.insert(field.to_vec(), None),
+                    ValueKind::RangeDelete => continue,
+                };
+            }
+        }
+        let uid = self.storage.new_uid();
+        self.claim(batch, uid, key);
+        let mut count = 0;
+        let mut add = |batch: &mut lsm::WriteBatch, field: &[u8], value: &[u8]| {
+            self.add_member(batch, uid, field, value);
+            if meta.kind == KeyType::ZSet {
+                self.put_score(batch, uid, decode_score(value), field);
+            }
+            count += 1;
+        };
+        let mut copied = Vec::new();
+        for kv in self.elements(meta.uid, Bound::Unbounded) {
+            let (field, value) = kv?;
+            match pending.remove(&field[..]) {
+                Some(Some(v)) => copied.push((field.to_vec(), v)),
+                Some(None) => {}
+                None => copied.push((field.to_vec(), value.to_vec())),
+            }
+        }
+        copied.extend(pending.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))));
+        for (field, value) in &copied {
+            add(batch, field, value);
+        }
+        let header = Header { count, ..Header::default() };
+        Ok(Meta { uid, body: header.body(meta.kind), ..meta.clone() })
     }
 }
 
@@ -329,10 +505,38 @@ mod tests {
 
     #[test]
     fn headers_round_trip() {
-        let h = Header { count: 3, head: LIST_START - 1, tail: LIST_START + 2 };
-        let meta = Meta { kind: KeyType::List, expire_at_ms: 0, uid: 7, body: h.body(true) };
+        let h = Header { count: 3, head: LIST_START - 1, tail: LIST_START + 2, removed: 0 };
+        let meta = Meta { kind: KeyType::List, expire_at_ms: 0, uid: 7, body: h.body(KeyType::List) };
         assert_eq!(Header::of(&meta), h);
-        let set = Meta { kind: KeyType::Set, expire_at_ms: 0, uid: 7, body: h.body(false) };
-        assert_eq!(Header::of(&set).count, 3);
+        let s = Header { count: 3, removed: 9, ..Header::default() };
+        let set = Meta { kind: KeyType::Set, expire_at_ms: 0, uid: 7, body: s.body(KeyType::Set) };
+        assert_eq!(Header::of(&set), s);
+        assert!(!s.needs_rebuild());
+        assert!(Header { count: 3, removed: 200, ..Header::default() }.needs_rebuild());
+        assert!(!Header { count: 0, removed: 200, ..Header::default() }.needs_rebuild());
+    }
+
+    #[test]
+    fn score_bounds_round_trip_and_move() {
+        let zset = |body| Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 1, body };
+        let h = Header { count: 5, removed: 2, ..Header::default() };
+        assert_eq!(ScoreBounds::of(&zset(h.body(KeyType::ZSet))), ScoreBounds::default());
+        let mut b = ScoreBounds::default();
+        b.include(1.0, b"a");
+        assert_eq!(b, ScoreBounds::default(), "unbounded stays unbounded");
+        b.popped_low(2.0, b"m");
+        b.popped_high(9.0, b"z");
+        let meta = zset(b.body(&h));
+        assert_eq!((ScoreBounds::of(&meta), Header::of(&meta)), (b.clone(), h));
+        // The header can change without losing the bounds.
+        let h2 = Header { count: 4, ..h };
+        assert_eq!(ScoreBounds::of(&zset(h2.body_for(&meta))), b);
+        let (low, high) = (b.low.clone(), b.high.clone());
+        b.include(5.0, b"x");
+        assert_eq!((&b.low, &b.high), (&low, &high), "inside the bounds: unchanged");
+        b.include(1.0, b"a");
+        b.include(10.0, b"a");
+        assert!(b.low < low && b.high > high);
+        assert!(score_suffix(10.0, b"a") < b.high);
     }
 }

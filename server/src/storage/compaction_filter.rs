@@ -45,7 +45,7 @@ impl ShaleFilter {
 impl lsm::CompactionFilter for ShaleFilter {
     fn filter(&self, _level: usize, key: &[u8], value: &[u8]) -> lsm::Decision {
         let keep = match key.first() {
-            Some(b'E' | b'Z') if key.len() >= 11 => {
+            Some(b'E' | b'R' | b'Z') if key.len() >= 11 => {
                 let pdb = u16::from_be_bytes([key[1], key[2]]);
                 let uid = u64::from_be_bytes(key[3..11].try_into().unwrap_or_default());
                 self.live(pdb, uid)
@@ -97,13 +97,14 @@ mod tests {
         }
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         let entries = |s: &Storage| s.engine().live_files().iter().map(|f| f.entries).sum::<u64>();
-        assert_eq!(entries(&s), 100 + 50, "compaction keeps expired metadata and their index entries");
+        // + 1: the layout record.
+        assert_eq!(entries(&s), 100 + 50 + 1, "compaction keeps expired metadata and their index entries");
         assert_eq!(s.dbsize(0), 100, "as in Redis: expired until reclaimed");
         assert_eq!(s.get(&cx, 0, b"k0").unwrap(), None, "but never readable");
         assert_eq!(s.expire_cycle(now_ms(), 1000).unwrap(), (50, false));
         assert_eq!(s.dbsize(0), 50);
         s.engine().compact_range::<&[u8], _>(..).unwrap();
-        assert_eq!(entries(&s), 50, "the cycle's deletes reclaim the keys and their index entries");
+        assert_eq!(entries(&s), 50 + 1, "the cycle's deletes reclaim the keys and their index entries");
     }
 
     #[test]
@@ -116,9 +117,9 @@ mod tests {
             let mut b = lsm::WriteBatch::new();
             let mut meta = v.create(&mut b, key, KeyType::Hash);
             for i in 0..n {
-                v.put_element(&mut b, meta.uid, format!("f{i}").as_bytes(), b"x");
+                v.add_member(&mut b, meta.uid, format!("f{i}").as_bytes(), b"x");
             }
-            meta.body = crate::storage::Header { count: u64::from(n), ..Default::default() }.body(false);
+            meta.body = crate::storage::Header { count: u64::from(n), ..Default::default() }.body(KeyType::Hash);
             v.put_meta(&mut b, key, &meta);
             s.write(&cx, b).unwrap();
             meta
@@ -136,8 +137,9 @@ mod tests {
         s.set_string(&cx, 0, b"overwritten", Bytes::from_static(b"now a string"), 0).unwrap();
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
-        // kept: meta + owner + 100; renamed: meta + owner + 10; overwritten: its string meta.
-        assert_eq!(entries, 102 + 12 + 1);
+        // kept: meta + owner + 100 elements + 100 pick records; renamed: meta + owner + 10 + 10;
+        // overwritten: its string meta; and the layout record.
+        assert_eq!(entries, 202 + 22 + 1 + 1);
         assert_eq!(v.elements(kept.uid, std::ops::Bound::Unbounded).count(), 100);
         assert_eq!(v.elements(renamed.uid, std::ops::Bound::Unbounded).count(), 10);
     }

@@ -159,6 +159,18 @@ impl ExecContext {
         txn.range_dels.iter().any(|(a, b)| key >= &a[..] && key < &b[..]).then_some(None)
     }
 
+    /// A cursor over the engine as this command sees it, for many short seeks; `None` inside a
+    /// transaction (whose buffered writes only [`ExecContext::range`] merges in).
+    pub(super) fn cursor(&self, engine: &lsm::Db) -> Option<lsm::DbIterator> {
+        if self.txn.borrow().is_some() {
+            return None;
+        }
+        Some(match self.snapshot.borrow().as_ref() {
+            Some(opts) => engine.iter(opts),
+            None => engine.iter(&lsm::ReadOptions::default()),
+        })
+    }
+
     /// `engine.range(start..end)` as this command sees it.
     pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
         let inner = match self.snapshot.borrow().as_ref() {

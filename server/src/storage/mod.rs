@@ -4,6 +4,7 @@
 //! metadata      'M' | db u16 BE | user key                 ->  type u8 | expire_at_ms u64 LE | uid u64 LE | body
 //! expiry index  'X' | expire_at_ms u64 BE | db u16 BE | key ->  (empty)
 //! db map        "S:dbmap"                                  ->  (logical u16 BE, physical u16 BE)*
+//! layout        "S:layout"                                 ->  version u8 (2) | pick seed u64 LE
 //! ```
 //! A string's value is the body. Collections keep elements under `'E' | db | uid | field`, so
 //! deleting or overwriting one is a single metadata write. An expired key is never returned:
@@ -24,13 +25,14 @@ mod context;
 mod counts;
 mod key_locks;
 mod meta;
+mod picks;
 mod watch;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreIter, View, LIST_START};
+pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
 pub use context::{ExecContext, RawRange};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
@@ -44,6 +46,10 @@ pub fn now_ms() -> u64 {
 }
 
 const DB_MAP_KEY: &[u8] = b"S:dbmap";
+/// The record naming the key layout of this data and the secret seed of the pick index.
+const LAYOUT_KEY: &[u8] = b"S:layout";
+/// Version 2 added the pick index (`R` records) and removal counts in collection headers.
+const LAYOUT_VERSION: u8 = 2;
 const DATABASES: usize = 1 << 16;
 
 /// The metadata record key of `key` in physical database `pdb`.
@@ -99,6 +105,8 @@ pub struct Storage {
     /// into a batch together with at least one record, so ids handed out before a restart are
     /// all below it.
     next_uid: AtomicU64,
+    /// Secret seed of the pick index's member hash (see `picks.rs`).
+    pick_seed: u64,
 }
 
 /// One page of a SCAN-style walk of a database.
@@ -142,8 +150,18 @@ impl Storage {
                 counts
             }
         };
+        let pick_seed = layout(&engine)?;
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
-        Ok(Storage { engine, locks: KeyLocks::new(1024), map, inverse, watches: Watches::default(), counts, next_uid })
+        Ok(Storage {
+            engine,
+            locks: KeyLocks::new(1024),
+            map,
+            inverse,
+            watches: Watches::default(),
+            counts,
+            next_uid,
+            pick_seed,
+        })
     }
 
     /// Stores what a clean restart reuses (the keyspace counts). Call once, after the last
@@ -329,7 +347,7 @@ impl Storage {
         new_uid: u64,
     ) -> lsm::Result<()> {
         let (src, dst) = (self.phys(from), self.phys(to));
-        for tag in [b'E', b'Z'] {
+        for tag in [b'E', b'Z', b'R'] {
             let prefix = element_prefix(tag, src, uid);
             let end = collection::prefix_end(&prefix);
             for kv in cx.range(&self.engine, std::ops::Bound::Included(prefix.clone()), std::ops::Bound::Excluded(end))
@@ -421,7 +439,7 @@ impl Storage {
         let pdb = self.phys(db);
         let mut b = lsm::WriteBatch::new();
         b.delete_range(meta_key(pdb, b""), meta_end(pdb));
-        for tag in [b'E', b'Z'] {
+        for tag in [b'E', b'R', b'Z'] {
             let end = match pdb.checked_add(1) {
                 Some(next) => vec![tag, (next >> 8) as u8, next as u8],
                 None => vec![tag + 1],
@@ -435,7 +453,11 @@ impl Storage {
     pub fn flushall(&self, cx: &ExecContext) -> lsm::Result<()> {
         let _all = self.lock_all(cx);
         let mut b = lsm::WriteBatch::new();
-        b.delete_range(b"E", b"F").delete_range(b"M", b"N").delete_range(b"X", b"Y").delete_range(b"Z", b"[");
+        b.delete_range(b"E", b"F")
+            .delete_range(b"M", b"N")
+            .delete_range(b"R", b"S")
+            .delete_range(b"X", b"Y")
+            .delete_range(b"Z", b"[");
         self.write(cx, b)
     }
 
@@ -511,6 +533,33 @@ impl Storage {
         }
         Ok(expired)
     }
+}
+
+/// Checks the layout record (writing it into an empty keyspace) and returns the pick seed.
+/// Data written by an older layout is refused with a clear error instead of being misread.
+fn layout(engine: &lsm::Db) -> lsm::Result<u64> {
+    if let Some(raw) = engine.get(LAYOUT_KEY)? {
+        return match (raw.first(), raw.get(1..9)) {
+            (Some(&LAYOUT_VERSION), Some(seed)) => Ok(u64::from_le_bytes(seed.try_into().unwrap_or_default())),
+            _ => Err(lsm::Error::InvalidArgument(format!(
+                "this data uses key layout {}; this shale-server reads layout {LAYOUT_VERSION}",
+                raw.first().map_or_else(|| "(unreadable)".to_string(), u8::to_string)
+            ))),
+        };
+    }
+    if engine.range(b"M".to_vec()..b"N".to_vec()).next().is_some() {
+        return Err(lsm::Error::InvalidArgument(format!(
+            "this data was written by an older shale-server (key layout 1, without the pick index); \
+             this one reads layout {LAYOUT_VERSION}: export the data with the old server and load it here"
+        )));
+    }
+    let seed: u64 = rand::random();
+    let mut record = vec![LAYOUT_VERSION];
+    record.extend_from_slice(&seed.to_le_bytes());
+    let mut b = lsm::WriteBatch::new();
+    b.put(LAYOUT_KEY, record);
+    engine.write(b, &lsm::WriteOptions::synced())?;
+    Ok(seed)
 }
 
 /// The physical databases (first, last) whose metadata a range delete `[start, end)` wipes;

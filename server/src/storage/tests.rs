@@ -80,3 +80,34 @@ mod cycle {
         assert_eq!((s.dbsize(0), s.dbsize(2)), (0, 1));
     }
 }
+
+mod layout {
+    use super::super::*;
+
+    #[test]
+    fn data_of_another_layout_is_refused_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // Keys written by a server that had no layout record (and so no pick index).
+            let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+            db.put(meta_key(0, b"k"), Meta::string(Bytes::from_static(b"v"), 0).encode()).unwrap();
+            let err = Storage::new(db).unwrap_err().to_string();
+            assert!(err.contains("older shale-server"), "{err}");
+        }
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        db.put(LAYOUT_KEY, [9u8, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let err = Storage::new(db).unwrap_err().to_string();
+        assert!(err.contains("key layout 9;"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_keyspace_gets_a_layout_and_keeps_its_seed() {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = {
+            let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+            s.pick_seed
+        };
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        assert_eq!(s.pick_seed, seed, "pick records stay findable after a restart");
+    }
+}

@@ -6,14 +6,12 @@
 mod algebra;
 mod range;
 
-use std::ops::Bound;
-
 use bytes::Bytes;
 
 use super::collections::{commit, fetch, pop_count, store, SYNTAX};
 use super::{engine_error, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
-use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, View};
+use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, ScoreBounds, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("zadd", -4, &["write", "denyoom", "fast"], ONE_KEY, zadd),
@@ -64,12 +62,14 @@ fn zset(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
     fetch(view, key, KeyType::ZSet)
 }
 
-/// A sorted set being changed by one command: its metadata, header and pending batch.
+/// A sorted set being changed by one command: its metadata, header, score bounds and pending
+/// batch.
 pub(super) struct ZWrite<'a> {
     pub view: View<'a>,
     pub key: &'a [u8],
     pub meta: Meta,
     pub header: Header,
+    pub bounds: ScoreBounds,
     pub batch: lsm::WriteBatch,
 }
 
@@ -81,8 +81,8 @@ impl<'a> ZWrite<'a> {
             Some(m) => m,
             None => view.create(&mut batch, key, KeyType::ZSet),
         };
-        let header = Header::of(&meta);
-        Ok(ZWrite { view, key, meta, header, batch })
+        let (header, bounds) = (Header::of(&meta), ScoreBounds::of(&meta));
+        Ok(ZWrite { view, key, meta, header, bounds, batch })
     }
 
     /// The current score of `member`.
@@ -97,24 +97,33 @@ impl<'a> ZWrite<'a> {
     pub fn set(&mut self, member: &[u8], score: f64, old: Option<f64>) {
         if let Some(o) = old {
             self.view.delete_score(&mut self.batch, self.meta.uid, o, member);
+            self.view.put_element(&mut self.batch, self.meta.uid, member, &encode_score(score));
         } else {
             self.header.count += 1;
+            self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
         }
-        self.view.put_element(&mut self.batch, self.meta.uid, member, &encode_score(score));
         self.view.put_score(&mut self.batch, self.meta.uid, score, member);
+        self.bounds.include(score, member);
     }
 
     /// Removes `member`, whose score is `score`.
     pub fn remove(&mut self, member: &[u8], score: f64) {
-        self.view.delete_element(&mut self.batch, self.meta.uid, member);
+        self.view.remove_member(&mut self.batch, self.meta.uid, member);
         self.view.delete_score(&mut self.batch, self.meta.uid, score, member);
         self.header.count -= 1;
+        self.header.removed += 1;
+    }
+
+    /// Adds the metadata (or the key's deletion if it became empty) to the batch.
+    fn store(&mut self) {
+        let meta = Meta { body: self.bounds.body(&self.header), ..self.meta.clone() };
+        store(&self.view, &mut self.batch, self.key, &meta, self.header);
     }
 
     /// Commits the changes (deleting the key if it became empty) and answers `reply`.
     pub fn commit(mut self, s: &Session, changed: bool, reply: Reply) -> Reply {
         if changed {
-            store(&self.view, &mut self.batch, self.key, &self.meta, self.header);
+            self.store();
             commit(s, self.batch, reply)
         } else {
             reply
@@ -305,7 +314,7 @@ fn zmscore(s: &mut Session, args: &[Bytes]) -> Reply {
 /// The 0-based rank of `member` (whose score is `score`) counting from the lowest score.
 fn rank_of(view: &View, meta: &Meta, score: f64, member: &[u8]) -> Result<u64, Reply> {
     let mut rank = 0;
-    for item in view.scores(meta.uid, None) {
+    for item in view.scores(meta, None) {
         let (sc, m) = item.map_err(engine_error)?;
         if sc == score && m == member {
             return Ok(rank);
@@ -373,7 +382,7 @@ fn pop_in(
     let mut w = ZWrite::open(view, key)?;
     let mut popped = Vec::new();
     {
-        let iter = view.scores(w.meta.uid, None);
+        let iter = view.scores(&w.meta, None);
         let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
             if max { Box::new(iter.rev()) } else { Box::new(iter) };
         for item in iter.take(count) {
@@ -384,8 +393,14 @@ fn pop_in(
     for (m, sc) in &popped {
         w.remove(m, *sc);
     }
-    if !popped.is_empty() {
-        store(&w.view, &mut w.batch, w.key, &w.meta, w.header);
+    // The next pop seeks past these members' tombstones.
+    if let Some((m, sc)) = popped.last() {
+        if max {
+            w.bounds.popped_high(*sc, m);
+        } else {
+            w.bounds.popped_low(*sc, m);
+        }
+        w.store();
         state.storage.write(cx, w.batch).map_err(engine_error)?;
     }
     Ok(popped)
@@ -450,17 +465,12 @@ fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         Err(e) => return e,
     };
     let view = s.state.storage.view(&s.exec, s.db);
-    let all: Vec<(Bytes, f64)> = match zset(&view, &args[1]) {
-        Ok(Some(m)) => {
-            match view.elements(m.uid, Bound::Unbounded).map(|kv| kv.map(|(k, v)| (k, decode_score(&v)))).collect() {
-                Ok(a) => a,
-                Err(e) => return engine_error(e),
-            }
-        }
-        Ok(None) => Vec::new(),
-        Err(e) => return e,
-    };
-    super::collections::random_reply(&all, count, withscores, |&sc| Reply::Double(sc))
+    match zset(&view, &args[1]) {
+        Ok(meta) => super::collections::random_reply(&view, meta.as_ref(), count, withscores, |v| {
+            Reply::Double(decode_score(&v))
+        }),
+        Err(e) => e,
+    }
 }
 
 fn zscan(s: &mut Session, args: &[Bytes]) -> Reply {

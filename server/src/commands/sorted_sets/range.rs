@@ -145,7 +145,7 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
             }
             end = end.min(len - 1);
             let take = (end - start + 1) as usize;
-            let scores = view.scores(meta.uid, None);
+            let scores = view.scores(meta, None);
             let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
                 if q.rev { Box::new(scores.rev()) } else { Box::new(scores) };
             for item in iter.skip(start as usize).take(take) {
@@ -169,7 +169,7 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
                 true
             };
             if q.rev {
-                for item in view.scores(meta.uid, None).rev() {
+                for item in view.scores(meta, None).rev() {
                     let (sc, m) = item.map_err(engine_error)?;
                     if !max.below_max(sc) {
                         continue;
@@ -180,7 +180,7 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
                 }
             } else {
                 let from = (min.value > f64::NEG_INFINITY).then_some(min.value);
-                for item in view.scores(meta.uid, from) {
+                for item in view.scores(meta, from) {
                     let (sc, m) = item.map_err(engine_error)?;
                     if !min.above_min(sc) {
                         continue;
@@ -202,13 +202,13 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
             let inside_enter = |m: &[u8]| if q.rev { enter.below_max(m) } else { enter.above_min(m) };
             let inside_stay = |m: &[u8]| if q.rev { stay.above_min(m) } else { stay.below_max(m) };
             // Redis first checks that the range overlaps [first member, last member] at all.
-            let first = view.scores(meta.uid, None).next().transpose().map_err(engine_error)?;
-            let last = view.scores(meta.uid, None).next_back().transpose().map_err(engine_error)?;
+            let first = view.scores(meta, None).next().transpose().map_err(engine_error)?;
+            let last = view.scores(meta, None).next_back().transpose().map_err(engine_error)?;
             match (first, last) {
                 (Some((_, f)), Some((_, l))) if max.below_max(&f) && min.above_min(&l) => {}
                 _ => return Ok(out),
             }
-            let scores = view.scores(meta.uid, None);
+            let scores = view.scores(meta, None);
             let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
                 if q.rev { Box::new(scores.rev()) } else { Box::new(scores) };
             let (mut entered, mut skipped) = (false, 0);
@@ -290,7 +290,7 @@ fn run(s: &Session, key: &[u8], q: Query) -> Reply {
     }
     let view = s.state.storage.view(&s.exec, s.db);
     // Bad ranges are errors even on a missing key.
-    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(KeyType::ZSet) };
     let meta = match zset(&view, key) {
         Ok(m) => m,
         Err(e) => return e,
@@ -358,7 +358,7 @@ pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Re
     } else {
         let meta = view.create(&mut b, dest, KeyType::ZSet);
         for (m, sc) in items {
-            view.put_element(&mut b, meta.uid, m, &crate::storage::encode_score(*sc));
+            view.add_member(&mut b, meta.uid, m, &crate::storage::encode_score(*sc));
             view.put_score(&mut b, meta.uid, *sc, m);
         }
         store(&view, &mut b, dest, &meta, Header { count: items.len() as u64, ..Header::default() });
@@ -393,7 +393,7 @@ fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
         return e;
     }
     let view = s.state.storage.view(&s.exec, s.db);
-    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+    let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(KeyType::ZSet) };
     let meta = match zset(&view, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
@@ -423,7 +423,8 @@ fn remove_range(s: &Session, args: &[Bytes], by: By) -> Reply {
         Ok(Some(m)) => m,
         Ok(None) => {
             // Still validate the range, as Redis does.
-            let empty = Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(false) };
+            let empty =
+                Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 0, body: Header::default().body(KeyType::ZSet) };
             return select(&view, &empty, &q).map_or_else(|e| e, |_| Reply::Integer(0));
         }
         Err(e) => return e,
