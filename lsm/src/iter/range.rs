@@ -10,15 +10,14 @@ use crate::Result;
 /// The entries of a key range, from either end; see [`crate::Db::range`].
 ///
 /// Both ends read the same snapshot. The back cursor is created on the first `next_back`.
+/// Each cursor enforces the bounds itself ([`DbIterator::set_bounds`]); each stays on the last
+/// key it handed out, which is where the other end must stop.
 pub struct Range {
     make: Box<dyn Fn() -> DbIterator + Send>,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
     front: Option<DbIterator>,
     back: Option<DbIterator>,
-    /// Last keys handed out from each end; the ends stop when they would cross.
-    front_last: Option<Vec<u8>>,
-    back_last: Option<Vec<u8>>,
     done: bool,
 }
 
@@ -34,27 +33,7 @@ impl std::fmt::Debug for Range {
 
 impl Range {
     pub(crate) fn new(make: Box<dyn Fn() -> DbIterator + Send>, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Self {
-        Range { make, lower, upper, front: None, back: None, front_last: None, back_last: None, done: false }
-    }
-}
-
-fn below_upper(upper: &Bound<Vec<u8>>, k: &[u8]) -> bool {
-    {
-        match upper {
-            Bound::Included(u) => k <= u.as_slice(),
-            Bound::Excluded(u) => k < u.as_slice(),
-            Bound::Unbounded => true,
-        }
-    }
-}
-
-fn above_lower(lower: &Bound<Vec<u8>>, k: &[u8]) -> bool {
-    {
-        match lower {
-            Bound::Included(l) => k >= l.as_slice(),
-            Bound::Excluded(l) => k > l.as_slice(),
-            Bound::Unbounded => true,
-        }
+        Range { make, lower, upper, front: None, back: None, done: false }
     }
 }
 
@@ -84,10 +63,10 @@ impl Range {
             return Ok(None);
         }
         let (k, v) = (it.key(), it.value());
-        if !below_upper(&self.upper, k) || self.back_last.as_deref().is_some_and(|b| k >= b) {
+        // The back cursor sits on the last key it handed out.
+        if self.back.as_ref().is_some_and(|b| b.valid() && k >= b.key()) {
             return Ok(None);
         }
-        self.front_last = Some(k.to_vec());
         Ok(Some((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))))
     }
 
@@ -116,10 +95,9 @@ impl Range {
             return Ok(None);
         }
         let (k, v) = (it.key(), it.value());
-        if !above_lower(&self.lower, k) || self.front_last.as_deref().is_some_and(|f| k <= f) {
+        if self.front.as_ref().is_some_and(|f| f.valid() && k <= f.key()) {
             return Ok(None);
         }
-        self.back_last = Some(k.to_vec());
         Ok(Some((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))))
     }
 
