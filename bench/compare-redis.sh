@@ -5,10 +5,13 @@
 #
 #   bench/compare-redis.sh                       # -n 1000000 -r 1000000 -c 50, P1 and P16, 3 runs
 #   REQUESTS=200000 RUNS=5 bench/compare-redis.sh
+#   TESTS=all bench/compare-redis.sh             # redis-benchmark's whole default test set
 #
 # Environment: REQUESTS (1000000), KEYSPACE (1000000), CLIENTS (50), PIPELINES ("1 16"),
-# TESTS (set,get), RUNS (3), DATA_SIZE (3, redis-benchmark's default), REDIS_ARGS (persistence off:
-# --save "" --appendonly no), SHALE_ARGS (appendfsync everysec, the default).
+# TESTS (set,get; "all" = no -t, every default test in redis-benchmark's order), RUNS (3),
+# DATA_SIZE (3, redis-benchmark's default), REDIS_ARGS (persistence off: --save "" --appendonly no),
+# SHALE_ARGS (appendfsync everysec, the default), TEST_TIMEOUT (seconds one redis-benchmark run may
+# take, 600; a run cut off reports the tests it finished).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +22,7 @@ PIPELINES=${PIPELINES:-"1 16"}
 TESTS=${TESTS:-set,get}
 RUNS=${RUNS:-3}
 DATA_SIZE=${DATA_SIZE:-3}
+TEST_TIMEOUT=${TEST_TIMEOUT:-600}
 REDIS_ARGS=${REDIS_ARGS:---save "" --appendonly no}
 SHALE_ARGS=${SHALE_ARGS:---appendfsync everysec}
 REDIS_PORT=${REDIS_PORT:-16379}
@@ -48,11 +52,14 @@ for run in $(seq "$RUNS"); do
   for p in $PIPELINES; do
     for server in redis shale; do
       port=$REDIS_PORT; [ "$server" = shale ] && port=$SHALE_PORT
-      redis-benchmark -p "$port" -c "$CLIENTS" -n "$REQUESTS" -r "$KEYSPACE" -d "$DATA_SIZE" -P "$p" -t "$TESTS" --csv 2>/dev/null \
-        | tail -n +2 | tr -d '"' | while IFS=, read -r test rps _rest; do
-            echo "$server P$p $test $rps" >> "$RESULTS"
+      only=(-t "$TESTS"); [ "$TESTS" = all ] && only=()
+      timeout "$TEST_TIMEOUT" redis-benchmark -p "$port" -c "$CLIENTS" -n "$REQUESTS" -r "$KEYSPACE" -d "$DATA_SIZE" -P "$p" "${only[@]}" --csv 2>/dev/null \
+        | tail -n +2 | while IFS= read -r line; do
+            # "TEST NAME","rps",...: test names may hold spaces and commas inside the quotes.
+            test=$(echo "$line" | cut -d'"' -f2); rps=$(echo "$line" | cut -d'"' -f4)
+            printf '%s\t%s\t%s\t%s\n' "$server" "P$p" "$test" "$rps" >> "$RESULTS"
             echo "run $run: $server P$p $test $rps rps" >&2
-          done
+          done || true
     done
   done
 done
@@ -62,13 +69,24 @@ REDIS_RSS=$(rss_kb "$(pid_of $REDIS_PORT)"); SHALE_RSS=$(rss_kb "$(pid_of $SHALE
 python3 - "$RESULTS" "$REDIS_RSS" "$SHALE_RSS" <<'PY'
 import sys, statistics, collections
 rows = collections.defaultdict(list)
+order = []
 for line in open(sys.argv[1]):
-    server, p, test, rps = line.split()
+    server, p, test, rps = line.rstrip("\n").split("\t")
+    if (p, test) not in order:
+        order.append((p, test))
     rows[(p, test, server)].append(float(rps))
 print("| test | pipeline | redis-server rps | shale-server rps | ratio |")
 print("|---|---|---:|---:|---:|")
-for (p, test) in sorted({(p, t) for (p, t, _) in rows}, key=lambda k: (int(k[0][1:]), k[1])):
-    r = statistics.median(rows[(p, test, "redis")]); s = statistics.median(rows[(p, test, "shale")])
+ratios = []
+for (p, test) in sorted(order, key=lambda k: (int(k[0][1:]), order.index(k))):
+    r, s = rows.get((p, test, "redis")), rows.get((p, test, "shale"))
+    if not r or not s:
+        print(f"| {test} | {p} | {statistics.median(r) if r else 0:,.0f} | {'(did not finish)' if not s else f'{statistics.median(s):,.0f}'} | - |")
+        continue
+    r, s = statistics.median(r), statistics.median(s)
+    ratios.append(s / r)
     print(f"| {test} | {p} | {r:,.0f} | {s:,.0f} | {s / r:.2f}x |")
-print(f"\nRSS after the runs: redis-server {int(sys.argv[2]) / 1024:.1f} MiB, shale-server {int(sys.argv[3]) / 1024:.1f} MiB")
+if ratios:
+    print(f"\nratios: min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x over {len(ratios)} tests")
+print(f"RSS after the runs: redis-server {int(sys.argv[2]) / 1024:.1f} MiB, shale-server {int(sys.argv[3]) / 1024:.1f} MiB")
 PY
