@@ -162,6 +162,16 @@ impl DbIterator {
         }
     }
 
+    /// The current value as `Bytes`, sharing the memtable entry or table block it lives in when
+    /// it can (no copy). Panics if not [`valid`](Self::valid).
+    pub fn value_bytes(&self) -> bytes::Bytes {
+        assert!(self.valid, "DbIterator::value_bytes on an invalid cursor");
+        match self.direction {
+            Direction::Forward => self.iter.value_bytes(),
+            Direction::Reverse => bytes::Bytes::copy_from_slice(&self.saved_value),
+        }
+    }
+
     /// The error that stopped this cursor, if any.
     pub fn status(&self) -> Result<()> {
         self.status.as_ref().map_or(Ok(()), |e| Err(e.duplicate()))

@@ -81,6 +81,9 @@ impl InternalIterator for LevelIter {
     fn value(&self) -> &[u8] {
         self.current.as_ref().map_or(&[], |c| c.value())
     }
+    fn value_bytes(&self) -> bytes::Bytes {
+        self.current.as_ref().map(|c| c.value_bytes()).unwrap_or_default()
+    }
     fn seek_to_first(&mut self) -> Result<()> {
         self.guarded(|s| {
             s.open(0)?;

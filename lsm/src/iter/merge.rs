@@ -158,6 +158,9 @@ impl InternalIterator for MergingIterator {
     fn value(&self) -> &[u8] {
         self.heap.first().map_or(&[], |&i| self.children[i].value())
     }
+    fn value_bytes(&self) -> bytes::Bytes {
+        self.heap.first().map(|&i| self.children[i].value_bytes()).unwrap_or_default()
+    }
     fn seek_to_first(&mut self) -> Result<()> {
         self.reposition(Direction::Forward, |c| c.seek_to_first())
     }

@@ -14,6 +14,8 @@ pub use level::LevelIter;
 pub use merge::MergingIterator;
 pub use range::Range;
 
+use bytes::Bytes;
+
 use crate::Result;
 
 /// A cursor over internal keys in [`crate::key::compare`] order.
@@ -27,6 +29,11 @@ pub trait InternalIterator: Send {
     fn key(&self) -> &[u8];
     /// The current value.
     fn value(&self) -> &[u8];
+    /// The current value as `Bytes`: a reference-counted share of the memtable entry or table
+    /// block where the source allows it, a copy otherwise.
+    fn value_bytes(&self) -> Bytes {
+        Bytes::copy_from_slice(self.value())
+    }
     /// Positions at the first entry.
     fn seek_to_first(&mut self) -> Result<()>;
     /// Positions at the last entry.

@@ -62,12 +62,12 @@ impl Range {
         if !it.valid() {
             return Ok(None);
         }
-        let (k, v) = (it.key(), it.value());
+        let k = it.key();
         // The back cursor sits on the last key it handed out.
         if self.back.as_ref().is_some_and(|b| b.valid() && k >= b.key()) {
             return Ok(None);
         }
-        Ok(Some((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))))
+        Ok(Some((Bytes::copy_from_slice(k), it.value_bytes())))
     }
 
     fn advance_back(&mut self) -> Result<Option<(Bytes, Bytes)>> {

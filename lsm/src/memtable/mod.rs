@@ -209,6 +209,9 @@ impl InternalIterator for MemIter {
     fn value(&self) -> &[u8] {
         self.entry.as_ref().map_or(&[], |e| e.value())
     }
+    fn value_bytes(&self) -> Bytes {
+        self.entry.as_ref().map(|e| e.value().clone()).unwrap_or_default()
+    }
     fn seek_to_first(&mut self) -> Result<()> {
         self.entry = self.map().front();
         Ok(())

@@ -358,6 +358,9 @@ impl InternalIterator for TableIter {
     fn value(&self) -> &[u8] {
         self.data.as_ref().map_or(&[], |d| d.value())
     }
+    fn value_bytes(&self) -> Bytes {
+        TableIter::value_bytes(self)
+    }
     fn seek_to_first(&mut self) -> Result<()> {
         let r = (|| {
             self.pos = 0;
