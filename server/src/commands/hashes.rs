@@ -245,8 +245,10 @@ fn hincrby(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn hincrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
-    if crate::num::parse_float(&args[3]).is_none() {
-        return Reply::error("ERR value is not a valid float");
+    match crate::num::parse_float(&args[3]) {
+        None => return Reply::error("ERR value is not a valid float"),
+        Some(incr) if !incr.is_finite() => return Reply::error("ERR value is NaN or Infinity"),
+        Some(_) => {}
     }
     update_field(s, &args[1], &args[2], |current| {
         let current = current.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));

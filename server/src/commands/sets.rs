@@ -359,10 +359,9 @@ pub(super) fn numkeys_and_limit(args: &[Bytes]) -> Result<(&[Bytes], usize), Rep
     while let [opt, tail @ ..] = rest {
         match (String::from_utf8_lossy(opt).to_ascii_lowercase().as_str(), tail) {
             ("limit", [value, more @ ..]) => {
-                let l = parse_i64(value).ok_or_else(|| Reply::error(NOT_INTEGER))?;
-                if l < 0 {
-                    return Err(Reply::error("ERR LIMIT can't be negative"));
-                }
+                // Redis answers a limit that is not a number like a negative one.
+                let l = parse_i64(value).filter(|&l| l >= 0);
+                let Some(l) = l else { return Err(Reply::error("ERR LIMIT can't be negative")) };
                 limit = l as usize;
                 rest = more;
             }
