@@ -87,7 +87,7 @@ fn watch_broken(s: &Session) -> bool {
 
 /// Every (db, key) the queued commands may touch: their declared keys, and for commands that
 /// locate keys by a count (ZUNION, LMPOP, …) every argument. Locking too much is harmless.
-fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
+pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
     let mut db = db;
     let mut out = Vec::new();
     for args in queue {

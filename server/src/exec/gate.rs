@@ -6,7 +6,8 @@
 //! come after it. [`run_batch`] runs a connection's parsed requests on an executor thread: it
 //! honours `CLIENT PAUSE`, catches a panicking command (the client gets an error for that
 //! command only and its execution context is reset), coalesces consecutive plain `SET`s into
-//! one engine batch, and stops once the replies it produced pass the output bound so the
+//! one engine batch, runs consecutive pipelined writes of known keys as one write group (see
+//! [`GROUPABLE`]), and stops once the replies it produced pass the output bound so the
 //! connection can write them before more work is done (backpressure).
 
 use std::collections::VecDeque;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::session::{BlockRequest, Session};
-use crate::commands::{engine_error, lookup, unknown_command, CommandSpec};
+use crate::commands::{engine_error, lookup, queued_keys, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
 
 /// Why [`run_batch`] returned.
@@ -135,6 +136,19 @@ pub fn run_batch(
                 break BatchEnd::Paused(wait);
             }
         }
+        if looked_up.is_some_and(|c| groupable(s, c, args)) {
+            let group = take_group(s, requests);
+            if group.len() > 1 {
+                sets.commit(s, out);
+                run_group(s, group, out);
+                s.exec.reset();
+                if out.len() >= output_bound {
+                    break BatchEnd::OutputFull;
+                }
+                continue;
+            }
+            requests.push_front(group.into_iter().next().unwrap_or_default());
+        }
         let Some(args) = requests.pop_front() else { break BatchEnd::Drained };
         let name = args[0].clone();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Option<Reply> {
@@ -163,11 +177,7 @@ pub fn run_batch(
             Ok(Some(reply)) => reply,
             Ok(None) => continue,
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = panic_message(&*panic);
                 let command = String::from_utf8_lossy(&name).to_ascii_lowercase();
                 tracing::error!(target: "shale::exec", client = s.id, %command, panic = %what, "command panicked; its client gets an error");
                 s.in_exec = false;
@@ -194,6 +204,157 @@ pub fn run_batch(
     sets.commit(s, out);
     s.exec.reset();
     end
+}
+
+/// Write commands that may join a pipeline's write group: each locks exactly the keys its
+/// command-table entry names, never blocks, and never touches another database.
+const GROUPABLE: &[&str] = &[
+    "append",
+    "decr",
+    "decrby",
+    "del",
+    "expire",
+    "expireat",
+    "getdel",
+    "getset",
+    "hdel",
+    "hincrby",
+    "hincrbyfloat",
+    "hmset",
+    "hset",
+    "hsetnx",
+    "incr",
+    "incrby",
+    "incrbyfloat",
+    "linsert",
+    "lmove",
+    "lpop",
+    "lpush",
+    "lpushx",
+    "lrem",
+    "lset",
+    "ltrim",
+    "mset",
+    "msetnx",
+    "persist",
+    "pexpire",
+    "pexpireat",
+    "psetex",
+    "rpop",
+    "rpoplpush",
+    "rpush",
+    "rpushx",
+    "sadd",
+    "set",
+    "setex",
+    "setnx",
+    "setrange",
+    "smove",
+    "spop",
+    "srem",
+    "unlink",
+    "zadd",
+    "zincrby",
+    "zpopmax",
+    "zpopmin",
+    "zrem",
+    "zremrangebylex",
+    "zremrangebyrank",
+    "zremrangebyscore",
+];
+
+/// Most requests one write group runs.
+const MAX_GROUP: usize = 256;
+
+/// Whether `args` may join a write group on this session now (plain `SET`s have their own,
+/// cheaper batch).
+fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    GROUPABLE.contains(&spec.name)
+        && !(spec.name == "set" && args.len() == 3)
+        && s.authenticated
+        && s.multi.is_none()
+        && !s.in_exec
+        && !s.subscribed()
+}
+
+/// The run of groupable requests at the front of `requests` (at least the first one).
+fn take_group(s: &Session, requests: &mut VecDeque<Vec<Bytes>>) -> Vec<Vec<Bytes>> {
+    let mut group = Vec::new();
+    while group.len() < MAX_GROUP {
+        let Some(args) = requests.front() else { break };
+        if !group.is_empty() && !lookup(&args[0]).is_some_and(|c| groupable(s, c, args)) {
+            break;
+        }
+        group.extend(requests.pop_front());
+    }
+    group
+}
+
+/// Runs consecutive pipelined writes as one group, the way EXEC runs its queue: the stripes of
+/// all their keys are locked up front (in one fixed order, so groups never deadlock), every
+/// command writes into one buffer that later commands of the group read through, and the
+/// buffer is committed to the engine as one batch before any reply goes out. Each command
+/// keeps its own reply (an error stays that command's); if the commit fails, every command of
+/// the group is answered with the engine's error, since none of their writes happened. One
+/// lock round and one commit for the whole run instead of one per command.
+fn run_group(s: &mut Session, group: Vec<Vec<Bytes>>, out: &mut BytesMut) {
+    let state = std::sync::Arc::clone(&s.state);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let keys = queued_keys(s.db, &group);
+        let guard = state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])));
+        state.storage.hold_for_exec(&s.exec, &guard);
+        s.exec.begin_transaction();
+        s.in_exec = true;
+        let mut replies = Vec::with_capacity(group.len());
+        for args in &group {
+            let reply = dispatch(s, args);
+            replies.push((reply, s.take_reply_permission()));
+        }
+        s.in_exec = false;
+        let batch = s.exec.finish_transaction();
+        let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
+        state.storage.end_exec(&s.exec);
+        drop(guard);
+        serve_signals(s);
+        (replies, committed)
+    }));
+    match outcome {
+        Ok((replies, Ok(()))) => {
+            for (reply, send) in replies {
+                if send {
+                    reply.encode(s.protocol, out);
+                }
+            }
+        }
+        Ok((replies, Err(e))) => {
+            let error = engine_error(e);
+            for (_, send) in replies {
+                if send {
+                    error.encode(s.protocol, out);
+                }
+            }
+        }
+        Err(panic) => {
+            let what = panic_message(&*panic);
+            tracing::error!(target: "shale::exec", client = s.id, commands = group.len(), panic = %what, "a pipelined write group panicked; its commands get errors");
+            s.in_exec = false;
+            s.signals.clear();
+            s.exec.reset();
+            let error = Reply::error("ERR internal error running a pipelined write (see the server log)");
+            for _ in &group {
+                error.encode(s.protocol, out);
+            }
+        }
+    }
+}
+
+/// The text a panic carried.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// Consecutive plain `SET key value` commands of one pipeline, committed to the engine as one
