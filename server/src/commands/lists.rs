@@ -175,6 +175,11 @@ fn rpushx(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn pop_cmd(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
+    if args.len() > 3 {
+        // LPOP/RPOP count their arguments (SPOP and ZPOPMIN call extra ones a syntax error).
+        let name = if left { "lpop" } else { "rpop" };
+        return Reply::error(format!("ERR wrong number of arguments for '{name}' command"));
+    }
     let count = match pop_count(args) {
         Ok(c) => c,
         Err(e) => return e,

@@ -30,6 +30,9 @@ fn dispatch_checks_names_and_arity_like_redis() {
         Reply::error("ERR unknown command 'foo', with args beginning with: 'a' 'b' ")
     );
     assert_eq!(run(&mut s, &["foo"]), Reply::error("ERR unknown command 'foo', with args beginning with: "));
+    // Past the table's arity, each command words its own error as Redis does.
+    assert_eq!(run(&mut s, &["lpop", "l", "1", "2"]), Reply::error("ERR wrong number of arguments for 'lpop' command"));
+    assert_eq!(run(&mut s, &["spop", "s", "1", "2"]), Reply::error("ERR syntax error"));
 }
 
 #[test]
