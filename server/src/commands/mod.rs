@@ -28,7 +28,7 @@ pub use crate::exec::{dispatch, BlockRequest, ReplyMode, Session};
 use crate::resp::Reply;
 pub(crate) use pubsub::allowed_when_subscribed;
 pub(crate) use transactions::is_control as is_transaction_control;
-pub(crate) use transactions::queued_keys;
+pub(crate) use transactions::{queued_keys, run_buffered};
 
 /// A command implementation: the session and the full argument vector (name first).
 pub type Handler = fn(&mut Session, &[Bytes]) -> Reply;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::{dispatch, engine_error, lookup, spec, CommandSpec, Session, NO_KEYS};
 use crate::resp::Reply;
-use crate::storage::{now_ms, Watched};
+use crate::storage::{now_ms, LockGuard, Watched};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("multi", 1, &["noscript", "loading", "stale", "fast", "allow_busy"], NO_KEYS, multi),
@@ -113,6 +113,33 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
     out
 }
 
+/// Runs `queue` with the stripes of `guard` held: every command writes into one buffer that
+/// later ones read through, and the buffer is committed as one engine batch, after which
+/// clients blocked on keys it filled are served. `each` gets every reply in order, before the
+/// commit; the result is the commit's. EXEC and pipelined write groups run through here.
+pub(crate) fn run_buffered(
+    s: &mut Session,
+    guard: LockGuard<'_>,
+    queue: &[Vec<Bytes>],
+    mut each: impl FnMut(&mut Session, Reply),
+) -> lsm::Result<()> {
+    let state = std::sync::Arc::clone(&s.state);
+    state.storage.hold_for_exec(&s.exec, &guard);
+    s.exec.begin_transaction();
+    s.in_exec = true;
+    for args in queue {
+        let reply = dispatch(s, args);
+        each(s, reply);
+    }
+    s.in_exec = false;
+    let batch = s.exec.finish_transaction();
+    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
+    state.storage.end_exec(&s.exec);
+    drop(guard);
+    crate::exec::serve_signals(s);
+    committed
+}
+
 fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
     let Some(queue) = s.multi.take() else { return Reply::error("ERR EXEC without MULTI") };
     if s.multi_error {
@@ -130,25 +157,16 @@ fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
     } else {
         state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])))
     };
-    state.storage.hold_for_exec(&s.exec, &guard);
     // Checked under the locks: nobody can change a watched key between the check and the run.
     if watch_broken(s) {
-        state.storage.end_exec(&s.exec);
         drop(guard);
         clear_watches(s);
         return Reply::NullArray;
     }
-    s.exec.begin_transaction();
-    s.in_exec = true;
-    let replies: Vec<Reply> = queue.iter().map(|args| dispatch(s, args)).collect();
-    s.in_exec = false;
-    let batch = s.exec.finish_transaction();
-    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
-    state.storage.end_exec(&s.exec);
-    drop(guard);
-    clear_watches(s);
+    let mut replies = Vec::with_capacity(queue.len());
     // Clients blocked on keys the transaction filled are served once it is visible.
-    crate::exec::serve_signals(s);
+    let committed = run_buffered(s, guard, &queue, |_, reply| replies.push(reply));
+    clear_watches(s);
     match committed {
         Ok(()) => Reply::Array(replies),
         Err(e) => engine_error(e),

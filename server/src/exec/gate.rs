@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::session::{BlockRequest, Session};
-use crate::commands::{engine_error, lookup, queued_keys, unknown_command, CommandSpec};
+use crate::commands::{engine_error, lookup, queued_keys, run_buffered, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
 
 /// Why [`run_batch`] returned.
@@ -207,7 +207,8 @@ pub fn run_batch(
 }
 
 /// Write commands that may join a pipeline's write group: each locks exactly the keys its
-/// command-table entry names, never blocks, and never touches another database.
+/// command-table entry names, never blocks, and never touches another database. Blind writes
+/// (plain SET, MSET) are left out: they read nothing, so a group only adds its buffer's cost.
 const GROUPABLE: &[&str] = &[
     "append",
     "decr",
@@ -302,20 +303,8 @@ fn run_group(s: &mut Session, group: Vec<Vec<Bytes>>, out: &mut BytesMut) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let keys = queued_keys(s.db, &group);
         let guard = state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])));
-        state.storage.hold_for_exec(&s.exec, &guard);
-        s.exec.begin_transaction();
-        s.in_exec = true;
         let mut replies = Vec::with_capacity(group.len());
-        for args in &group {
-            let reply = dispatch(s, args);
-            replies.push((reply, s.take_reply_permission()));
-        }
-        s.in_exec = false;
-        let batch = s.exec.finish_transaction();
-        let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
-        state.storage.end_exec(&s.exec);
-        drop(guard);
-        serve_signals(s);
+        let committed = run_buffered(s, guard, &group, |s, reply| replies.push((reply, s.take_reply_permission())));
         (replies, committed)
     }));
     match outcome {
