@@ -212,5 +212,21 @@ mod costs {
         }
         let Reply::Pairs(fields) = run(&mut s, &["hrandfield", "h", "-50", "withvalues"]) else { panic!() };
         assert_eq!(fields.len(), 50);
+        // Picks inside a transaction read through its buffer (bucket reads, 101 members).
+        run(&mut s, &["multi"]);
+        for _ in 0..30 {
+            run(&mut s, &["spop", "s"]);
+        }
+        let Reply::Array(popped) = run(&mut s, &["exec"]) else { panic!() };
+        let popped: std::collections::BTreeSet<String> = popped
+            .iter()
+            .map(|r| match r {
+                Reply::Bulk(b) => String::from_utf8(b.to_vec()).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(popped.len(), 30, "30 distinct members popped inside one transaction");
+        assert!(popped.is_subset(&model));
+        assert_eq!(run(&mut s, &["scard", "s"]), Reply::Integer(71));
     }
 }
