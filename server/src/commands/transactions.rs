@@ -116,12 +116,13 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
 /// Runs `queue` with the stripes of `guard` held: every command writes into one buffer that
 /// later ones read through, and the buffer is committed as one engine batch, after which
 /// clients blocked on keys it filled are served. `each` gets every reply in order, before the
-/// commit; the result is the commit's. EXEC and pipelined write groups run through here.
+/// commit, and answers whether to go on (the rest of `queue` is then not run); the result is the
+/// commit's. EXEC and pipelined write groups run through here.
 pub(crate) fn run_buffered(
     s: &mut Session,
     guard: LockGuard<'_>,
     queue: &[Vec<Bytes>],
-    mut each: impl FnMut(&mut Session, Reply),
+    mut each: impl FnMut(&mut Session, Reply) -> bool,
 ) -> lsm::Result<()> {
     let state = std::sync::Arc::clone(&s.state);
     state.storage.hold_for_exec(&s.exec, &guard);
@@ -129,7 +130,9 @@ pub(crate) fn run_buffered(
     s.in_exec = true;
     for args in queue {
         let reply = dispatch(s, args);
-        each(s, reply);
+        if !each(s, reply) {
+            break;
+        }
     }
     s.in_exec = false;
     let batch = s.exec.finish_transaction();
@@ -165,7 +168,10 @@ fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
     }
     let mut replies = Vec::with_capacity(queue.len());
     // Clients blocked on keys the transaction filled are served once it is visible.
-    let committed = run_buffered(s, guard, &queue, |_, reply| replies.push(reply));
+    let committed = run_buffered(s, guard, &queue, |_, reply| {
+        replies.push(reply);
+        true
+    });
     clear_watches(s);
     match committed {
         Ok(()) => Reply::Array(replies),

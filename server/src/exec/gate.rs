@@ -140,7 +140,10 @@ pub fn run_batch(
             let group = take_group(s, requests);
             if group.len() > 1 {
                 sets.commit(s, out);
-                run_group(s, group, out);
+                let rest = run_group(s, group, out, output_bound);
+                for args in rest.into_iter().rev() {
+                    requests.push_front(args);
+                }
                 s.exec.reset();
                 if out.len() >= output_bound {
                     break BatchEnd::OutputFull;
@@ -297,44 +300,46 @@ fn take_group(s: &Session, requests: &mut VecDeque<Vec<Bytes>>) -> Vec<Vec<Bytes
 /// buffer is committed to the engine as one batch before any reply goes out. Each command
 /// keeps its own reply (an error stays that command's); if the commit fails, every command of
 /// the group is answered with the engine's error, since none of their writes happened. One
-/// lock round and one commit for the whole run instead of one per command.
-fn run_group(s: &mut Session, group: Vec<Vec<Bytes>>, out: &mut BytesMut) {
+/// lock round and one commit for the whole run instead of one per command. Returns the requests
+/// left unrun because the replies reached `output_bound`.
+fn run_group(s: &mut Session, mut group: Vec<Vec<Bytes>>, out: &mut BytesMut, output_bound: usize) -> Vec<Vec<Bytes>> {
     let state = std::sync::Arc::clone(&s.state);
+    // Replies are encoded as they come, so the group can stop at the output bound like any
+    // other run of commands; the rest go back to the queue.
+    let mut pending = BytesMut::new();
+    let mut ran = 0;
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let keys = queued_keys(s.db, &group);
         let guard = state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])));
-        let mut replies = Vec::with_capacity(group.len());
-        let committed = run_buffered(s, guard, &group, |s, reply| replies.push((reply, s.take_reply_permission())));
-        (replies, committed)
+        run_buffered(s, guard, &group, |s, reply| {
+            if s.take_reply_permission() {
+                reply.encode(s.protocol, &mut pending);
+            }
+            ran += 1;
+            out.len() + pending.len() < output_bound
+        })
     }));
-    match outcome {
-        Ok((replies, Ok(()))) => {
-            for (reply, send) in replies {
-                if send {
-                    reply.encode(s.protocol, out);
-                }
-            }
+    let rest = group.split_off(ran.min(group.len()));
+    let error = match outcome {
+        Ok(Ok(())) => {
+            out.extend_from_slice(&pending);
+            return rest;
         }
-        Ok((replies, Err(e))) => {
-            let error = engine_error(e);
-            for (_, send) in replies {
-                if send {
-                    error.encode(s.protocol, out);
-                }
-            }
-        }
+        Ok(Err(e)) => engine_error(e),
         Err(panic) => {
             let what = panic_message(&*panic);
             tracing::error!(target: "shale::exec", client = s.id, commands = group.len(), panic = %what, "a pipelined write group panicked; its commands get errors");
             s.in_exec = false;
             s.signals.clear();
             s.exec.reset();
-            let error = Reply::error("ERR internal error running a pipelined write (see the server log)");
-            for _ in &group {
-                error.encode(s.protocol, out);
-            }
+            Reply::error("ERR internal error running a pipelined write (see the server log)")
         }
+    };
+    // None of the group's writes happened: every command that ran gets the error.
+    for _ in 0..ran {
+        error.encode(s.protocol, out);
     }
+    rest
 }
 
 /// The text a panic carried.
@@ -392,5 +397,46 @@ impl SetBatch {
                 reply.encode(s.protocol, out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::state::ServerState;
+
+    fn session() -> (tempfile::TempDir, Session) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        (dir, Session::new(Arc::new(ServerState::new(Config::default(), db).unwrap())))
+    }
+
+    fn request(words: &[&[u8]]) -> Vec<Bytes> {
+        words.iter().map(|w| Bytes::copy_from_slice(w)).collect()
+    }
+
+    #[test]
+    fn a_write_group_stops_at_the_output_bound_and_keeps_the_rest_queued() {
+        let (_d, mut s) = session();
+        let big = vec![b'x'; 10_000];
+        let mut queue: VecDeque<Vec<Bytes>> =
+            (0..20).map(|_| request(&[b"rpush", b"l", &big])).collect::<VecDeque<_>>();
+        let mut out = BytesMut::new();
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        out.clear();
+        queue.extend((0..20).map(|_| request(&[b"lpop", b"l"])));
+        // Twenty pops of 10 KB each, an output bound of 25 KB: three replies, then stop.
+        let end = run_batch(&mut s, &mut queue, &mut out, 25_000);
+        assert!(matches!(end, BatchEnd::OutputFull), "{end:?}");
+        assert_eq!(queue.len(), 17, "the pops not run stay queued, in order");
+        assert!(out.len() >= 25_000 && out.len() < 40_000, "{} bytes of replies", out.len());
+        // The three that ran are committed; the rest run on the next round.
+        out.clear();
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        assert_eq!(out.iter().filter(|&&b| b == b'$').count(), 17);
+        assert_eq!(dispatch(&mut s, &request(&[b"llen", b"l"])), Reply::Integer(0));
     }
 }
