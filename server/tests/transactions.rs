@@ -148,6 +148,14 @@ fn watch_is_broken_by_every_kind_of_change() {
     thread::sleep(Duration::from_millis(20));
     let r: Value = redis::pipe().atomic().cmd("SET").arg("done").arg(1).query(&mut c).unwrap();
     assert_eq!(r, Value::Nil, "expiry of a watched key makes EXEC answer nil");
+    // As in Redis, flushing leaves the watch of a key that did not exist alone.
+    for flush in ["FLUSHDB", "FLUSHALL"] {
+        cmd("DEL").arg("absent").query::<()>(&mut c).unwrap();
+        cmd("WATCH").arg("absent").query::<()>(&mut c).unwrap();
+        cmd(flush).query::<()>(&mut other).unwrap();
+        let r: Value = redis::pipe().atomic().cmd("PING").query(&mut c).unwrap();
+        assert_ne!(r, Value::Nil, "{flush} does not touch a watched key that did not exist");
+    }
 }
 
 #[test]

@@ -265,7 +265,8 @@ impl Storage {
     /// locks of every key whose metadata it writes, so the keyspace counts stay exact.
     pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
         let deltas = self.count_changes(&batch)?;
-        let watchers = self.watches.affected(&batch);
+        // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
+        let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         self.engine.write(batch, &lsm::WriteOptions::default())?;
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);

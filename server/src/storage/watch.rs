@@ -55,8 +55,10 @@ impl Watches {
 
     /// The flags of the clients watching a key `batch` writes. Writers take them before
     /// committing and set them once the batch is visible (a client that WATCHes meanwhile waits
-    /// for the writer's key lock, so it reads the new value and needs no flag).
-    pub fn affected(&self, batch: &lsm::WriteBatch) -> Vec<Arc<AtomicBool>> {
+    /// for the writer's key lock, so it reads the new value and needs no flag). A range delete
+    /// (FLUSHDB, FLUSHALL) touches only watched keys that exist, as in Redis: `exists` answers
+    /// for a metadata record key, before the batch.
+    pub fn affected(&self, batch: &lsm::WriteBatch, exists: impl Fn(&[u8]) -> bool) -> Vec<Arc<AtomicBool>> {
         let mut out = Vec::new();
         if self.count.load(Ordering::Acquire) == 0 {
             return out;
@@ -68,7 +70,7 @@ impl Watches {
                 ValueKind::RangeDelete => {
                     for ((pdb, key), flags) in keys.iter() {
                         let mk = super::meta_key(*pdb, key);
-                        if mk[..] >= *entry.key && mk[..] < *entry.value {
+                        if mk[..] >= *entry.key && mk[..] < *entry.value && exists(&mk) {
                             set(flags);
                         }
                     }
