@@ -319,11 +319,10 @@ fn run_group(s: &mut Session, mut group: Vec<Vec<Bytes>>, out: &mut BytesMut, ou
             out.len() + pending.len() < output_bound
         })
     }));
-    let rest = group.split_off(ran.min(group.len()));
     let error = match outcome {
         Ok(Ok(())) => {
             out.extend_from_slice(&pending);
-            return rest;
+            return group.split_off(ran.min(group.len()));
         }
         Ok(Err(e)) => engine_error(e),
         Err(panic) => {
@@ -332,11 +331,15 @@ fn run_group(s: &mut Session, mut group: Vec<Vec<Bytes>>, out: &mut BytesMut, ou
             s.in_exec = false;
             s.signals.clear();
             s.exec.reset();
+            // The command that panicked is answered too, never run again.
+            ran += 1;
             Reply::error("ERR internal error running a pipelined write (see the server log)")
         }
     };
+    let consumed = ran.min(group.len());
+    let rest = group.split_off(consumed);
     // None of the group's writes happened: every command that ran gets the error.
-    for _ in 0..ran {
+    for _ in 0..consumed {
         error.encode(s.protocol, out);
     }
     rest

@@ -47,7 +47,7 @@ const MEAN: u64 = 16;
 /// The acceptance denominator.
 const CAP: usize = 64;
 /// Rounds before a pick gives up on buckets and reads everything (only a damaged index gets
-/// there: a round succeeds with probability ≥ 1/4).
+/// there: a round succeeds with probability ≥ 1/5, as buckets average 13–16 members).
 const MAX_ROUNDS: usize = 1000;
 
 /// The seeded hash that places `member` in the pick index.
