@@ -5,8 +5,6 @@
 //! and the one after the last, so pushes and pops at either end and LINDEX/LSET are O(1) engine
 //! operations. LINSERT and LREM shift the shorter side.
 
-use std::ops::Bound;
-
 use bytes::Bytes;
 
 use super::collections::{commit, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
@@ -255,11 +253,7 @@ fn lset(s: &mut Session, args: &[Bytes]) -> Reply {
 fn slice(view: &View, meta: &Meta, start: u64, end: u64) -> Result<Vec<Bytes>, Reply> {
     let h = Header::of(meta);
     let from = index_key(h.head + start);
-    let mut out = Vec::with_capacity((end - start + 1) as usize);
-    for kv in view.elements(meta.uid, Bound::Included(&from)).take((end - start + 1) as usize) {
-        out.push(kv.map_err(engine_error)?.1);
-    }
-    Ok(out)
+    view.values_from(meta.uid, &from, (end - start + 1) as usize).map_err(engine_error)
 }
 
 /// Clamps Redis `start stop` indexes to `0..len`; `None` for an empty range.

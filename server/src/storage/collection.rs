@@ -288,6 +288,28 @@ impl<'a> View<'a> {
         ElementIter { range: self.cx.range(&self.storage.engine, start, Bound::Excluded(end)), skip: prefix.len() }
     }
 
+    /// The values of up to `n` elements of `uid` from field `from` on, in field order (a list's
+    /// LRANGE): one engine cursor, no copy of keys or values outside a transaction.
+    pub fn values_from(&self, uid: u64, from: &[u8], n: usize) -> lsm::Result<Vec<Bytes>> {
+        let start = element_key(self.pdb, uid, from);
+        let end = prefix_end(&element_key(self.pdb, uid, b""));
+        let mut out = Vec::with_capacity(n.min(1 << 16));
+        let Some(mut it) = self.cursor() else {
+            for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {
+                out.push(kv?.1);
+            }
+            return Ok(out);
+        };
+        it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
+        it.seek(&start)?;
+        while it.valid() && out.len() < n {
+            out.push(it.value_bytes());
+            it.next()?;
+        }
+        it.status()?;
+        Ok(out)
+    }
+
     /// Elements of `uid` in reverse field order, from the end.
     pub fn elements_rev(&self, uid: u64) -> impl Iterator<Item = lsm::Result<(Bytes, Bytes)>> + 'a {
         let prefix = element_key(self.pdb, uid, b"");
