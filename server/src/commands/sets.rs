@@ -7,7 +7,9 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::collections::{commit, fetch, fetch_or_create, pop_count, scan_command, store, NOT_INTEGER, SYNTAX};
+use super::collections::{
+    commit, fetch, fetch_or_create, pop_count, random_reply, scan_command, store, NOT_INTEGER, SYNTAX,
+};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::storage::{Header, KeyType, Meta, View};
@@ -84,20 +86,35 @@ fn remove_members(
     meta: &Meta,
     targets: &[Bytes],
 ) -> Result<usize, Reply> {
-    let mut header = Header::of(meta);
-    let mut removed = BTreeSet::new();
+    let mut present = BTreeSet::new();
     for m in targets {
-        if !removed.contains(m) && view.element(meta.uid, m).map_err(engine_error)?.is_some() {
-            view.remove_member(b, meta.uid, m);
-            removed.insert(m.clone());
+        if !present.contains(m) && view.element(meta.uid, m).map_err(engine_error)?.is_some() {
+            present.insert(m.clone());
         }
     }
-    if !removed.is_empty() {
-        header.count -= removed.len() as u64;
-        header.removed += removed.len() as u64;
-        store(view, b, key, meta, header);
+    remove_known(view, b, key, meta, present.iter());
+    Ok(present.len())
+}
+
+/// Removes `members`, distinct members of the set at `key`, in `batch`.
+fn remove_known<'m>(
+    view: &View,
+    b: &mut lsm::WriteBatch,
+    key: &[u8],
+    meta: &Meta,
+    members: impl ExactSizeIterator<Item = &'m Bytes>,
+) {
+    let n = members.len() as u64;
+    if n == 0 {
+        return;
     }
-    Ok(removed.len())
+    for m in members {
+        view.remove_member(b, meta.uid, m);
+    }
+    let mut header = Header::of(meta);
+    header.count -= n;
+    header.removed += n;
+    store(view, b, key, meta, header);
 }
 
 fn srem(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -216,15 +233,7 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     // Picked members are members (and distinct): no need to look them up again.
     let mut b = lsm::WriteBatch::new();
-    let mut header = Header::of(&meta);
-    for m in &picked {
-        view.remove_member(&mut b, meta.uid, m);
-    }
-    header.count -= picked.len() as u64;
-    header.removed += picked.len() as u64;
-    if !picked.is_empty() {
-        store(&view, &mut b, &args[1], &meta, header);
-    }
+    remove_known(&view, &mut b, &args[1], &meta, picked.iter());
     let reply = match count {
         Some(_) => set_reply(picked),
         None => picked.into_iter().next().map_or(Reply::Null, Reply::Bulk),
@@ -247,15 +256,7 @@ fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(m) => m,
         Err(e) => return e,
     };
-    let bulk = |members: Vec<Bytes>| Reply::Array(members.into_iter().map(Reply::Bulk).collect());
-    let picked = match (count, &meta) {
-        (None, None) => return Reply::Null,
-        (Some(_), None) => return Reply::Array(Vec::new()),
-        (None, Some(m)) => view.random_member(m).map(|p| p.map_or(Reply::Null, Reply::Bulk)),
-        (Some(n), Some(m)) if n >= 0 => view.random_distinct(m, n as usize).map(bulk),
-        (Some(n), Some(m)) => view.random_with_repeats(m, n.unsigned_abs() as usize).map(bulk),
-    };
-    picked.unwrap_or_else(engine_error)
+    random_reply(&view, meta.as_ref(), count, false, Reply::Bulk)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

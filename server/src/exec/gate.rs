@@ -136,21 +136,20 @@ pub fn run_batch(
                 break BatchEnd::Paused(wait);
             }
         }
-        if looked_up.is_some_and(|c| groupable(s, c, args)) {
+        // Two or more groupable writes in a row run as one write group.
+        let joins = |r: Option<&Vec<Bytes>>| r.is_some_and(|a| lookup(&a[0]).is_some_and(|c| groupable(s, c, a)));
+        if joins(Some(args)) && joins(requests.get(1)) {
             let group = take_group(s, requests);
-            if group.len() > 1 {
-                sets.commit(s, out);
-                let rest = run_group(s, group, out, output_bound);
-                for args in rest.into_iter().rev() {
-                    requests.push_front(args);
-                }
-                s.exec.reset();
-                if out.len() >= output_bound {
-                    break BatchEnd::OutputFull;
-                }
-                continue;
+            sets.commit(s, out);
+            let rest = run_group(s, group, out, output_bound);
+            for args in rest.into_iter().rev() {
+                requests.push_front(args);
             }
-            requests.push_front(group.into_iter().next().unwrap_or_default());
+            s.exec.reset();
+            if out.len() >= output_bound {
+                break BatchEnd::OutputFull;
+            }
+            continue;
         }
         let Some(args) = requests.pop_front() else { break BatchEnd::Drained };
         let name = args[0].clone();
@@ -238,7 +237,6 @@ const GROUPABLE: &[&str] = &[
     "lrem",
     "lset",
     "ltrim",
-    "mset",
     "msetnx",
     "persist",
     "pexpire",
@@ -281,12 +279,12 @@ fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
         && !s.subscribed()
 }
 
-/// The run of groupable requests at the front of `requests` (at least the first one).
+/// The run of groupable requests at the front of `requests`.
 fn take_group(s: &Session, requests: &mut VecDeque<Vec<Bytes>>) -> Vec<Vec<Bytes>> {
     let mut group = Vec::new();
     while group.len() < MAX_GROUP {
         let Some(args) = requests.front() else { break };
-        if !group.is_empty() && !lookup(&args[0]).is_some_and(|c| groupable(s, c, args)) {
+        if !lookup(&args[0]).is_some_and(|c| groupable(s, c, args)) {
             break;
         }
         group.extend(requests.pop_front());

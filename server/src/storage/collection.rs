@@ -402,29 +402,25 @@ impl<'a> View<'a> {
                 };
             }
         }
+        let mut live = Vec::new();
+        for kv in self.elements(meta.uid, Bound::Unbounded) {
+            let (field, value) = kv?;
+            match pending.remove(&field[..]) {
+                Some(Some(v)) => live.push((field.to_vec(), v)),
+                Some(None) => {}
+                None => live.push((field.to_vec(), value.to_vec())),
+            }
+        }
+        live.extend(pending.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))));
         let uid = self.storage.new_uid();
         self.claim(batch, uid, key);
-        let mut count = 0;
-        let mut add = |batch: &mut lsm::WriteBatch, field: &[u8], value: &[u8]| {
+        for (field, value) in &live {
             self.add_member(batch, uid, field, value);
             if meta.kind == KeyType::ZSet {
                 self.put_score(batch, uid, decode_score(value), field);
             }
-            count += 1;
-        };
-        let mut copied = Vec::new();
-        for kv in self.elements(meta.uid, Bound::Unbounded) {
-            let (field, value) = kv?;
-            match pending.remove(&field[..]) {
-                Some(Some(v)) => copied.push((field.to_vec(), v)),
-                Some(None) => {}
-                None => copied.push((field.to_vec(), value.to_vec())),
-            }
         }
-        copied.extend(pending.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))));
-        for (field, value) in &copied {
-            add(batch, field, value);
-        }
+        let count = live.len() as u64;
         let header = Header { count, ..Header::default() };
         Ok(Meta { uid, body: header.body(meta.kind), ..meta.clone() })
     }
