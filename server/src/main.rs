@@ -38,6 +38,18 @@ fn main() -> ExitCode {
         eprintln!("Can't open the log file: {e}");
         return ExitCode::from(1);
     }
+    // TLS files are read before anything else: a bad one stops the server, naming it.
+    let tls = if shale_server::net::tls::wanted(&config) {
+        match shale_server::net::tls::server_config(&config) {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                tracing::error!(target: "shale::tls", "Failed to configure TLS: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
     // The engine opens (and later closes) here, off the runtime: only network I/O runs there.
     let dir = config.dir.clone();
     let (db, state) = match open(config, log_hook) {
@@ -55,6 +67,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    state.set_tls_config(tls);
     let runtime = match runtime(state.config().worker_threads) {
         Ok(r) => r,
         Err(e) => {
@@ -142,15 +155,21 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
 /// Listens and serves until SIGINT, SIGTERM or SHUTDOWN.
 async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>> {
     let mut listeners = Vec::new();
-    let (port, bind) = {
+    let (port, tls_port, bind) = {
         let cfg = state.config();
-        (cfg.port, cfg.bind.clone())
+        let tls_port: u16 = cfg.get("tls-port").and_then(|p| p.parse().ok()).unwrap_or(0);
+        (cfg.port, tls_port, cfg.bind.clone())
     };
-    if port != 0 {
+    for (port, tls) in [(port, false), (tls_port, true)] {
+        if port == 0 {
+            continue;
+        }
         for addr in &bind {
-            let listener = tokio::net::TcpListener::bind((addr.as_str(), port)).await?;
-            tracing::info!(target: "shale::net", addr = %listener.local_addr()?, "listening");
-            listeners.push(listener);
+            let socket = tokio::net::TcpListener::bind((addr.as_str(), port))
+                .await
+                .map_err(|e| format!("Could not create server TCP listening socket {addr}:{port}: {e}"))?;
+            tracing::info!(target: "shale::net", addr = %socket.local_addr()?, tls, "listening");
+            listeners.push(shale_server::net::Listener { socket, tls });
         }
     }
     let expiry = tokio::spawn(shale_server::services::expiry_cycle::active_expiry(Arc::clone(&state)));

@@ -1,7 +1,7 @@
 //! State shared by every connection.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -68,6 +68,10 @@ pub struct ServerState {
     /// The threads commands run on.
     pub executor: crate::exec::Executor,
     log_hook: OnceLock<LogHook>,
+    /// The TLS settings new `tls-port` connections use (None: TLS not configured).
+    tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: AtomicU64,
     /// (when, commands processed, rate) at the last ops/sec sample.
     ops_sample: Mutex<(Instant, u64, f64)>,
 }
@@ -108,6 +112,8 @@ impl ServerState {
             pubsub: crate::services::pubsub::Hub::default(),
             locks: crate::services::named_locks::Locks::default(),
             log_hook: OnceLock::new(),
+            tls: RwLock::new(None),
+            tls_handshake_failures: AtomicU64::new(0),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })
     }
@@ -122,10 +128,28 @@ impl ServerState {
         let _ = self.log_hook.set(hook);
     }
 
+    /// The TLS settings for a new TLS connection.
+    pub fn tls_config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Installs TLS settings built by [`crate::net::tls::server_config`] (at startup).
+    pub fn set_tls_config(&self, config: Option<Arc<rustls::ServerConfig>>) {
+        *self.tls.write().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+
     /// Replaces the configuration (`CONFIG SET`) and applies what changes at runtime: the WAL
-    /// sync policy and the log level. Other settings are read where they are used.
+    /// sync policy, the log level, and the TLS settings (rebuilt from the files when a `tls-*`
+    /// directive changed; if that fails nothing changes). Other settings are read where they
+    /// are used.
     pub fn replace_config(&self, new: Config) -> Result<(), String> {
         let mut cfg = self.config.write().unwrap_or_else(|e| e.into_inner());
+        let tls_changed = crate::net::tls::DIRECTIVES.iter().any(|d| new.get(d) != cfg.get(d));
+        if tls_changed && crate::net::tls::wanted(&new) {
+            let tls = crate::net::tls::server_config(&new)?;
+            self.set_tls_config(Some(tls));
+            tracing::info!(target: "shale::tls", "TLS settings reloaded");
+        }
         if new.appendfsync != cfg.appendfsync {
             self.storage.engine().set_sync_mode(sync_mode(new.appendfsync)).map_err(|e| e.to_string())?;
         }

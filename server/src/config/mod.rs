@@ -283,6 +283,9 @@ impl Config {
                 self.bind = addrs;
             }
             "port" => self.port = int(0, 65535).map_err(|e| format!("Invalid port: {e}"))? as u16,
+            "tls-port" => {
+                int(0, 65535).map_err(|e| format!("Invalid tls-port: {e}"))?;
+            }
             "dir" => self.dir = PathBuf::from(v),
             "databases" => {
                 self.databases = int(1, 65536).map_err(|e| format!("Invalid number of databases: {e}"))? as u32

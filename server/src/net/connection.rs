@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::exec::{run_batch, BatchEnd, BlockRequest, Session};
@@ -26,9 +25,27 @@ pub const MAX_BATCH: usize = 1024;
 /// Once a round's replies pass this many bytes, they are written before more commands run.
 pub const OUTPUT_BOUND: usize = 1 << 20;
 
-pub(super) async fn handle(mut socket: TcpStream, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
-    let addr = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let laddr = socket.local_addr().map(|a| a.to_string()).unwrap_or_default();
+/// The client's socket: plain TCP or TLS over it.
+pub(super) trait Socket: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The client's address and ours.
+    fn addresses(&self) -> (String, String);
+}
+
+impl Socket for tokio::net::TcpStream {
+    fn addresses(&self) -> (String, String) {
+        let addr = self.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        (addr, self.local_addr().map(|a| a.to_string()).unwrap_or_default())
+    }
+}
+
+impl Socket for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn addresses(&self) -> (String, String) {
+        self.get_ref().0.addresses()
+    }
+}
+
+pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+    let (addr, laddr) = socket.addresses();
     let mut session = Session::connected(Arc::clone(&state), addr, laddr);
     let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(16 * 1024);
@@ -181,7 +198,7 @@ async fn execute(
 /// Writes and clears `output`; false if the connection is gone. A client that stops reading
 /// cannot hold this task forever once it is killed (e.g. a subscriber over its output limit).
 async fn write_out(
-    socket: &mut TcpStream,
+    socket: &mut impl Socket,
     output: &mut BytesMut,
     handle: &crate::services::clients::ClientHandle,
 ) -> bool {
@@ -192,7 +209,7 @@ async fn write_out(
         return false;
     }
     let written = tokio::select! {
-        r = socket.write_all(output) => r.is_ok(),
+        r = async { socket.write_all(output).await?; socket.flush().await } => r.is_ok(),
         _ = handle.kill_signal.notified() => false,
     };
     output.clear();
@@ -203,7 +220,7 @@ async fn write_out(
 /// arriving meanwhile is buffered for afterwards. `None` if the connection must close (the
 /// client went away, was killed, or the server is stopping).
 async fn wait_blocked(
-    socket: &mut TcpStream,
+    socket: &mut impl Socket,
     session: &mut Session,
     req: BlockRequest,
     input: &mut BytesMut,
@@ -270,7 +287,7 @@ async fn next_message(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Reply
 
 /// Waits for a LOCK to be handed over (or the timeout). `None` if the connection must close.
 async fn wait_lock(
-    socket: &mut TcpStream,
+    socket: &mut impl Socket,
     session: &mut Session,
     name: bytes::Bytes,
     mut rx: tokio::sync::oneshot::Receiver<()>,

@@ -1,22 +1,39 @@
-//! Accepting connections: one tokio task per client, a `maxclients` cap, and a graceful stop
-//! (stop accepting, let every connection finish the requests it has read, then return).
+//! Accepting connections: one tokio task per client, a `maxclients` cap, TLS on the
+//! `tls-port` listeners (the handshake runs in the client's task, bounded by [`HANDSHAKE_TIMEOUT`]),
+//! and a graceful stop (stop accepting, let every connection finish the requests it has read,
+//! then return).
 
 mod connection;
+pub mod tls;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::state::ServerState;
 
+/// A TLS client that has not finished its handshake by then is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listening socket and whether its clients speak TLS.
+#[derive(Debug)]
+pub struct Listener {
+    /// The socket.
+    pub socket: TcpListener,
+    /// Clients must complete a TLS handshake first (`tls-port`).
+    pub tls: bool,
+}
+
 /// Serves `listeners` until `shutdown` completes, then waits for open connections to finish
 /// what they are doing and close.
-pub async fn serve(listeners: Vec<TcpListener>, state: Arc<ServerState>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(listeners: Vec<Listener>, state: Arc<ServerState>, shutdown: impl Future<Output = ()>) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepters = JoinSet::new();
     for listener in listeners {
@@ -29,12 +46,12 @@ pub async fn serve(listeners: Vec<TcpListener>, state: Arc<ServerState>, shutdow
     while accepters.join_next().await.is_some() {}
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            accepted = listener.accept() => {
+            accepted = listener.socket.accept() => {
                 let (mut socket, peer) = match accepted {
                     Ok(c) => c,
                     Err(e) => {
@@ -51,10 +68,14 @@ async fn accept_loop(listener: TcpListener, state: Arc<ServerState>, mut stop: w
                     let _ = socket.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
                 }
-                tracing::debug!(target: "shale::net", %peer, clients = n, "client connected");
-                let (state, stop) = (Arc::clone(&state), stop.clone());
+                tracing::debug!(target: "shale::net", %peer, clients = n, tls = listener.tls, "client connected");
+                let (state, stop, tls) = (Arc::clone(&state), stop.clone(), listener.tls);
                 connections.spawn(async move {
-                    connection::handle(socket, Arc::clone(&state), stop).await;
+                    if tls {
+                        serve_tls(socket, peer, Arc::clone(&state), stop).await;
+                    } else {
+                        connection::handle(socket, Arc::clone(&state), stop).await;
+                    }
                     state.clients.fetch_sub(1, Ordering::AcqRel);
                 });
             }
@@ -62,4 +83,26 @@ async fn accept_loop(listener: TcpListener, state: Arc<ServerState>, mut stop: w
         }
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Completes a client's TLS handshake with the configuration current now, then serves it. A
+/// client that fails the handshake (plaintext, no or an untrusted certificate when one is
+/// required, no common protocol or suite) is logged and closed.
+async fn serve_tls(socket: TcpStream, peer: SocketAddr, state: Arc<ServerState>, stop: watch::Receiver<bool>) {
+    let Some(config) = state.tls_config() else {
+        tracing::warn!(target: "shale::net", %peer, "TLS client on a server without TLS settings; closing");
+        return;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => connection::handle(stream, state, stop).await,
+        Ok(Err(e)) => {
+            state.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "shale::net", %peer, error = %e, "TLS handshake failed; closing");
+        }
+        Err(_) => {
+            state.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "shale::net", %peer, "TLS handshake timed out; closing");
+        }
+    }
 }
