@@ -1,10 +1,12 @@
 //! `shale-server`: the Redis/Valkey-protocol server on the `lsm` engine.
 //!
 //! Layout, in the order a request travels:
-//! - [`net`]: the listener and one tokio task per connection (network I/O only);
+//! - [`net`]: the listeners (plain and TLS) and one tokio task per connection (network I/O
+//!   only);
 //! - [`resp`]: the RESP2/RESP3 request parser and reply encoder;
 //! - [`exec`]: where commands run — the executor threads, the one command gate, the session
 //!   and its per-command execution context (the execution model is stated there);
+//! - [`acl`]: users, their rules and the permission check the gate makes;
 //! - [`commands`]: the command table, one file per family;
 //! - [`storage`]: Redis types encoded onto the engine, the execution context, key locks,
 //!   keyspace counts, WATCH, and the compaction filter;
@@ -12,6 +14,7 @@
 //!   hub, the client registry, named LOCKs, SCAN cursors;
 //! - [`config`] and [`state`]: settings and the state every connection shares.
 
+pub mod acl;
 pub mod commands;
 pub mod config;
 pub mod exec;

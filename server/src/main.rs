@@ -147,7 +147,7 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
     let db = lsm::Db::open(&config.dir, opts)?;
     filter.attach(&db);
-    let state = Arc::new(ServerState::new(config, db.clone())?);
+    let state = Arc::new(ServerState::new(config, db.clone()).map_err(|e| e as Box<dyn std::error::Error>)?);
     state.set_log_hook(log_hook);
     Ok((db, state))
 }

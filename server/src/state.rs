@@ -67,6 +67,8 @@ pub struct ServerState {
     pub locks: crate::services::named_locks::Locks,
     /// The threads commands run on.
     pub executor: crate::exec::Executor,
+    /// ACL users, the ACL log and refusal counters.
+    pub acl: crate::acl::Acl,
     log_hook: OnceLock<LogHook>,
     /// The TLS settings new `tls-port` connections use (None: TLS not configured).
     tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
@@ -84,12 +86,15 @@ impl std::fmt::Debug for ServerState {
 
 impl ServerState {
     /// State for a server with `config` over `db`; starts the executor threads. Reads the
-    /// engine (call it before serving, not on an async runtime worker).
-    pub fn new(config: Config, db: lsm::Db) -> lsm::Result<Self> {
+    /// engine (call it before serving, not on an async runtime worker). Fails on an engine
+    /// error or ACL users that cannot be loaded (the `aclfile`, `user` lines).
+    pub fn new(config: Config, db: lsm::Db) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let now_s = crate::storage::now_ms() / 1000;
+        let acl = crate::acl::Acl::new(&config)?;
         let executor = crate::exec::Executor::start(config.executor_threads)?;
         Ok(ServerState {
             executor,
+            acl,
             storage: Storage::new(db)?,
             config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),
@@ -152,6 +157,9 @@ impl ServerState {
         }
         if new.appendfsync != cfg.appendfsync {
             self.storage.engine().set_sync_mode(sync_mode(new.appendfsync)).map_err(|e| e.to_string())?;
+        }
+        if new.requirepass != cfg.requirepass {
+            self.acl.set_default_password(new.requirepass.as_deref());
         }
         if new.loglevel != cfg.loglevel {
             if let Some(hook) = self.log_hook.get() {

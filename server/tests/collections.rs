@@ -157,7 +157,7 @@ fn collections_persist_and_expire() {
 #[test]
 fn big_collections_delete_at_once_and_their_space_comes_back() {
     let n: usize = std::env::var("SHALE_BIG_COLLECTION").ok().and_then(|v| v.parse().ok()).unwrap_or(50_000);
-    let server = Server::start(&[]);
+    let server = Server::start(&["--enable-debug-command", "yes"]);
     let mut c = server.client();
     // Values that do not compress (the point is to see disk space come back).
     let value_of = |i: usize| -> String {
@@ -215,7 +215,7 @@ fn big_collections_delete_at_once_and_their_space_comes_back() {
 
 #[test]
 fn copy_move_and_rename_carry_collections_whole() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--enable-debug-command", "yes"]);
     let mut c = server.client();
     cmd("ZADD").arg("z").arg(&["1", "a", "2", "b"]).query::<()>(&mut c).unwrap();
     cmd("RPUSH").arg("l").arg(&["x", "y"]).query::<()>(&mut c).unwrap();

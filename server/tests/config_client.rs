@@ -199,7 +199,7 @@ fn shutdown_save_lastsave_and_idle_timeout() {
 
 #[test]
 fn reset_memory_function_debug_bgsave_and_command() {
-    let server = Server::start(&["--requirepass", "pw"]);
+    let server = Server::start(&["--requirepass", "pw", "--enable-debug-command", "yes"]);
     let mut s = server.raw();
     let want = "+OK\r\n+OK\r\n+OK\r\n+RESET\r\n-NOAUTH Authentication required.\r\n";
     let got = roundtrip(&mut s, b"AUTH pw\r\nSELECT 2\r\nCLIENT SETNAME n\r\nRESET\r\nGET k\r\n", want.len());

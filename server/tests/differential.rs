@@ -8,49 +8,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{free_port, Server};
+use common::{start_redis, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
-
-struct RedisServer(Child);
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis() -> Option<(RedisServer, redis::Connection, u16)> {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let child = match child {
-        Ok(c) => RedisServer(c),
-        Err(_) => {
-            if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
-                panic!("redis-server is required (apt-get install -y redis-server)");
-            }
-            eprintln!("skipping: redis-server is not installed (apt-get install -y redis-server)");
-            return None;
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection() {
-            return Some((child, c, port));
-        }
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A reply reduced to something comparable: errors as text, unordered arrays sorted.
 fn outcome(r: redis::RedisResult<Value>, unordered: bool, pairs: bool) -> String {

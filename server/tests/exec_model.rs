@@ -101,8 +101,12 @@ fn a_panicking_command_answers_an_error_and_leaves_no_lock_buffer_or_snapshot() 
 fn debug_panic_command_is_refused_unless_enabled() {
     let server = Server::start(&[]);
     let mut c = server.client();
-    let err = cmd("DEBUG").arg("PANIC-COMMAND").arg("k").query::<Value>(&mut c).unwrap_err();
-    assert!(err.to_string().contains("not allowed"), "{err}");
+    for sub in ["PANIC-COMMAND", "SLEEP", "COMPACT"] {
+        let err = cmd("DEBUG").arg(sub).arg("k").query::<Value>(&mut c).unwrap_err();
+        assert!(err.to_string().contains("DEBUG command not allowed"), "{err}");
+    }
+    let err = cmd("CONFIG").arg("SET").arg("enable-debug-command").arg("yes").query::<Value>(&mut c).unwrap_err();
+    assert!(err.to_string().contains("can't set immutable config"), "{err}");
 }
 
 #[test]

@@ -199,7 +199,12 @@ fn kill(s: &Session, args: &[Bytes]) -> Reply {
             },
             "addr" => filters.push(Box::new(move |c| c.addr == text)),
             "laddr" => filters.push(Box::new(move |c| c.laddr == text)),
-            "user" => filters.push(Box::new(move |_| text == "default")),
+            "user" => {
+                if s.state.acl.user(&text).is_none() {
+                    return Reply::error(format!("ERR No such user '{text}'"));
+                }
+                filters.push(Box::new(move |c| *c.user() == *text));
+            }
             "type" => match text.to_ascii_lowercase().as_str() {
                 "normal" => {}
                 "master" | "replica" | "slave" | "pubsub" => filters.push(Box::new(|_| false)),

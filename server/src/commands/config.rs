@@ -84,8 +84,11 @@ fn set(s: &Session, pairs: &[Bytes]) -> Reply {
         if !names.insert(param.name) {
             return fail("duplicate parameter");
         }
+        if PROTECTED.contains(&param.name) && !s.allowed_by("enable-protected-configs") {
+            return fail("can't set protected config");
+        }
         if !param.mutable {
-            return fail(if param.name == "dir" { "can't set protected config" } else { "can't set immutable config" });
+            return fail("can't set immutable config");
         }
         if let Err(why) = next.apply(param.name, &[text(&pair[1])]) {
             return fail(&why);
@@ -97,10 +100,16 @@ fn set(s: &Session, pairs: &[Bytes]) -> Reply {
     }
 }
 
+/// Parameters `CONFIG SET` may change only where `enable-protected-configs` allows it (as in
+/// Redis: they name files the server writes).
+const PROTECTED: &[&str] = &["dir", "dbfilename"];
+
 fn rewrite(s: &Session) -> Reply {
     let cfg = s.state.config();
     let Some(path) = cfg.file.clone() else { return Reply::error("ERR The server is running without a config file") };
-    match crate::config::rewrite(&cfg, &path) {
+    // Users go into the configuration file unless they live in an aclfile.
+    let users = cfg.get("aclfile").is_none_or(str::is_empty).then(|| s.state.acl.list());
+    match crate::config::rewrite(&cfg, &path, users.as_deref()) {
         Ok(()) => Reply::ok(),
         Err(e) => {
             tracing::warn!(target: "shale::config", error = %e, path = %path.display(), "CONFIG REWRITE failed");

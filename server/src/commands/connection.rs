@@ -94,7 +94,7 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let mut i = 2;
     let mut name = None;
-    let mut authed = false;
+    let mut credentials = None;
     while i < args.len() {
         let opt = String::from_utf8_lossy(&args[i]).to_ascii_lowercase();
         match opt.as_str() {
@@ -103,10 +103,7 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
                 i += 2;
             }
             "auth" if i + 2 < args.len() => {
-                if let Err(e) = super::server::check_credentials(s, &args[i + 1], &args[i + 2]) {
-                    return e;
-                }
-                authed = true;
+                credentials = Some((args[i + 1].clone(), args[i + 2].clone()));
                 i += 3;
             }
             _ => {
@@ -117,9 +114,13 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
             }
         }
     }
-    if authed {
-        s.authenticated = true;
-    } else if !s.authenticated {
+    let authed = credentials.is_some();
+    if let Some((user, pass)) = credentials {
+        if let Err(e) = super::server::check_credentials(s, &user, &pass) {
+            return e;
+        }
+    }
+    if !authed && !s.authenticated {
         return Reply::error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         );
@@ -150,7 +151,7 @@ fn command_entry(spec: &CommandSpec) -> Reply {
         Reply::Integer(i64::from(spec.first_key)),
         Reply::Integer(i64::from(spec.last_key)),
         Reply::Integer(i64::from(spec.step)),
-        Reply::Set(Vec::new()),
+        Reply::Set(super::meta::category_names(spec).into_iter().map(|c| Reply::Simple(format!("@{c}"))).collect()),
         Reply::Set(Vec::new()),
         Reply::Array(Vec::new()),
         Reply::Array(Vec::new()),
@@ -171,7 +172,7 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// `RESET`: the connection as it was when it opened (database 0, RESP2, no name, replies on,
-/// authenticated only if no password is required).
+/// the default user, authenticated only if it needs no password).
 fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
     s.multi = None;
     s.multi_error = false;
@@ -182,6 +183,6 @@ fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
     s.set_name(None);
     s.reply_mode = super::ReplyMode::On;
     s.skip_next = false;
-    s.authenticated = s.state.config().requirepass.is_none();
+    s.logout();
     Reply::Simple("RESET".into())
 }

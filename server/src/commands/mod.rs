@@ -2,6 +2,7 @@
 //! handler, by family (one file each). The gate ([`crate::exec::gate`]), arity errors,
 //! `COMMAND`, EXEC's key locking and WATCH all read it.
 
+pub(crate) mod acl;
 mod blocking_pops;
 mod client;
 mod collections;
@@ -10,8 +11,10 @@ mod connection;
 mod hashes;
 mod keys;
 mod lists;
+pub mod meta;
 mod named_locks;
 mod pubsub;
+mod redis_meta;
 mod server;
 mod sets;
 mod sorted_sets;
@@ -28,7 +31,7 @@ pub use crate::exec::{dispatch, BlockRequest, ReplyMode, Session};
 use crate::resp::Reply;
 pub(crate) use pubsub::allowed_when_subscribed;
 pub(crate) use transactions::is_control as is_transaction_control;
-pub(crate) use transactions::{queued_keys, run_buffered};
+pub(crate) use transactions::{clear_watches, queued_keys, run_buffered};
 
 /// A command implementation: the session and the full argument vector (name first).
 pub type Handler = fn(&mut Session, &[Bytes]) -> Reply;
@@ -89,6 +92,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         transactions::COMMANDS,
         pubsub::COMMANDS,
         named_locks::COMMANDS,
+        acl::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -109,20 +109,26 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Checks `user`/`pass`: the only user is "default", whose password is `requirepass` (without
-/// one, it takes any password, as Redis's `nopass` default user does).
-pub(super) fn check_credentials(s: &Session, user: &[u8], pass: &[u8]) -> Result<(), Reply> {
-    let ok = user == b"default" && s.state.config().requirepass.as_ref().is_none_or(|p| pass == p.as_bytes());
-    if ok {
-        Ok(())
-    } else {
-        Err(Reply::error(WRONGPASS))
+/// Logs in as `user` if `pass` is one of its passwords and it is on; a failure is logged
+/// (server log and `ACL LOG`) and counted.
+pub(super) fn check_credentials(s: &mut Session, user: &[u8], pass: &[u8]) -> Result<(), Reply> {
+    match s.state.acl.authenticate(user, pass) {
+        Some(entry) => {
+            s.login(entry);
+            Ok(())
+        }
+        None => {
+            let name = String::from_utf8_lossy(user).into_owned();
+            tracing::warn!(target: "shale::acl", client = s.id, addr = %s.handle.addr, user = %name, "AUTH failed");
+            crate::commands::acl::log_refusal(s, crate::acl::Reason::Auth, "AUTH".into(), Some(name));
+            Err(Reply::error(WRONGPASS))
+        }
     }
 }
 
 fn auth(s: &mut Session, args: &[Bytes]) -> Reply {
     let (user, pass): (&[u8], &[u8]) = match args {
-        [_, _] if s.state.config().requirepass.is_none() => {
+        [_, _] if s.state.acl.default_user().rules().nopass => {
             return Reply::error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             )
@@ -132,10 +138,7 @@ fn auth(s: &mut Session, args: &[Bytes]) -> Reply {
         _ => return Reply::error("ERR syntax error"),
     };
     match check_credentials(s, user, pass) {
-        Ok(()) => {
-            s.authenticated = true;
-            Reply::ok()
-        }
+        Ok(()) => Reply::ok(),
         Err(e) => e,
     }
 }
@@ -281,9 +284,11 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         );
     }
     if show("stats") {
+        let acl_fields = super::acl::info_fields(s);
+        let tls_failures = st.tls_handshake_failures.load(Ordering::Relaxed).to_string();
         section(
             "Stats",
-            vec![
+            [
                 ("total_connections_received", st.connections_received.load(Ordering::Relaxed).to_string()),
                 ("total_commands_processed", st.commands_processed.load(Ordering::Relaxed).to_string()),
                 ("instantaneous_ops_per_sec", format!("{:.0}", st.ops_per_sec())),
@@ -299,7 +304,11 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("executor_helpers_active", st.executor.helpers().to_string()),
                 ("executor_helpers_started", st.executor.helpers_started().to_string()),
                 ("executor_queued_jobs", st.executor.queued().to_string()),
-            ],
+                ("tls_handshake_failures", tls_failures),
+            ]
+            .into_iter()
+            .chain(acl_fields)
+            .collect(),
         );
     }
     if show("replication") {
@@ -469,17 +478,8 @@ fn function(_: &mut Session, args: &[Bytes]) -> Reply {
 
 /// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
 /// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), and Shale's `DEBUG COMPACT` (a full
-/// compaction, e.g. to get the space of deleted collections back at once).
-/// Whether `enable-debug-command` lets this client run the dangerous DEBUG subcommands.
-fn debug_allowed(s: &Session) -> bool {
-    let setting = s.state.config().get("enable-debug-command").unwrap_or_default().to_string();
-    match setting.as_str() {
-        "yes" => true,
-        "local" => s.handle.addr.starts_with("127.") || s.handle.addr.starts_with("[::1]"),
-        _ => false,
-    }
-}
-
+/// compaction, e.g. to get the space of deleted collections back at once). The gate refuses
+/// DEBUG unless `enable-debug-command` allows it.
 fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
@@ -498,13 +498,7 @@ fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         // Shale: panic inside this command while it holds the key's lock and a read snapshot,
         // to prove the dispatch boundary (the client gets an error, nothing is left held).
-        // Only where `enable-debug-command` allows it.
         "panic-command" if args.len() == 3 => {
-            if !debug_allowed(s) {
-                return Reply::error(
-                    "ERR DEBUG PANIC-COMMAND is not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.",
-                );
-            }
             let _guard = s.state.storage.lock(&s.exec, s.db, [&args[2][..]]);
             s.exec.begin_snapshot(s.state.storage.engine());
             panic!("DEBUG PANIC-COMMAND on key {:?}", String::from_utf8_lossy(&args[2]));

@@ -45,7 +45,7 @@ fn discard(s: &mut Session, _: &[Bytes]) -> Reply {
 }
 
 /// Drops every WATCH of the session.
-pub(super) fn clear_watches(s: &mut Session) {
+pub(crate) fn clear_watches(s: &mut Session) {
     let watched = std::mem::take(&mut s.watched);
     s.state.storage.watches.unwatch(&watched, &s.watch_flag);
     s.watch_flag.store(false, Ordering::Release);

@@ -97,6 +97,8 @@ pub struct Config {
     values: BTreeMap<&'static str, String>,
     /// The configuration file the server was started with (for `CONFIG REWRITE`).
     pub file: Option<PathBuf>,
+    /// `user <name> <rule>…` lines, name first (ACL users declared in the configuration).
+    pub users: Vec<Vec<String>>,
 }
 
 impl Default for Config {
@@ -125,6 +127,7 @@ impl Default for Config {
             compression: default_compression(),
             values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
             file: None,
+            users: Vec::new(),
         }
         .with_value("compression", default_compression().name())
     }
@@ -200,6 +203,13 @@ impl Config {
             let argv: Vec<String> = argv.into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect();
             let Some((name, args)) = argv.split_first() else { continue };
             let name = name.to_ascii_lowercase();
+            if name == "user" {
+                if args.is_empty() {
+                    return Err(fail("wrong number of arguments".into()));
+                }
+                cfg.users.push(args.to_vec());
+                continue;
+            }
             // Several `save` lines add up, as in redis.conf; `save ""` clears.
             if name == "save" && saw_save && !args.iter().all(|a| a.is_empty()) {
                 let joined = format!("{} {}", cfg.get("save").unwrap_or_default(), args.join(" "));

@@ -1,8 +1,9 @@
 //! The command gate and the batch runner.
 //!
 //! Every request of every connection passes [`gate`] — authentication, RESP2 subscribed mode,
-//! the command table's arity, MULTI queueing (refusing `no-multi` commands such as SAVE and
-//! SHUTDOWN) — in that order, before anything runs; fast paths
+//! the command table's arity, `enable-debug-command` for DEBUG, `no-multi` commands inside
+//! MULTI (SAVE, SHUTDOWN …), the user's ACL permissions, then MULTI queueing — in that order,
+//! before anything runs; fast paths
 //! come after it. [`run_batch`] runs a connection's parsed requests on an executor thread: it
 //! honours `CLIENT PAUSE`, catches a panicking command (the client gets an error for that
 //! command only and its execution context is reset), coalesces consecutive plain `SET`s into
@@ -42,8 +43,21 @@ pub fn gate(s: &mut Session, args: &[Bytes]) -> Result<&'static CommandSpec, Rep
     admit(s, args, spec)
 }
 
-/// [`gate`] for a request whose command was already looked up (`spec`).
+/// [`gate`] for a request whose command was already looked up (`spec`). A refused EXEC also
+/// discards the transaction, answering `EXECABORT` with the reason (as Redis does).
 fn admit(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) -> Result<&'static CommandSpec, Reply> {
+    let refused = match check(s, args, spec) {
+        Err(Reply::Error(why)) if spec.is_some_and(|c| c.name == "exec") => why,
+        other => return other,
+    };
+    s.multi = None;
+    s.multi_error = false;
+    crate::commands::clear_watches(s);
+    Err(Reply::error(format!("EXECABORT Transaction discarded because of: {refused}")))
+}
+
+/// The gate's checks, in order.
+fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) -> Result<&'static CommandSpec, Reply> {
     let Some(name) = args.first() else { return Err(Reply::error("ERR empty command")) };
     s.state.commands_processed.fetch_add(1, Ordering::Relaxed);
     if !s.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
@@ -68,9 +82,19 @@ fn admit(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
         s.multi_error |= queuing;
         return Err(Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name)));
     }
+    if spec.name == "debug" && !s.allowed_by("enable-debug-command") {
+        s.multi_error |= queuing;
+        return Err(Reply::error(
+            "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.",
+        ));
+    }
     if queuing && spec.flags.contains(&"no_multi") {
         s.multi_error = true;
         return Err(Reply::error("ERR Command not allowed inside a transaction"));
+    }
+    if let Err(refused) = crate::commands::acl::permit(s, spec, args) {
+        s.multi_error |= queuing;
+        return Err(refused);
     }
     if queuing {
         if let Some(queue) = s.multi.as_mut() {

@@ -51,8 +51,10 @@ pub struct Session {
     pub db: u32,
     /// Close the connection once the current replies are written (`QUIT`).
     pub closing: bool,
-    /// Passed AUTH (always true without `requirepass`).
+    /// Passed AUTH (true from the start when the default user needs no password).
     pub authenticated: bool,
+    /// The ACL user the connection runs as (`default` until AUTH names another).
+    pub user: Arc<crate::acl::UserEntry>,
     /// `CLIENT REPLY` mode.
     pub reply_mode: ReplyMode,
     /// Set by `CLIENT REPLY SKIP` for the command after it.
@@ -99,7 +101,8 @@ impl Session {
     /// A new client of `state` connected from `addr` to `laddr`; registered until dropped.
     pub fn connected(state: Arc<ServerState>, addr: String, laddr: String) -> Self {
         let id = state.next_client_id.fetch_add(1, Ordering::Relaxed);
-        let authenticated = state.config().requirepass.is_none();
+        let user = state.acl.default_user();
+        let authenticated = default_login(&user);
         let handle = Arc::new(ClientHandle::new(id, addr, laddr));
         state.registry.register(Arc::clone(&handle));
         Session {
@@ -108,6 +111,7 @@ impl Session {
             db: 0,
             closing: false,
             authenticated,
+            user,
             reply_mode: ReplyMode::On,
             skip_next: false,
             suppress_current: false,
@@ -126,6 +130,31 @@ impl Session {
             shard_channels: Default::default(),
             exec: ExecContext::new(),
             state,
+        }
+    }
+
+    /// Runs as `user` from now on (AUTH, HELLO … AUTH).
+    pub fn login(&mut self, user: Arc<crate::acl::UserEntry>) {
+        self.handle.set_user(&user.name);
+        self.user = user;
+        self.authenticated = true;
+    }
+
+    /// Back to the default user, authenticated only if it needs no password (RESET).
+    pub fn logout(&mut self) {
+        let user = self.state.acl.default_user();
+        self.authenticated = default_login(&user);
+        self.handle.set_user(&user.name);
+        self.user = user;
+    }
+
+    /// Whether a `no|yes|local` directive (`enable-debug-command`, `enable-protected-configs`)
+    /// lets this client act (`local`: from the loopback interface only).
+    pub fn allowed_by(&self, directive: &str) -> bool {
+        match self.state.config().get(directive).unwrap_or_default() {
+            "yes" => true,
+            "local" => self.handle.addr.starts_with("127.") || self.handle.addr.starts_with("[::1]"),
+            _ => false,
         }
     }
 
@@ -198,6 +227,13 @@ impl Session {
         }
         !suppressed && self.reply_mode == ReplyMode::On
     }
+}
+
+/// True if a new connection is authenticated as `default` without AUTH (it is on and needs no
+/// password).
+fn default_login(user: &crate::acl::UserEntry) -> bool {
+    let rules = user.rules();
+    rules.enabled && rules.nopass
 }
 
 impl Drop for Session {

@@ -61,6 +61,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             let cfg = state.config();
             let limits = Limits {
                 max_bulk_len: usize::try_from(cfg.proto_max_bulk_len).unwrap_or(usize::MAX),
+                unauthenticated: !session.authenticated,
                 ..Limits::default()
             };
             (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout)
@@ -68,7 +69,10 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         // Parse what is buffered (a protocol error ends parsing: the requests before it still
         // run). `more` stays true if complete requests may be left in `input`.
         let mut more = true;
-        while protocol_error.is_none() && requests.len() < MAX_BATCH {
+        // Until it authenticates, a client's requests are parsed one at a time: the limits for
+        // unauthenticated clients apply to exactly the requests sent before AUTH succeeded.
+        let batch = if session.authenticated { MAX_BATCH } else { 1 };
+        while protocol_error.is_none() && requests.len() < batch {
             match parse_request(&mut input, &limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => requests.push_back(args),

@@ -68,6 +68,13 @@ async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watc
                     let _ = socket.write_all(b"-ERR max number of clients reached\r\n").await;
                     continue;
                 }
+                if let Some(refusal) = protected_mode_refusal(&state, peer.ip()) {
+                    state.clients.fetch_sub(1, Ordering::AcqRel);
+                    state.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(target: "shale::net", %peer, "protected mode: refused a non-loopback client");
+                    let _ = socket.write_all(refusal.as_bytes()).await;
+                    continue;
+                }
                 tracing::debug!(target: "shale::net", %peer, clients = n, tls = listener.tls, "client connected");
                 let (state, stop, tls) = (Arc::clone(&state), stop.clone(), listener.tls);
                 connections.spawn(async move {
@@ -83,6 +90,18 @@ async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watc
         }
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Redis's refusal of a client from outside the loopback interface while `protected-mode` is
+/// on and the default user needs no password.
+const PROTECTED_MODE_DENIED: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
+/// The refusal a client from `ip` gets in protected mode, if any.
+pub fn protected_mode_refusal(state: &ServerState, ip: std::net::IpAddr) -> Option<&'static str> {
+    if ip.is_loopback() || state.config().get("protected-mode") != Some("yes") {
+        return None;
+    }
+    state.acl.default_user().rules().nopass.then_some(PROTECTED_MODE_DENIED)
 }
 
 /// Completes a client's TLS handshake with the configuration current now, then serves it. A

@@ -9,11 +9,19 @@ pub struct Limits {
     pub max_bulk_len: usize,
     /// Longest inline command, or length line, without a newline (64 KiB in Redis).
     pub max_inline_len: usize,
+    /// The client has not authenticated: Redis 7's stricter limits apply (at most
+    /// [`UNAUTHENTICATED_MAX_ARGS`] arguments of at most [`UNAUTHENTICATED_MAX_BULK`] bytes).
+    pub unauthenticated: bool,
 }
+
+/// Most arguments an unauthenticated client may send in one request.
+pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
+/// Largest argument an unauthenticated client may send.
+pub const UNAUTHENTICATED_MAX_BULK: i64 = 16 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_bulk_len: 512 << 20, max_inline_len: 64 << 10 }
+        Limits { max_bulk_len: 512 << 20, max_inline_len: 64 << 10, unauthenticated: false }
     }
 }
 
@@ -82,6 +90,9 @@ fn parse_multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Byt
         return Ok(None);
     };
     let count = match parse_int(&buf[1..nl]) {
+        Some(n) if limits.unauthenticated && n > UNAUTHENTICATED_MAX_ARGS => {
+            return err("unauthenticated multibulk length")
+        }
         Some(n) if n <= i64::from(i32::MAX) => n,
         _ => return err("invalid multibulk length"),
     };
@@ -104,6 +115,9 @@ fn parse_multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Byt
             return Ok(None);
         };
         let len = match parse_int(&buf[pos + 1..nl]) {
+            Some(n) if limits.unauthenticated && n > UNAUTHENTICATED_MAX_BULK => {
+                return err("unauthenticated bulk length")
+            }
             Some(n) if n >= 0 && n as u64 <= limits.max_bulk_len as u64 => n as usize,
             _ => return err("invalid bulk length"),
         };
@@ -289,8 +303,21 @@ mod tests {
     }
 
     #[test]
+    fn unauthenticated_clients_get_redis_7_limits() {
+        let strict = Limits { unauthenticated: true, ..Limits::default() };
+        let mut many = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(parse_request(&mut many, &strict), Err(ProtocolError("unauthenticated multibulk length".into())));
+        let mut big = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"[..]);
+        assert_eq!(parse_request(&mut big, &strict), Err(ProtocolError("unauthenticated bulk length".into())));
+        let mut fine = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$4\r\npass\r\n"[..]);
+        assert_eq!(parse_request(&mut fine, &strict).unwrap().unwrap().len(), 2);
+        let mut big = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"[..]);
+        assert_eq!(parse_request(&mut big, &Limits::default()), Ok(None), "authenticated: just incomplete");
+    }
+
+    #[test]
     fn oversized_inputs_are_refused_before_they_are_buffered() {
-        let limits = Limits { max_bulk_len: 10, max_inline_len: 100 };
+        let limits = Limits { max_bulk_len: 10, max_inline_len: 100, unauthenticated: false };
         let mut buf = BytesMut::from(&b"*1\r\n$11\r\n"[..]);
         assert_eq!(parse_request(&mut buf, &limits), Err(ProtocolError("invalid bulk length".into())));
         let mut buf = BytesMut::from(&vec![b'a'; 101][..]);
@@ -330,7 +357,7 @@ mod tests {
         #[test]
         fn any_bytes_parse_without_panicking(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
             let mut buf = BytesMut::from(&data[..]);
-            let limits = Limits { max_bulk_len: 64, max_inline_len: 64 };
+            let limits = Limits { max_bulk_len: 64, max_inline_len: 64, unauthenticated: false };
             for _ in 0..10 {
                 match parse_request(&mut buf, &limits) {
                     Ok(Some(_)) => {}

@@ -61,6 +61,8 @@ pub struct ClientHandle {
     pub killed: AtomicBool,
     /// Wakes the connection when it is killed.
     pub kill_signal: Notify,
+    /// The ACL user it is authenticated as.
+    user: Mutex<Arc<str>>,
 }
 
 impl ClientHandle {
@@ -79,7 +81,18 @@ impl ClientHandle {
             last_active_ms: AtomicU64::new(coarse_now_ms()),
             killed: AtomicBool::new(false),
             kill_signal: Notify::new(),
+            user: Mutex::new(Arc::from("default")),
         }
+    }
+
+    /// The ACL user name.
+    pub fn user(&self) -> Arc<str> {
+        Arc::clone(&self.user.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Records the ACL user the connection now runs as.
+    pub fn set_user(&self, name: &str) {
+        *self.user.lock().unwrap_or_else(|e| e.into_inner()) = Arc::from(name);
     }
 
     /// Records that the command named by `cmd` (a field of a static command table) just ran.
@@ -114,7 +127,7 @@ impl ClientHandle {
         format!(
             "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={flags} db={} sub={sub} psub={psub} ssub=0 \
              multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
-             events=r cmd={} user=default redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}",
+             events=r cmd={} user={} redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}",
             self.id,
             self.addr,
             self.laddr,
@@ -123,6 +136,7 @@ impl ClientHandle {
             self.idle_secs(),
             self.db.load(Ordering::Relaxed),
             cmd.replace(' ', "|"),
+            self.user(),
             self.resp.load(Ordering::Relaxed),
         )
     }
@@ -155,6 +169,18 @@ impl Registry {
     /// One client.
     pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
         self.lock().get(&id).cloned()
+    }
+
+    /// Closes every connection authenticated as `user` (its user was deleted or replaced).
+    pub fn kill_user(&self, user: &str, except: Option<u64>) -> usize {
+        let mut n = 0;
+        for c in self.lock().values() {
+            if &*c.user() == user && Some(c.id) != except {
+                c.kill();
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Connected clients.

@@ -169,6 +169,16 @@ impl Hub {
         lock(self.table(kind)).get(name).map_or(0, HashMap::len)
     }
 
+    /// Every subscription of client `id` (a scan of all channels: for ACL changes, not hot paths).
+    pub fn subscriptions_of(&self, id: u64) -> Vec<(Kind, Bytes)> {
+        let mut out = Vec::new();
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
+            let t = lock(self.table(kind));
+            out.extend(t.iter().filter(|(_, subs)| subs.contains_key(&id)).map(|(name, _)| (kind, name.clone())));
+        }
+        out
+    }
+
     /// Distinct patterns subscribed to (PUBSUB NUMPAT).
     pub fn pattern_count(&self) -> usize {
         lock(&self.patterns).len()

@@ -158,6 +158,51 @@ impl Drop for Server {
     }
 }
 
+/// A real redis-server (Debian's) for side-by-side tests; killed when dropped.
+pub struct RedisServer(pub Child);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts redis-server on a free loopback port without persistence, with `extra` options.
+/// `None` (after saying so) when it is not installed, unless `SHALE_REQUIRE_REDIS_TOOLS=1`.
+pub fn start_redis_with(extra: &[&str]) -> Option<(RedisServer, redis::Connection, u16)> {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let child = match child {
+        Ok(c) => RedisServer(c),
+        Err(_) => {
+            if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
+                panic!("redis-server is required (apt-get install -y redis-server)");
+            }
+            eprintln!("skipping: redis-server is not installed (apt-get install -y redis-server)");
+            return None;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection() {
+            return Some((child, c, port));
+        }
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`start_redis_with`] without extra options.
+pub fn start_redis() -> Option<(RedisServer, redis::Connection, u16)> {
+    start_redis_with(&[])
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
