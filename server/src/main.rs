@@ -173,7 +173,19 @@ async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>
         }
     }
     let expiry = tokio::spawn(shale_server::services::expiry_cycle::active_expiry(Arc::clone(&state)));
+    let (pidfile, supervised) = {
+        let cfg = state.config();
+        (cfg.get("pidfile").unwrap_or_default().to_string(), cfg.get("supervised").unwrap_or_default().to_string())
+    };
+    if !pidfile.is_empty() {
+        if let Err(e) = std::fs::write(&pidfile, format!("{}\n", std::process::id())) {
+            tracing::warn!(file = %pidfile, error = %e, "cannot write the pidfile");
+        }
+    }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "shale-server ready to accept connections");
+    if supervised == "systemd" || supervised == "auto" {
+        notify_systemd_ready();
+    }
     let stop = {
         let state = Arc::clone(&state);
         async move {
@@ -185,7 +197,31 @@ async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>
     };
     shale_server::net::serve(listeners, Arc::clone(&state), stop).await;
     expiry.abort();
+    if !pidfile.is_empty() {
+        let _ = std::fs::remove_file(&pidfile);
+    }
     Ok(())
+}
+
+/// `supervised systemd`: tells systemd (a `Type=notify` unit) the server is ready, through the
+/// datagram socket in `$NOTIFY_SOCKET` (a path, or an abstract name starting with `@`).
+fn notify_systemd_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let target = target.to_string_lossy().into_owned();
+    let sent = (|| -> std::io::Result<()> {
+        let socket = std::os::unix::net::UnixDatagram::unbound()?;
+        let addr = match target.strip_prefix('@') {
+            Some(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?,
+            None => std::os::unix::net::SocketAddr::from_pathname(&target)?,
+        };
+        socket.send_to_addr(b"READY=1\n", &addr)?;
+        Ok(())
+    })();
+    match sent {
+        Ok(()) => tracing::info!("told systemd the server is ready"),
+        Err(e) => tracing::warn!(socket = %target, error = %e, "cannot notify systemd"),
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

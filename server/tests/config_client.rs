@@ -37,15 +37,22 @@ fn config_get_and_set_cover_every_redis_parameter() {
 
     let ok: String = cmd("CONFIG")
         .arg("SET")
-        .arg("maxmemory")
+        .arg("active-defrag-ignore-bytes")
         .arg("1mb")
-        .arg("notify-keyspace-events")
-        .arg("KEA")
+        .arg("lfu-log-factor")
+        .arg("7")
         .query(&mut c)
         .unwrap();
     assert_eq!(ok, "OK");
-    assert_eq!(config_get(&mut c, "maxmemory")["maxmemory"], "1048576");
-    assert_eq!(config_get(&mut c, "notify-keyspace-events")["notify-keyspace-events"], "KEA");
+    assert_eq!(config_get(&mut c, "active-defrag-ignore-bytes")["active-defrag-ignore-bytes"], "1048576");
+    assert_eq!(config_get(&mut c, "lfu-log-factor")["lfu-log-factor"], "7");
+    // What Shale cannot honour is refused, not stored and ignored.
+    let refused = cmd("CONFIG").arg("SET").arg("maxmemory").arg("1mb").query::<String>(&mut c).unwrap_err();
+    assert!(refused.to_string().contains("block-cache-size"), "{refused}");
+    let refused =
+        cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEA").query::<String>(&mut c).unwrap_err();
+    assert!(refused.to_string().contains("not supported"), "{refused}");
+    assert_eq!(cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query::<String>(&mut c).unwrap(), "OK");
     let cases = [
         (vec!["foo", "bar"], "ERR Unknown option or number of arguments for CONFIG SET - 'foo'"),
         (
@@ -226,4 +233,45 @@ fn reset_memory_function_debug_bgsave_and_command() {
     assert_eq!(entries[1], redis::Value::Nil);
     let redis::Value::Array(get) = &entries[0] else { panic!() };
     assert_eq!((&get[0], &get[1]), (&redis::Value::BulkString(b"get".to_vec()), &redis::Value::Int(2)));
+}
+
+#[test]
+fn unsupported_directives_stop_startup_and_supervision_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (directive, value, says) in [
+        ("daemonize", "yes", "supervisor"),
+        ("unixsocket", "/tmp/shale.sock", "unix sockets"),
+        ("maxmemory", "1gb", "block-cache-size"),
+        ("replicaof", "127.0.0.1 6380", "replication"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shale-server"))
+            .args(["--port", "0", "--dir", data.to_str().unwrap(), &format!("--{directive}"), value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{directive} {value}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{directive}: {out:?}");
+    }
+    // pidfile and `supervised systemd`: READY=1 on $NOTIFY_SOCKET once listening.
+    let notify = dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let pidfile = dir.path().join("shale.pid");
+    let port = common::free_port().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shale-server"))
+        .args(["--port", &port, "--dir", data.to_str().unwrap(), "--supervised", "systemd"])
+        .args(["--pidfile", pidfile.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &notify)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = socket.recv(&mut buf).expect("READY=1 from the server");
+    assert_eq!(&buf[..n], b"READY=1\n");
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap().trim(), child.id().to_string());
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG", "ready means listening");
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
+    assert!(!pidfile.exists(), "the pidfile goes when the server stops");
 }

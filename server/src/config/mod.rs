@@ -336,6 +336,30 @@ impl Config {
             "disable-auto-compactions" => self.disable_auto_compactions = v.eq_ignore_ascii_case("yes"),
             "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
+            // Settings whose other values Shale cannot honour: refused, never stored and ignored.
+            "daemonize" | "cluster-enabled" | "tls-cluster" | "syslog-enabled" if v == "yes" => {
+                return Err(match name {
+                    "daemonize" => "daemonize is not supported: run shale-server under a supervisor (systemd, a container)",
+                    "syslog-enabled" => "syslog is not supported: log to stderr or set logfile",
+                    _ => "cluster mode is not supported",
+                }
+                .into())
+            }
+            "unixsocket" if !v.is_empty() => {
+                return Err("unix sockets are not supported: listen on TCP (bind, port) or TLS (tls-port)".into())
+            }
+            "replicaof" if !v.is_empty() => return Err("replication is not supported yet".into()),
+            "min-replicas-to-write" if v != "0" => return Err("replication is not supported yet".into()),
+            "maxmemory" if v != "0" => {
+                return Err(
+                    "maxmemory is not supported: data lives on disk; bound memory with block-cache-size and write-buffer-size"
+                        .into(),
+                )
+            }
+            "notify-keyspace-events" if !v.is_empty() => {
+                return Err("keyspace notifications are not supported yet".into())
+            }
+            "supervised" if v == "upstart" => return Err("supervised upstart is not supported (systemd is)".into()),
             "compression" => {
                 let c: lsm::Compression = v.parse().map_err(|e: lsm::Error| e.to_string())?;
                 if !c.is_available() {

@@ -41,8 +41,25 @@ impl Param {
     }
 }
 
+/// Parameters only their default value is accepted for: Shale cannot honour another, so
+/// setting one stops the server at startup (or fails `CONFIG SET`) with the reason.
+pub const DEFAULT_ONLY: &[&str] = &[
+    "cluster-enabled",
+    "daemonize",
+    "maxmemory",
+    "min-replicas-to-write",
+    "notify-keyspace-events",
+    "replicaof",
+    "syslog-enabled",
+    "tls-cluster",
+    "unixsocket",
+];
+
 /// Parameters Shale acts on.
 pub const EFFECTIVE: &[&str] = &[
+    "acl-pubsub-default",
+    "aclfile",
+    "acllog-max-len",
     "appendfsync",
     "bind",
     "block-cache-size",
@@ -52,15 +69,20 @@ pub const EFFECTIVE: &[&str] = &[
     "databases",
     "dir",
     "disable-auto-compactions",
+    "enable-debug-command",
+    "enable-protected-configs",
     "executor-threads",
     "level0-slowdown-writes-trigger",
     "level0-stop-writes-trigger",
     "logfile",
     "loglevel",
     "maxclients",
+    "pidfile",
     "port",
+    "protected-mode",
     "proto-max-bulk-len",
     "requirepass",
+    "supervised",
     "timeout",
     "tls-auth-clients",
     "tls-ca-cert-dir",
@@ -71,6 +93,7 @@ pub const EFFECTIVE: &[&str] = &[
     "tls-client-cert-file",
     "tls-client-key-file",
     "tls-client-key-file-pass",
+    "tls-dh-params-file",
     "tls-key-file",
     "tls-key-file-pass",
     "tls-port",

@@ -125,3 +125,28 @@ async fn serve_tls(socket: TcpStream, peer: SocketAddr, state: Arc<ServerState>,
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn protected_mode_refuses_outside_loopback_without_a_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        let state = ServerState::new(Config::default(), db).unwrap();
+        let outside: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        assert!(protected_mode_refusal(&state, outside)
+            .is_some_and(|r| r.starts_with("-DENIED Redis is running in protected mode")));
+        assert!(protected_mode_refusal(&state, "127.0.0.1".parse().unwrap()).is_none());
+        assert!(protected_mode_refusal(&state, "::1".parse().unwrap()).is_none());
+        state.acl.set_default_password(Some("pw"));
+        assert!(protected_mode_refusal(&state, outside).is_none(), "a password lifts it");
+        state.acl.set_default_password(None);
+        let mut cfg = state.config().clone();
+        cfg.apply("protected-mode", &["no".into()]).unwrap();
+        state.replace_config(cfg).unwrap();
+        assert!(protected_mode_refusal(&state, outside).is_none(), "protected-mode no lifts it");
+    }
+}
