@@ -13,10 +13,90 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
 
 /// A job queued for an executor thread.
 type Job = Box<dyn FnOnce() + Send>;
+
+/// The job queue: a mutex-protected deque and a condition variable. An idle thread sleeps at
+/// once (no spinning or yielding: on a small machine the CPU is better left to the runtime and
+/// the other executors).
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    len: AtomicUsize,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, job: Job) -> Result<(), ()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(());
+        }
+        self.lock().push_back(job);
+        self.len.fetch_add(1, Ordering::Release);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The next job; waits at most `timeout` (None: until one comes or the queue closes).
+    fn pop(&self, timeout: Option<Duration>) -> Option<Job> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut jobs = self.lock();
+        loop {
+            if let Some(job) = jobs.pop_front() {
+                self.len.fetch_sub(1, Ordering::Release);
+                return Some(job);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            jobs = match deadline {
+                None => self.ready.wait(jobs).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.checked_duration_since(std::time::Instant::now())?;
+                    self.ready.wait_timeout(jobs, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _guard = self.lock();
+        self.ready.notify_all();
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Closes the queue when the last [`Executor`] handle goes.
+#[derive(Debug)]
+struct Sender(Arc<Shared>);
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.0.rx.close();
+    }
+}
 
 /// How long queued jobs may see no job finish before a helper thread starts.
 pub const STARVED_AFTER: Duration = Duration::from_millis(10);
@@ -27,7 +107,7 @@ pub const HELPER_IDLE: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Shared {
-    rx: Receiver<Job>,
+    rx: Queue,
     /// Jobs finished since start: the monitor's sign of progress.
     finished: AtomicU64,
     helpers: AtomicUsize,
@@ -39,7 +119,7 @@ struct Shared {
 /// The executor pool (see the module docs). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Executor {
-    tx: Sender<Job>,
+    tx: Arc<Sender>,
     shared: Arc<Shared>,
 }
 
@@ -52,9 +132,8 @@ impl Executor {
     /// until the last `Executor` handle is dropped.
     pub fn start(threads: usize) -> std::io::Result<Executor> {
         let threads = if threads == 0 { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { threads };
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let shared = Arc::new(Shared {
-            rx,
+            rx: Queue::default(),
             finished: AtomicU64::new(0),
             helpers: AtomicUsize::new(0),
             helpers_started: AtomicU64::new(0),
@@ -66,7 +145,7 @@ impl Executor {
         }
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new().name("shale-exec-monitor".into()).spawn(move || monitor(weak))?;
-        Ok(Executor { tx, shared })
+        Ok(Executor { tx: Arc::new(Sender(Arc::clone(&shared))), shared })
     }
 
     /// Runs `job` on an executor thread; the future resolves with its result without blocking
@@ -76,7 +155,7 @@ impl Executor {
         job: impl FnOnce() -> R + Send + 'static,
     ) -> impl Future<Output = Result<R, JobPanicked>> + Send + 'static {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let queued = self.tx.send(Box::new(move || {
+        let queued = self.tx.0.rx.push(Box::new(move || {
             let _ = tx.send(job());
         }));
         async move {
@@ -118,13 +197,13 @@ fn run_job(shared: &Shared, job: Job) {
 }
 
 fn core_loop(shared: &Shared) {
-    while let Ok(job) = shared.rx.recv() {
+    while let Some(job) = shared.rx.pop(None) {
         run_job(shared, job);
     }
 }
 
 fn helper_loop(shared: &Shared) {
-    while let Ok(job) = shared.rx.recv_timeout(HELPER_IDLE) {
+    while let Some(job) = shared.rx.pop(Some(HELPER_IDLE)) {
         run_job(shared, job);
     }
     shared.helpers.fetch_sub(1, Ordering::AcqRel);
@@ -171,7 +250,9 @@ mod tests {
         fn run_blocking<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> Result<R, JobPanicked> {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             self.tx
-                .send(Box::new(move || {
+                .0
+                .rx
+                .push(Box::new(move || {
                     let _ = tx.send(job());
                 }))
                 .map_err(|_| JobPanicked)?;
