@@ -287,3 +287,14 @@ fn requirepass_and_unauthenticated_limits() {
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("-WRONGPASS") && reply.ends_with("+OK\r\n$7\r\ndefault\r\n"), "{reply}");
 }
+
+#[test]
+fn a_user_deleting_itself_gets_the_reply_then_is_closed() {
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    cmd("ACL").arg(&["SETUSER", "ops", "on", ">pw", "+@all", "~*"]).exec(&mut admin).unwrap();
+    let mut s = server.raw();
+    let reply = roundtrip(&mut s, b"AUTH ops pw\r\nACL DELUSER ops\r\n", 9);
+    assert_eq!(String::from_utf8_lossy(&reply), "+OK\r\n:1\r\n");
+    assert!(closed(&mut s));
+}

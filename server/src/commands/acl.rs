@@ -111,11 +111,10 @@ fn deluser(s: &mut Session, names: &[Bytes]) -> Reply {
     }
     let removed = s.state.acl.delete_users(&names);
     for entry in &removed {
-        s.state.registry.kill_user(&entry.name, None);
-        if entry.name == s.user.name {
-            // The caller deleted itself: it answers this command, then closes.
-            s.closing = true;
-        }
+        // The caller, if it deleted its own user, answers this command, then closes.
+        let me = entry.name == s.user.name;
+        s.state.registry.kill_user(&entry.name, me.then_some(s.id));
+        s.closing |= me;
     }
     Reply::Integer(removed.len() as i64)
 }

@@ -293,11 +293,13 @@ const GROUPABLE: &[&str] = &[
 const MAX_GROUP: usize = 256;
 
 /// Whether `args` may join a write group on this session now (plain `SET`s have their own,
-/// cheaper batch).
+/// cheaper batch). Clients of a restricted ACL user run their writes one by one, so a refusal is
+/// logged as a top-level command, never as part of a transaction.
 fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
     GROUPABLE.contains(&spec.name)
         && !(spec.name == "set" && args.len() == 3)
         && s.authenticated
+        && s.user.unrestricted()
         && s.multi.is_none()
         && !s.in_exec
         && !s.subscribed()
