@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lsm::{Compression, Db, Options, ReadOptions, SyncMode, WriteBatch, WriteOptions};
+use lsm::{Compression, Db, Options, ReadOptions, SyncMode, TableReadMode, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -60,6 +60,7 @@ impl DbBench {
         Ok(Options::default()
             .compression(compression)
             .block_cache_size(flags.cache_size)
+            .table_read_mode(if flags.mmap_read { TableReadMode::Mmap } else { TableReadMode::Pread })
             .bloom_bits_per_key(flags.bloom_bits)
             .write_buffer_size(flags.write_buffer_size)
             .sync_mode(SyncMode::Never))

@@ -38,6 +38,10 @@ pub struct Flags {
     /// Block cache size in bytes.
     #[arg(long = "cache_size", default_value_t = 8 << 20)]
     pub cache_size: usize,
+    /// Read tables through memory maps instead of `pread` into the block cache (RocksDB's
+    /// `--mmap_read`; both default to pread).
+    #[arg(long = "mmap_read", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub mmap_read: bool,
     /// Bloom filter bits per key (0 disables).
     #[arg(long = "bloom_bits", default_value_t = 10)]
     pub bloom_bits: u32,

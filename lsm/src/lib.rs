@@ -55,6 +55,6 @@ pub use compaction::{CompactionFilter, Decision};
 pub use db::{Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
-pub use options::{Compression, Options, ReadOptions, SyncMode, WalRecoveryMode, WriteOptions};
+pub use options::{Compression, Options, ReadOptions, SyncMode, TableReadMode, WalRecoveryMode, WriteOptions};
 pub use repair::{repair, RepairReport};
 pub use snapshot::Snapshot;

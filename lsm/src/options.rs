@@ -72,6 +72,32 @@ pub enum SyncMode {
     Never,
 }
 
+/// How tables are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableReadMode {
+    /// Each table is memory-mapped: uncompressed blocks are read in place from the page cache
+    /// (no copy, no block-cache memory), compressed ones are decompressed into the block cache.
+    /// The mapped pages count in the process's RSS (as file-backed memory the kernel may drop).
+    Mmap,
+    /// Blocks are read with `pread` into the block cache (RocksDB's default): the memory the
+    /// engine uses is bounded by `block_cache_size` plus indexes and filters; every block read
+    /// from the file is checksummed.
+    #[default]
+    Pread,
+}
+
+impl std::str::FromStr for TableReadMode {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "mmap" => Ok(TableReadMode::Mmap),
+            "pread" => Ok(TableReadMode::Pread),
+            _ => Err(crate::Error::InvalidArgument(format!("unknown table read mode '{s}' (mmap or pread)"))),
+        }
+    }
+}
+
 /// What recovery does with a damaged WAL record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WalRecoveryMode {
@@ -113,6 +139,7 @@ pub struct Options {
     pub(crate) compaction_rate_limit: u64,
     pub(crate) faults: Option<Arc<dyn crate::fault::FaultInjector>>,
     pub(crate) block_cache_size: usize,
+    pub(crate) table_read_mode: TableReadMode,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
     pub(crate) wal_ttl: std::time::Duration,
@@ -156,6 +183,7 @@ impl Default for Options {
             compaction_rate_limit: 0,
             faults: None,
             block_cache_size: 64 << 20,
+            table_read_mode: TableReadMode::default(),
             max_open_files: 1000,
             compaction_filter: None,
             wal_ttl: std::time::Duration::ZERO,
@@ -306,6 +334,12 @@ impl Options {
     #[must_use]
     pub fn block_cache_size(mut self, bytes: usize) -> Self {
         self.block_cache_size = bytes;
+        self
+    }
+
+    /// How tables are read: `pread` into the block cache (default) or memory-mapped.
+    pub fn table_read_mode(mut self, mode: TableReadMode) -> Self {
+        self.table_read_mode = mode;
         self
     }
     /// Tables kept open (memory-mapped with index and filter loaded) at once (default 1000).

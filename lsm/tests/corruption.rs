@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lsm::{Compression, Db, Error, Options, WalRecoveryMode};
+use lsm::{Compression, Db, Error, Options, TableReadMode, WalRecoveryMode};
 
 fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -16,7 +16,8 @@ fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
 
 #[test]
 fn flipped_byte_in_a_table_data_block_is_a_corruption_error() {
-    for codec in [Compression::None, Compression::Snappy, Compression::Zstd].into_iter().filter(|c| c.is_available()) {
+    let codecs = [Compression::None, Compression::Snappy, Compression::Zstd].into_iter().filter(|c| c.is_available());
+    for (codec, mode) in codecs.flat_map(|c| [(c, TableReadMode::Mmap), (c, TableReadMode::Pread)]) {
         let dir = tempfile::tempdir().unwrap();
         {
             let db = Db::open(dir.path(), Options::default().compression(codec)).unwrap();
@@ -29,14 +30,14 @@ fn flipped_byte_in_a_table_data_block_is_a_corruption_error() {
         let mut bytes = std::fs::read(&sst).unwrap();
         bytes[30] ^= 0x08; // inside the first data block, which holds key0000
         std::fs::write(&sst, &bytes).unwrap();
-        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let db = Db::open(dir.path(), Options::default().table_read_mode(mode)).unwrap();
         match db.get(b"key0000") {
             Err(Error::Corruption { file, offset, reason }) => {
                 assert_eq!(file, sst);
                 assert_eq!(offset, 0, "the first block starts at 0");
                 assert!(reason.contains("checksum"), "{reason}");
             }
-            other => panic!("{codec:?}: expected corruption, got {other:?}"),
+            other => panic!("{codec:?} {mode:?}: expected corruption, got {other:?}"),
         }
         // A scan reports the error instead of skipping the block.
         let first = db.range::<&[u8], _>(..).next().unwrap();

@@ -186,6 +186,14 @@ fn log_live_changes_deleted_users_and_revoked_subscribers() {
     assert!(closed(&mut sub), "the subscriber to a revoked channel is closed");
     assert_eq!(cmd("EXISTS").arg("app:1").query::<i64>(&mut alice).unwrap(), 0);
 
+    // CLIENT KILL USER closes the user's connections and counts them.
+    let mut spare = server.client();
+    cmd("AUTH").arg("alice").arg("pw").exec(&mut spare).unwrap();
+    let killed: i64 = cmd("CLIENT").arg(&["KILL", "USER", "alice"]).query(&mut admin).unwrap();
+    assert!(killed >= 2, "alice's connections: {killed}");
+    let mut alice = server.client();
+    cmd("AUTH").arg("alice").arg("pw").exec(&mut alice).unwrap();
+
     // Deleting the user closes its connections.
     assert_eq!(cmd("ACL").arg(&["DELUSER", "alice"]).query::<i64>(&mut admin).unwrap(), 1);
     assert!(cmd("EXISTS").arg("app:1").query::<i64>(&mut alice).is_err(), "a deleted user's connection is closed");

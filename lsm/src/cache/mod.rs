@@ -99,14 +99,15 @@ impl BlockCache {
 #[derive(Debug)]
 pub struct TableCache {
     dir: PathBuf,
+    mode: crate::TableReadMode,
     tables: Mutex<Lru<u64, Arc<Table>>>,
     block_cache: Arc<BlockCache>,
 }
 
 impl TableCache {
     /// A cache of tables in `dir`.
-    pub fn new(dir: PathBuf, max_open_files: usize, block_cache: Arc<BlockCache>) -> Self {
-        TableCache { dir, tables: Mutex::new(Lru::new(max_open_files.max(1))), block_cache }
+    pub fn new(dir: PathBuf, max_open_files: usize, block_cache: Arc<BlockCache>, mode: crate::TableReadMode) -> Self {
+        TableCache { dir, mode, tables: Mutex::new(Lru::new(max_open_files.max(1))), block_cache }
     }
 
     /// The open table `number`, opening it if needed.
@@ -114,9 +115,9 @@ impl TableCache {
         if let Some(t) = self.tables.lock().unwrap_or_else(|e| e.into_inner()).get(&number) {
             return Ok(t);
         }
-        // Opened outside the lock: opening maps the file and reads its index and filter.
+        // Opened outside the lock: opening reads the file's index and filter.
         let path = crate::filename::table_path(&self.dir, number);
-        let t = Table::open_cached(&path, number, Some(Arc::clone(&self.block_cache)))?;
+        let t = Table::open_with(&path, number, Some(Arc::clone(&self.block_cache)), self.mode)?;
         self.tables.lock().unwrap_or_else(|e| e.into_inner()).insert(number, Arc::clone(&t), 1);
         Ok(t)
     }

@@ -77,8 +77,15 @@ impl Footer {
         let at = n
             .checked_sub(FOOTER_LEN)
             .ok_or_else(|| Error::corruption(file, 0, format!("file of {n} bytes is too short to be a table")))?;
-        let f = &file_data[at..];
-        let bad = |reason: &str| Error::corruption(file, at as u64, reason.to_string());
+        Footer::decode_tail(&file_data[at..], at as u64, file)
+    }
+
+    /// Checks the footer's [`FOOTER_LEN`] bytes `f`, found at file offset `at`.
+    pub fn decode_tail(f: &[u8], at: u64, file: &Path) -> Result<Footer> {
+        let bad = |reason: &str| Error::corruption(file, at, reason.to_string());
+        if f.len() != FOOTER_LEN {
+            return Err(bad("short footer"));
+        }
         if read_u64(f, 40) != Some(TABLE_MAGIC) {
             return Err(bad("bad table magic number"));
         }
@@ -149,17 +156,29 @@ pub fn read_block_checked(file_data: &Bytes, handle: BlockHandle, file: &Path, v
         .and_then(|e| e.checked_add(BLOCK_TRAILER_LEN))
         .filter(|&e| e <= file_data.len())
         .ok_or_else(|| corrupt(format!("block of {size} bytes runs past the end of the file")))?;
-    let contents = &file_data[start..start + size];
-    let codec_byte = file_data[start + size];
-    let stored = read_u32(file_data, start + size + 1).unwrap_or(0);
+    decode_block(file_data.slice(start..end), handle, file, verify)
+}
+
+/// Checks and decodes a block read whole with its trailer: `raw` is the contents, the codec
+/// byte and the checksum (`handle.size + BLOCK_TRAILER_LEN` bytes read at `handle.offset`). An
+/// uncompressed block is returned as a zero-copy slice of `raw`.
+pub fn decode_block(raw: Bytes, handle: BlockHandle, file: &Path, verify: bool) -> Result<Bytes> {
+    let corrupt = |reason: String| Error::corruption(file, handle.offset, reason);
+    let size = raw
+        .len()
+        .checked_sub(BLOCK_TRAILER_LEN)
+        .filter(|&s| s as u64 == handle.size)
+        .ok_or_else(|| corrupt(format!("block of {} bytes runs past the end of the file", handle.size)))?;
+    let contents = &raw[..size];
+    let codec_byte = raw[size];
+    let stored = read_u32(&raw, size + 1).unwrap_or(0);
     if verify && checksum(codec_byte, contents) != stored {
         return Err(corrupt("block checksum mismatch".into()));
     }
-    debug_assert!(end == start + size + BLOCK_TRAILER_LEN);
     let codec =
         Compression::from_u8(codec_byte).ok_or_else(|| corrupt(format!("unknown compression type {codec_byte}")))?;
     match codec {
-        Compression::None => Ok(file_data.slice(start..start + size)),
+        Compression::None => Ok(raw.slice(..size)),
         #[cfg(feature = "snappy")]
         Compression::Snappy => {
             let mut dec = snap::raw::Decoder::new();

@@ -1,4 +1,6 @@
-//! Reading a table through a memory map.
+//! Reading a table: through a memory map (the table's bytes are the page cache's, read in
+//! place) or with `pread` into the block cache (memory the engine owns and bounds), as
+//! [`crate::TableReadMode`] says.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,7 +9,9 @@ use bytes::Bytes;
 
 use super::block::{Block, BlockIter, BlockOrigin};
 use super::bloom;
-use super::format::{read_block, read_block_checked, BlockHandle, Footer, TableProperties};
+use super::format::{
+    decode_block, read_block_checked, BlockHandle, Footer, TableProperties, BLOCK_TRAILER_LEN, FOOTER_LEN,
+};
 use super::{META_FILTER, META_PROPERTIES, META_RANGE_DEL};
 use crate::cache::BlockCache;
 use crate::iter::InternalIterator;
@@ -69,10 +73,95 @@ impl Index {
     }
 }
 
-/// An open table: the file's bytes (memory-mapped), its index and bloom filter pinned.
+/// Where a table's bytes come from.
+#[derive(Debug)]
+enum Source {
+    /// The whole file, memory-mapped (or held in memory).
+    Mapped(Bytes),
+    /// The open file, read with `pread` block by block.
+    File { file: std::fs::File, len: u64 },
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Mapped(b) => b.len() as u64,
+            Source::File { len, .. } => *len,
+        }
+    }
+
+    /// `len` bytes at `offset`, which the caller checked lie inside the file.
+    fn read(&self, offset: u64, len: usize, path: &Path) -> Result<Bytes> {
+        match self {
+            Source::Mapped(b) => {
+                let start = usize::try_from(offset).map_err(|_| Error::corruption(path, offset, "offset overflows"))?;
+                b.get(start..start + len)
+                    .map(|_| b.slice(start..start + len))
+                    .ok_or_else(|| Error::corruption(path, offset, "read past the end of the file"))
+            }
+            Source::File { file, len: file_len } => {
+                if offset.checked_add(len as u64).is_none_or(|end| end > *file_len) {
+                    return Err(Error::corruption(path, offset, "read past the end of the file"));
+                }
+                Ok(Bytes::from(pread_exact(file, offset, len, path)?))
+            }
+        }
+    }
+
+    /// A block with its trailer, checked and decoded.
+    fn block(&self, h: BlockHandle, path: &Path, verify: bool) -> Result<Bytes> {
+        match self {
+            Source::Mapped(b) => read_block_checked(b, h, path, verify),
+            Source::File { .. } => {
+                let len = usize::try_from(h.size)
+                    .ok()
+                    .and_then(|s| s.checked_add(BLOCK_TRAILER_LEN))
+                    .ok_or_else(|| Error::corruption(path, h.offset, "block size overflows"))?;
+                let raw = self.read(h.offset, len, path).map_err(|_| {
+                    Error::corruption(
+                        path,
+                        h.offset,
+                        format!("block of {} bytes runs past the end of the file", h.size),
+                    )
+                })?;
+                decode_block(raw, h, path, verify)
+            }
+        }
+    }
+}
+
+/// `len` bytes at `offset` of `file`, read into a buffer that is not zeroed first (every block
+/// read would otherwise pay a memset of its size).
+fn pread_exact(file: &std::fs::File, offset: u64, len: usize, path: &Path) -> Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    let mut done = 0;
+    while done < len {
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| Error::corruption(path, offset, "offset overflows"))?;
+        // SAFETY: the destination is the buffer's spare capacity from `done` (at least
+        // `len - done` bytes); pread writes at most that many bytes there.
+        let n = unsafe { libc::pread(file.as_raw_fd(), buf.as_mut_ptr().add(done).cast(), len - done, at) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(Error::corruption(path, offset, "read past the end of the file")),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    // SAFETY: pread initialised all `len` bytes.
+    unsafe { buf.set_len(len) };
+    Ok(buf)
+}
+
+/// An open table: its bytes (mapped, or read on demand), its index and bloom filter pinned.
 #[derive(Debug)]
 pub struct Table {
-    data: Bytes,
+    data: Source,
     path: Arc<Path>,
     number: u64,
     index: Index,
@@ -92,29 +181,53 @@ impl Table {
         Self::open_cached(path, 0, None)
     }
 
-    /// [`Table::open`] for table `number`, reading compressed blocks through `cache`.
+    /// [`Table::open`] for table `number`, memory-mapped, reading compressed blocks through
+    /// `cache`.
     pub fn open_cached(path: &Path, number: u64, cache: Option<Arc<BlockCache>>) -> Result<Arc<Table>> {
+        Self::open_with(path, number, cache, crate::TableReadMode::Mmap)
+    }
+
+    /// Opens table `number` the way `mode` says: mapped (raw blocks read in place, compressed
+    /// ones decompressed into `cache`) or read with `pread` (every data block goes through
+    /// `cache`; the index, filter and properties are read once at open).
+    pub fn open_with(
+        path: &Path,
+        number: u64,
+        cache: Option<Arc<BlockCache>>,
+        mode: crate::TableReadMode,
+    ) -> Result<Arc<Table>> {
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
-        if len < super::format::FOOTER_LEN as u64 {
+        if len < FOOTER_LEN as u64 {
             return Err(Error::corruption(path, 0, format!("file of {len} bytes is too short to be a table")));
         }
-        // SAFETY: table files are immutable once written and renamed into place; the engine never
-        // writes to or truncates a live table, so the mapping's contents do not change under us.
-        let map = unsafe { memmap2::Mmap::map(&file)? };
-        Self::load(Bytes::from_owner(map), path, number, cache)
+        let source = match mode {
+            crate::TableReadMode::Pread => Source::File { file, len },
+            crate::TableReadMode::Mmap => {
+                // SAFETY: table files are immutable once written and renamed into place; the
+                // engine never writes to or truncates a live table, so the mapping's contents do
+                // not change under us.
+                let map = unsafe { memmap2::Mmap::map(&file)? };
+                Source::Mapped(Bytes::from_owner(map))
+            }
+        };
+        Self::load(source, path, number, cache)
     }
 
     /// Opens a table held in memory (tests and benchmarks).
     pub fn from_bytes(data: Bytes, path: &Path) -> Result<Arc<Table>> {
-        Self::load(data, path, 0, None)
+        Self::load(Source::Mapped(data), path, 0, None)
     }
 
-    fn load(data: Bytes, path: &Path, number: u64, cache: Option<Arc<BlockCache>>) -> Result<Arc<Table>> {
-        let footer = Footer::decode(&data, path)?;
+    fn load(data: Source, path: &Path, number: u64, cache: Option<Arc<BlockCache>>) -> Result<Arc<Table>> {
+        let n = data.len();
+        let footer_at = n
+            .checked_sub(FOOTER_LEN as u64)
+            .ok_or_else(|| Error::corruption(path, 0, format!("file of {n} bytes is too short to be a table")))?;
+        let footer = Footer::decode_tail(&data.read(footer_at, FOOTER_LEN, path)?, footer_at, path)?;
         let path: Arc<Path> = Arc::from(path);
         let load = |h: BlockHandle| -> Result<Block> {
-            let bytes = read_block(&data, h, &path)?;
+            let bytes = data.block(h, &path, true)?;
             Block::new(bytes, BlockOrigin { file: Arc::clone(&path), offset: h.offset })
         };
         let index = Index::decode(&load(footer.index)?, &path, footer.index.offset)?;
@@ -127,7 +240,7 @@ impl Table {
                 Error::corruption(path.to_path_buf(), footer.metaindex.offset, "bad meta-index handle")
             })?;
             match it.key() {
-                META_FILTER => filter = Some(read_block(&data, h, &path)?),
+                META_FILTER => filter = Some(data.block(h, &path, true)?),
                 META_RANGE_DEL => {
                     let block = load(h)?;
                     let mut rd = block.iter();
@@ -145,7 +258,7 @@ impl Table {
                     }
                 }
                 META_PROPERTIES => {
-                    let raw = read_block(&data, h, &path)?;
+                    let raw = data.block(h, &path, true)?;
                     props = Some(
                         TableProperties::decode(&raw)
                             .ok_or_else(|| Error::corruption(path.to_path_buf(), h.offset, "bad properties block"))?,
@@ -170,7 +283,10 @@ impl Table {
 
     #[cfg(test)]
     pub(crate) fn data_for_test(&self) -> &Bytes {
-        &self.data
+        match &self.data {
+            Source::Mapped(b) => b,
+            Source::File { .. } => panic!("a pread table has no bytes in memory"),
+        }
     }
 
     /// The table's range tombstones.
@@ -190,7 +306,7 @@ impl Table {
 
     /// Size of the file in bytes.
     pub fn file_size(&self) -> u64 {
-        self.data.len() as u64
+        self.data.len()
     }
 
     /// True unless the bloom filter proves `user_key` is absent.
@@ -207,29 +323,37 @@ impl Table {
         maybe
     }
 
-    /// Reads a data block: raw blocks in place from the map, compressed ones through the cache.
+    /// Reads a data block. Mapped: raw blocks in place, compressed ones through the cache.
+    /// pread: every block through the cache (checked when read from the file).
     fn read_data_block(&self, ordinal: usize, fill_cache: bool) -> Result<Block> {
         let h = self.index.handles[ordinal];
         let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
+        let map = match &self.data {
+            Source::Mapped(b) => Some(b),
+            Source::File { .. } => None,
+        };
         let codec_at = h.offset.checked_add(h.size).and_then(|e| usize::try_from(e).ok());
-        let compressed = codec_at.and_then(|at| self.data.get(at)).is_some_and(|&c| c != 0);
-        let cache = self.cache.as_ref().filter(|_| compressed);
+        let cached = match map {
+            Some(b) => codec_at.and_then(|at| b.get(at)).is_some_and(|&c| c != 0),
+            None => true,
+        };
+        let cache = self.cache.as_ref().filter(|_| cached);
         if let Some(cache) = cache {
             if let Some(b) = cache.get(self.number, h.offset, fill_cache) {
                 return Block::new(b, origin);
             }
         }
-        if compressed {
-            let bytes = read_block(&self.data, h, &self.path)?;
+        let Some(map) = map.filter(|_| !cached) else {
+            let bytes = self.data.block(h, &self.path, true)?;
             if let Some(cache) = cache.filter(|_| fill_cache) {
                 cache.insert(self.number, h.offset, bytes.clone());
             }
             return Block::new(bytes, origin);
-        }
+        };
         use std::sync::atomic::Ordering::Relaxed;
         let (w, m) = (ordinal / 64, 1u64 << (ordinal % 64));
         let seen = self.verified[w].load(Relaxed) & m != 0;
-        let bytes = read_block_checked(&self.data, h, &self.path, !seen)?;
+        let bytes = read_block_checked(map, h, &self.path, !seen)?;
         self.verified[w].fetch_or(m, Relaxed);
         Block::new(bytes, origin)
     }

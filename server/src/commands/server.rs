@@ -259,9 +259,20 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
                 ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
                 ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
-                // RSS counts the pages of memory-mapped tables and WAL that were touched: the
-                // kernel can drop them under memory pressure, unlike the anonymous part.
-                ("lsm_mapped_table_bytes", stats.levels.iter().map(|l| l.bytes).sum::<u64>().to_string()),
+                // How tables are read. mmap: RSS counts the pages of mapped tables that were
+                // touched (the kernel can drop them under memory pressure, unlike the anonymous
+                // part); pread: table data is in memory only as block-cache blocks. The WAL is
+                // mapped in both modes.
+                ("lsm_table_read_mode", cfg.get("table-read-mode").unwrap_or("pread").to_string()),
+                (
+                    "lsm_mapped_table_bytes",
+                    if cfg.get("table-read-mode") == Some("mmap") {
+                        stats.levels.iter().map(|l| l.bytes).sum::<u64>()
+                    } else {
+                        0
+                    }
+                    .to_string(),
+                ),
                 ("used_memory_rss_anon", anon.to_string()),
                 ("used_memory_rss_file", file.to_string()),
             ],

@@ -93,6 +93,8 @@ pub struct Config {
     pub block_cache_size: u64,
     /// Engine block compression.
     pub compression: lsm::Compression,
+    /// Engine: tables read with pread into the block cache, or memory-mapped.
+    pub table_read_mode: lsm::TableReadMode,
     /// Every parameter's value as `CONFIG GET` shows it, by canonical name.
     values: BTreeMap<&'static str, String>,
     /// The configuration file the server was started with (for `CONFIG REWRITE`).
@@ -125,6 +127,7 @@ impl Default for Config {
             compaction_rate_limit: 0,
             block_cache_size: 256 << 20,
             compression: default_compression(),
+            table_read_mode: lsm::TableReadMode::Pread,
             values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
             file: None,
             users: Vec::new(),
@@ -360,6 +363,7 @@ impl Config {
                 return Err("keyspace notifications are not supported yet".into())
             }
             "supervised" if v == "upstart" => return Err("supervised upstart is not supported (systemd is)".into()),
+            "table-read-mode" => self.table_read_mode = v.parse().map_err(|e: lsm::Error| e.to_string())?,
             "compression" => {
                 let c: lsm::Compression = v.parse().map_err(|e: lsm::Error| e.to_string())?;
                 if !c.is_available() {
