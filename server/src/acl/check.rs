@@ -113,13 +113,7 @@ mod tests {
     use super::*;
     use crate::commands::lookup;
 
-    fn user(rules: &[&str]) -> User {
-        let mut u = User::new(false);
-        for r in rules {
-            u.apply(r.as_bytes(), false).unwrap();
-        }
-        u
-    }
+    use crate::acl::rules::user_with as user;
 
     fn run(u: &User, line: &str) -> Result<(), Denied> {
         let args: Vec<Bytes> = line.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect();

@@ -45,6 +45,18 @@ pub fn hash_password(pass: &[u8]) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The password hash a `>pass`/`<pass` (hashed here) or `#hash`/`!hash` (checked) rule names.
+fn rule_hash(op: &[u8]) -> Result<String, RuleError> {
+    let rest = &op[1..];
+    if matches!(op[0], b'>' | b'<') {
+        Ok(hash_password(rest))
+    } else if valid_hash(rest) {
+        Ok(String::from_utf8_lossy(rest).into_owned())
+    } else {
+        Err(RuleError::BadHash)
+    }
+}
+
 fn valid_hash(h: &[u8]) -> bool {
     h.len() == 64 && h.iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
@@ -142,26 +154,14 @@ impl User {
             }
             _ => match op[0] {
                 b'>' | b'#' => {
-                    let hash = if op[0] == b'>' {
-                        hash_password(&op[1..])
-                    } else if valid_hash(&op[1..]) {
-                        String::from_utf8_lossy(&op[1..]).into_owned()
-                    } else {
-                        return Err(RuleError::BadHash);
-                    };
+                    let hash = rule_hash(op)?;
                     if !self.passwords.contains(&hash) {
                         self.passwords.push(hash);
                     }
                     self.nopass = false;
                 }
                 b'<' | b'!' => {
-                    let hash = if op[0] == b'<' {
-                        hash_password(&op[1..])
-                    } else if valid_hash(&op[1..]) {
-                        String::from_utf8_lossy(&op[1..]).into_owned()
-                    } else {
-                        return Err(RuleError::BadHash);
-                    };
+                    let hash = rule_hash(op)?;
                     let at = self.passwords.iter().position(|p| *p == hash).ok_or(RuleError::NoSuchPassword)?;
                     self.passwords.remove(at);
                 }
@@ -232,16 +232,22 @@ pub fn merge_selectors(args: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, usize> {
     }
 }
 
+/// A user with `rules` applied (tests).
+#[cfg(test)]
+pub(crate) fn user_with(rules: &[&str]) -> User {
+    let mut u = User::new(false);
+    for r in rules {
+        u.apply(r.as_bytes(), false).unwrap();
+    }
+    u
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn user(rules: &[&str]) -> User {
-        let mut u = User::new(false);
-        for r in rules {
-            u.apply(r.as_bytes(), false).unwrap();
-        }
-        u
+        user_with(rules)
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub struct Param {
 impl Param {
     /// True if Shale acts on the parameter (the others are stored for compatibility only).
     pub fn effective(&self) -> bool {
-        EFFECTIVE.contains(&self.name)
+        EFFECTIVE.contains(&self.name) || crate::net::tls::DIRECTIVES.contains(&self.name)
     }
 }
 
@@ -55,7 +55,7 @@ pub const DEFAULT_ONLY: &[&str] = &[
     "unixsocket",
 ];
 
-/// Parameters Shale acts on.
+/// Parameters Shale acts on (besides the TLS ones, [`crate::net::tls::DIRECTIVES`]).
 pub const EFFECTIVE: &[&str] = &[
     "acl-pubsub-default",
     "aclfile",
@@ -85,24 +85,7 @@ pub const EFFECTIVE: &[&str] = &[
     "supervised",
     "table-read-mode",
     "timeout",
-    "tls-auth-clients",
-    "tls-ca-cert-dir",
-    "tls-ca-cert-file",
-    "tls-cert-file",
-    "tls-ciphers",
-    "tls-ciphersuites",
-    "tls-client-cert-file",
-    "tls-client-key-file",
-    "tls-client-key-file-pass",
-    "tls-dh-params-file",
-    "tls-key-file",
-    "tls-key-file-pass",
     "tls-port",
-    "tls-prefer-server-ciphers",
-    "tls-protocols",
-    "tls-session-cache-size",
-    "tls-session-cache-timeout",
-    "tls-session-caching",
     "worker-threads",
     "write-buffer-size",
 ];
