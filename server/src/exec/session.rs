@@ -153,7 +153,9 @@ impl Session {
     pub fn allowed_by(&self, directive: &str) -> bool {
         match self.state.config().get(directive).unwrap_or_default() {
             "yes" => true,
-            "local" => self.handle.addr.starts_with("127.") || self.handle.addr.starts_with("[::1]"),
+            "local" => {
+                self.handle.addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().to_canonical().is_loopback())
+            }
             _ => false,
         }
     }

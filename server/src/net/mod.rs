@@ -98,7 +98,8 @@ const PROTECTED_MODE_DENIED: &str = "-DENIED Redis is running in protected mode 
 
 /// The refusal a client from `ip` gets in protected mode, if any.
 pub fn protected_mode_refusal(state: &ServerState, ip: std::net::IpAddr) -> Option<&'static str> {
-    if ip.is_loopback() || state.config().get("protected-mode") != Some("yes") {
+    // An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d.
+    if ip.to_canonical().is_loopback() || state.config().get("protected-mode") != Some("yes") {
         return None;
     }
     state.acl.default_user().rules().nopass.then_some(PROTECTED_MODE_DENIED)
@@ -141,6 +142,8 @@ mod tests {
             .is_some_and(|r| r.starts_with("-DENIED Redis is running in protected mode")));
         assert!(protected_mode_refusal(&state, "127.0.0.1".parse().unwrap()).is_none());
         assert!(protected_mode_refusal(&state, "::1".parse().unwrap()).is_none());
+        assert!(protected_mode_refusal(&state, "::ffff:127.0.0.1".parse().unwrap()).is_none());
+        assert!(protected_mode_refusal(&state, "::ffff:192.0.2.7".parse().unwrap()).is_some());
         state.acl.set_default_password(Some("pw"));
         assert!(protected_mode_refusal(&state, outside).is_none(), "a password lifts it");
         state.acl.set_default_password(None);
