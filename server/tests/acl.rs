@@ -257,12 +257,14 @@ fn users_from_aclfile_and_config_lines() {
     // Both sources at once, or a broken aclfile: the server refuses to start.
     let conf = dir.path().join("both.conf");
     std::fs::write(&conf, format!("user a on\naclfile {}\n", file.display())).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shale-server"))
-        .args([conf.to_str().unwrap(), "--port", "0", "--dir", dir.path().join("d").to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("either an ACL file or declare users"));
+    let log = common::refused_start(&[
+        conf.to_str().unwrap(),
+        "--port",
+        "0",
+        "--dir",
+        dir.path().join("d").to_str().unwrap(),
+    ]);
+    assert!(log.contains("either an ACL file or declare users"), "{log}");
 }
 
 #[test]

@@ -12,19 +12,6 @@ use std::process::{Command, Stdio};
 
 use common::Server;
 
-/// The tool's path, or `None` (after saying so) when it is not installed and not required.
-fn tool(name: &str) -> Option<&'static str> {
-    let path: &'static str = if name == "redis-cli" { "redis-cli" } else { "redis-benchmark" };
-    if Command::new(path).arg("--version").output().is_ok() {
-        return Some(path);
-    }
-    if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
-        panic!("{name} is required (apt-get install -y redis-tools)");
-    }
-    eprintln!("skipping: {name} is not installed (apt-get install -y redis-tools)");
-    None
-}
-
 fn cli(server: &Server, args: &[&str]) -> String {
     let out = Command::new("redis-cli").arg("-p").arg(server.port.to_string()).args(args).output().unwrap();
     assert!(out.status.success(), "{:?}", out);
@@ -33,7 +20,9 @@ fn cli(server: &Server, args: &[&str]) -> String {
 
 #[test]
 fn redis_cli_commands_errors_and_pipe() {
-    let Some(_) = tool("redis-cli") else { return };
+    if !common::have_tool("redis-cli") {
+        return;
+    }
     let server = Server::start(&[]);
     assert_eq!(cli(&server, &["PING"]), "PONG\n");
     assert_eq!(cli(&server, &["SET", "greeting", "hello world"]), "OK\n");
@@ -73,7 +62,10 @@ fn redis_cli_commands_errors_and_pipe() {
 
 #[test]
 fn redis_benchmark_set_get_runs_clean() {
-    let Some(bench) = tool("redis-benchmark") else { return };
+    if !common::have_tool("redis-benchmark") {
+        return;
+    }
+    let bench = "redis-benchmark";
     let server = Server::start(&[]);
     let out = Command::new(bench)
         .args(["-p", &server.port.to_string(), "-t", "set,get", "-n", "100000", "-c", "50", "-r", "10000", "-q"])

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, Server};
+use common::{free_port, have_tool, refused_start, Server};
 use rcgen::{
     date_time_ymd, BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -93,17 +93,6 @@ fn tls_args<'a>(tls_port: &'a str, cert: &'a Path, key: &'a Path, ca: &'a Path) 
     vec!["--tls-port", tls_port, "--tls-cert-file", s(cert), "--tls-key-file", s(key), "--tls-ca-cert-file", s(ca)]
 }
 
-fn have(tool: &str) -> bool {
-    if Command::new(tool).arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
-        panic!("{tool} is required (apt-get install -y redis-tools)");
-    }
-    eprintln!("skipping the {tool} part: not installed");
-    false
-}
-
 #[test]
 fn mutual_tls_with_real_clients() {
     let files = Files::new();
@@ -156,7 +145,7 @@ fn mutual_tls_with_real_clients() {
     tls_client(port, &ca_pem, None).expect("no client certificate asked for");
 
     // Real tools.
-    if have("redis-cli") {
+    if have_tool("redis-cli") {
         let (good_cert, good_key) = (files.write("client.crt", &good.0), files.write("client.key", &good.1));
         redis::cmd("CONFIG").arg("SET").arg("tls-auth-clients").arg("yes").exec(&mut plain).unwrap();
         let out = Command::new("redis-cli")
@@ -170,7 +159,7 @@ fn mutual_tls_with_real_clients() {
             .output()
             .unwrap();
         assert!(!String::from_utf8_lossy(&out.stdout).contains("over tls"), "redis-cli without a certificate: {out:?}");
-        if have("redis-benchmark") {
+        if have_tool("redis-benchmark") {
             let out = Command::new("redis-benchmark")
                 .args(["--tls", "--cacert", s(&ca_file), "--cert", s(&good_cert), "--key", s(&good_key)])
                 .args(["-p", &tls_port, "-n", "2000", "-c", "4", "-t", "set,get", "-q"])
@@ -234,22 +223,12 @@ fn certificates_reload_and_bad_files_are_named() {
     // A server started with a bad key refuses to start and says which file.
     let garbage = files.write("garbage.key", "not a key\n");
     let other_port = free_port().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_shale-server"))
-        .args(["--port", "0", "--tls-port", &other_port, "--tls-cert-file", s(&cert), "--tls-key-file", s(&garbage)])
-        .args(["--tls-auth-clients", "no", "--dir", s(&files.dir.path().join("data"))])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let log = String::from_utf8_lossy(&out.stderr);
+    let data = files.dir.path().join("data");
+    let tls = ["--port", "0", "--tls-port", &other_port, "--tls-cert-file", s(&cert), "--dir", s(&data)];
+    let log = refused_start(&[&tls[..], &["--tls-key-file", s(&garbage), "--tls-auth-clients", "no"]].concat());
     assert!(log.contains("garbage.key"), "the error names the file: {log}");
     // And without a CA while client certificates are required.
-    let out = Command::new(env!("CARGO_BIN_EXE_shale-server"))
-        .args(["--port", "0", "--tls-port", &other_port, "--tls-cert-file", s(&cert), "--tls-key-file", s(&key)])
-        .args(["--dir", s(&files.dir.path().join("data"))])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tls-ca-cert-file"));
+    assert!(refused_start(&[&tls[..], &["--tls-key-file", s(&key)]].concat()).contains("tls-ca-cert-file"));
 }
 
 #[test]
@@ -271,13 +250,9 @@ fn encrypted_key_and_tls_only_server() {
     // port 0: TLS only.
     let base =
         ["--port", "0", "--tls-cert-file", s(&cert_file), "--tls-key-file", s(&key_file), "--tls-auth-clients", "no"];
-    let out = Command::new(env!("CARGO_BIN_EXE_shale-server"))
-        .args(base)
-        .args(["--tls-port", &tls_port.to_string(), "--dir", s(&data), "--tls-key-file-pass", "wrong"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "a wrong key password stops the server");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("s.key"));
+    let port = tls_port.to_string();
+    let wrong = [&base[..], &["--tls-port", &port, "--dir", s(&data), "--tls-key-file-pass", "wrong"]].concat();
+    assert!(refused_start(&wrong).contains("s.key"), "a wrong key password stops the server, naming the key");
     let mut child = Command::new(env!("CARGO_BIN_EXE_shale-server"))
         .args(base)
         .args(["--tls-port", &tls_port.to_string(), "--dir", s(&data), "--tls-key-file-pass", "s3cret"])

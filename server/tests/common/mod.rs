@@ -203,6 +203,28 @@ pub fn start_redis() -> Option<(RedisServer, redis::Connection, u16)> {
     start_redis_with(&[])
 }
 
+/// True if Debian's redis tool `name` (redis-cli, redis-benchmark) is installed. When it is
+/// not, the caller skips that part (after this says so), unless `SHALE_REQUIRE_REDIS_TOOLS=1`
+/// (as in CI) makes it a failure.
+pub fn have_tool(name: &str) -> bool {
+    if Command::new(name).arg("--version").output().is_ok() {
+        return true;
+    }
+    if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
+        panic!("{name} is required (apt-get install -y redis-tools)");
+    }
+    eprintln!("skipping: {name} is not installed (apt-get install -y redis-tools)");
+    false
+}
+
+/// Runs shale-server with `args`, which must make it refuse to start (exit status 1); returns
+/// what it logged.
+pub fn refused_start(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_shale-server")).args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{args:?} should stop the server: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
