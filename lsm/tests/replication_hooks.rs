@@ -161,3 +161,51 @@ fn a_replica_from_checkpoint_and_tail_matches_the_primary() {
     let replica = Db::open(&cp_dir, Options::default()).unwrap();
     assert_eq!(replica.latest_sequence(), primary.latest_sequence() + 1);
 }
+
+#[test]
+fn install_checkpoint_replaces_a_diverged_database_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let primary = Db::open(dir.path().join("primary"), retaining()).unwrap();
+    for i in 1..=1200u64 {
+        primary.write(batch(i), &WriteOptions::default()).unwrap();
+    }
+    let cp_dir = dir.path().join("checkpoint");
+    let cp_seq = primary.checkpoint(&cp_dir).unwrap();
+    let frozen = contents(&primary);
+    for i in 1201..=1500u64 {
+        primary.write(batch(i), &WriteOptions::default()).unwrap();
+    }
+    // A replica with a history of its own: more writes (higher sequences), tables and WALs.
+    let replica_dir = dir.path().join("replica");
+    let replica = Db::open(&replica_dir, retaining()).unwrap();
+    for i in 1..=2500u64 {
+        replica.put(format!("mine{i:05}"), vec![b'x'; 100]).unwrap();
+    }
+    assert!(replica.latest_sequence() > cp_seq);
+    let old_iter = replica.range::<&[u8], _>(..);
+    assert_eq!(replica.install_checkpoint(&cp_dir).unwrap(), cp_seq);
+    assert_eq!(replica.latest_sequence(), cp_seq);
+    assert_eq!(contents(&replica), frozen, "exactly the checkpoint's data");
+    assert_eq!(old_iter.count(), 2500, "an iterator opened before still sees the old contents");
+    assert!(matches!(replica.updates_since(1), Err(Error::WalGone(_))), "the old history is never shipped");
+    // The primary's tail applies on top, and all of it survives a reopen.
+    let mut tail = primary.updates_since(cp_seq + 1).unwrap();
+    while let Some((seq, b)) = tail.try_next().unwrap() {
+        replica.write_replicated(seq, b).unwrap();
+    }
+    assert_eq!(contents(&replica), contents(&primary));
+    drop(replica);
+    let replica = Db::open(&replica_dir, retaining()).unwrap();
+    assert_eq!(replica.latest_sequence(), primary.latest_sequence());
+    assert_eq!(contents(&replica), contents(&primary));
+    // It keeps working as a database: writes, flushes and compaction over the installed tables.
+    let mut tail = primary.updates_since(primary.latest_sequence() + 1).unwrap();
+    for i in 1501..=3000u64 {
+        primary.write(batch(i), &WriteOptions::default()).unwrap();
+        let (seq, b) = tail.try_next().unwrap().unwrap();
+        replica.write_replicated(seq, b).unwrap();
+    }
+    replica.compact_range::<&[u8], _>(..).unwrap();
+    assert_eq!(contents(&replica), contents(&primary));
+    assert!(cp_dir.join("CURRENT").exists(), "the source is left as it was");
+}

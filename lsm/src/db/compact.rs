@@ -38,7 +38,7 @@ impl DbInner {
                 }
                 bg.work_gen
             };
-            let picked = if self.is_poisoned.load(Ordering::Acquire) {
+            let picked = if self.is_poisoned.load(Ordering::Acquire) || lock(&self.bg).paused {
                 None
             } else {
                 let mut vs = lock(&self.versions);

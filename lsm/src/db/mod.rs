@@ -51,6 +51,8 @@ struct WalState {
 #[derive(Debug, Default)]
 struct BgState {
     shutdown: bool,
+    /// No new compaction starts (while a checkpoint is installed).
+    paused: bool,
     /// Bumped whenever a flush or compaction changes the tree, so idle compaction threads
     /// re-check for work without missing a wake-up.
     work_gen: u64,
@@ -271,6 +273,19 @@ impl Db {
     /// up to it and none after. Writers wait while the memtable is flushed.
     pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<u64> {
         self.inner.checkpoint(dir.as_ref())
+    }
+
+    /// Replaces this database's contents with the checkpoint in `dir` (made by
+    /// [`Db::checkpoint`], here or elsewhere) and returns its sequence number: afterwards the
+    /// database holds exactly the checkpoint's data, and the next write gets the sequence
+    /// number after it. The tables are hard-linked (copied across file systems); `dir` is left
+    /// as it was. Writers wait meanwhile; every WAL is deleted (the old history is gone, so
+    /// [`Db::updates_since`] never ships it). This is how a replica loads a full sync.
+    ///
+    /// Iterators opened before keep seeing the old contents; every read issued afterwards
+    /// (through an older [`Snapshot`] too) sees the new ones.
+    pub fn install_checkpoint(&self, dir: impl AsRef<Path>) -> Result<u64> {
+        self.inner.install_checkpoint(dir.as_ref())
     }
 
     /// A consistent read view as of now.

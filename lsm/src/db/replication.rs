@@ -190,6 +190,101 @@ impl DbInner {
     }
 }
 
+impl DbInner {
+    pub(super) fn install_checkpoint(&self, source: &Path) -> Result<u64> {
+        self.check_writable()?;
+        let theirs = crate::manifest::VersionSet::recover(source, u64::MAX, None)?;
+        let boundary = theirs.last_sequence();
+        let incoming: Vec<(usize, crate::manifest::NewFile)> =
+            theirs.current().files().map(|(level, f)| (level, f.to_new_file())).collect();
+        drop(theirs);
+        lock(&self.bg).paused = true;
+        let result = self.install_paused(source, boundary, incoming);
+        lock(&self.bg).paused = false;
+        self.signal_work();
+        result
+    }
+
+    fn install_paused(
+        &self,
+        source: &Path,
+        boundary: u64,
+        incoming: Vec<(usize, crate::manifest::NewFile)>,
+    ) -> Result<u64> {
+        // Writers wait on the WAL lock; the flush thread drains the frozen memtables (their data
+        // is about to be dropped, but a flush must not land on the new tree) and running
+        // compactions finish (no new one starts while paused).
+        let mut w = lock(&self.wal);
+        let mut vs = loop {
+            self.check_writable()?;
+            let vs = lock(&self.versions);
+            if vs.busy.is_empty() && self.super_version().imm.is_empty() {
+                break vs;
+            }
+            drop(vs);
+            let bg = lock(&self.bg);
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
+        };
+        let mut files = Vec::with_capacity(incoming.len());
+        let mut linked = Vec::new();
+        let result = (|| {
+            for (level, mut f) in incoming {
+                let number = vs.new_file_number();
+                let src = filename::table_path(source, f.number);
+                let dst = filename::table_path(&self.dir, number);
+                if std::fs::hard_link(&src, &dst).is_err() {
+                    std::fs::copy(&src, &dst)?; // another file system
+                    std::fs::File::open(&dst)?.sync_all()?;
+                }
+                linked.push(dst);
+                f.number = number;
+                files.push((level, f));
+            }
+            let log_number = vs.new_file_number();
+            let log = LogWriter::create_mapped(
+                &filename::wal_path(&self.dir, log_number),
+                log_number,
+                super::open::wal_capacity(&self.opts),
+            )?;
+            vs.install(files, log_number, boundary)?;
+            Ok(log)
+        })();
+        let log = match result {
+            Ok(log) => log,
+            Err(e) => {
+                for path in linked {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
+        let old_wal = w.log.number();
+        *lock(&self.wal_file) = log.file();
+        let number = log.number();
+        w.log = log;
+        w.last_seq = boundary;
+        let version = vs.current();
+        self.set_super_version(|_| super::SuperVersion {
+            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts.write_buffer_size)),
+            imm: Vec::new(),
+            version,
+        });
+        self.visible_seq.store(boundary, Ordering::Release);
+        drop(vs);
+        // Every older WAL holds a history this database no longer has: never ship it.
+        lock(&self.retained_wals).clear();
+        for n in self.wal_numbers()?.into_iter().filter(|&n| n < number) {
+            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
+        }
+        drop(w);
+        tracing::info!(target: "lsm::db", from = %source.display(), sequence = boundary, replaced_wal = old_wal, "checkpoint installed");
+        Ok(boundary)
+    }
+}
+
 /// The WAL from a sequence number on, as `(sequence, batch)` in order. See
 /// [`crate::Db::updates_since`].
 pub struct WalTail {

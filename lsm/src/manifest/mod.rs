@@ -236,6 +236,35 @@ impl VersionSet {
         Ok(())
     }
 
+    /// Replaces the whole tree with `files` (tables already in this directory), as of
+    /// `last_sequence`, with WAL `log_number` next; written as a fresh manifest. The old tables
+    /// go once unreferenced. Only for [`crate::Db::install_checkpoint`]: the caller holds every
+    /// writer and background job off.
+    pub fn install(&mut self, files: Vec<(usize, NewFile)>, log_number: u64, last_sequence: u64) -> Result<()> {
+        let mut version = Version::default();
+        for (level, f) in &files {
+            self.next_file_number = self.next_file_number.max(f.number + 1);
+            version.levels[*level].push(Arc::new(FileMeta::new(&self.dir, f, self.tables.clone())));
+        }
+        version.sort_levels();
+        crate::fault::check(&self.faults, crate::fault::IoOp::ManifestWrite, &self.dir)?;
+        sync_dir(&self.dir)?;
+        let old = std::mem::replace(&mut self.current, Arc::new(version));
+        let (old_log, old_seq) = (self.log_number, self.last_sequence);
+        self.log_number = log_number;
+        self.last_sequence = last_sequence;
+        if let Err(e) = self.write_new_manifest() {
+            self.current = old;
+            (self.log_number, self.last_sequence) = (old_log, old_seq);
+            return Err(e);
+        }
+        self.compact_pointers = vec![Vec::new(); NUM_LEVELS];
+        for (_, f) in old.files() {
+            f.mark_obsolete();
+        }
+        Ok(())
+    }
+
     /// Number of the live manifest.
     pub fn manifest_number(&self) -> Option<u64> {
         self.manifest.as_ref().map(LogWriter::number)
