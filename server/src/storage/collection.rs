@@ -324,13 +324,13 @@ impl<'a> View<'a> {
     /// Adds a new member of a set, hash or sorted set: its element record and its pick record.
     pub fn add_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8], value: &[u8]) {
         batch.put(element_key(self.pdb, uid, member), value);
-        batch.put(pick_key(self.pdb, uid, self.storage.pick_seed, member), b"");
+        batch.put(pick_key(self.pdb, uid, self.storage.pick_seed(), member), b"");
     }
 
     /// Adds removing a member of a set, hash or sorted set (element and pick records).
     pub fn remove_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8]) {
         batch.delete(element_key(self.pdb, uid, member));
-        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed, member));
+        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed(), member));
     }
 
     /// A cursor for many short reads (see [`ExecContext::cursor`]).

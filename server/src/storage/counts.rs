@@ -9,16 +9,61 @@
 //! with the record after. The compaction filter never drops metadata records, so nothing
 //! changes the keyspace behind the counts' back.
 //!
-//! On a clean shutdown the counts are stored in one record with the data; at startup they are
-//! loaded from it and the record is deleted at once, so after a crash (no record) they are
-//! recounted with one scan of the metadata records.
+//! On a clean shutdown the counts are stored in a file beside the data ([`COUNTS_FILE`]), with
+//! the engine's last sequence number; at startup they are loaded from it if that number still
+//! matches, and the file is deleted at once, so after a crash (no file) they are recounted with
+//! one scan of the metadata records. A file, not a record: the engine's sequence numbers belong
+//! to replication (a replica's must be exactly its primary's), so nothing but commands writes.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::{meta_key, DATABASES};
 
-/// Where clean shutdown leaves the counts.
-pub(super) const COUNTS_KEY: &[u8] = b"S:counts";
+/// Where older versions left the counts at a clean shutdown (now only deleted if found).
+const LEGACY_COUNTS_KEY: &[u8] = b"S:counts";
+
+/// The file in the data directory where clean shutdown leaves the counts:
+/// `last sequence u64 BE | xxh3-64 of the rest u64 BE | encoded counts`.
+pub const COUNTS_FILE: &str = "KEYSPACE-COUNTS";
+
+/// Writes the counts file (see [`COUNTS_FILE`]) for the engine as it is now.
+pub(super) fn save(engine: &lsm::Db, counts: &KeyspaceCounts) -> lsm::Result<()> {
+    let body = counts.encode();
+    let mut raw = engine.latest_sequence().to_be_bytes().to_vec();
+    raw.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&body).to_be_bytes());
+    raw.extend_from_slice(&body);
+    let path = engine.path().join(COUNTS_FILE);
+    let tmp = engine.path().join(format!("{COUNTS_FILE}.tmp"));
+    std::fs::write(&tmp, raw)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The counts a clean shutdown left, if they describe the engine as it is (same last
+/// sequence, intact); the file is deleted either way, so a crash from now on means a recount.
+pub(super) fn take_saved(engine: &lsm::Db) -> lsm::Result<Option<KeyspaceCounts>> {
+    if engine.get(LEGACY_COUNTS_KEY)?.is_some() {
+        engine.delete(LEGACY_COUNTS_KEY)?;
+    }
+    let path = engine.path().join(COUNTS_FILE);
+    let raw = match std::fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    std::fs::remove_file(&path)?;
+    std::fs::File::open(engine.path())?.sync_all()?;
+    if raw.len() < 16 {
+        return Ok(None);
+    }
+    let word = |at: usize| raw[at..at + 8].try_into().map(u64::from_be_bytes).unwrap_or_default();
+    let body = &raw[16..];
+    if word(0) != engine.latest_sequence() || word(8) != xxhash_rust::xxh3::xxh3_64(body) {
+        return Ok(None);
+    }
+    Ok(KeyspaceCounts::decode(body))
+}
 
 /// One database's counts.
 #[derive(Debug, Default)]
@@ -126,10 +171,28 @@ impl KeyspaceCounts {
     /// Counts from a record of [`KeyspaceCounts::encode`]; None if it is damaged.
     pub fn decode(raw: &[u8]) -> Option<Self> {
         let counts = KeyspaceCounts::new();
+        counts.load(raw)?;
+        Some(counts)
+    }
+
+    /// Replaces every count with those of `other` (a replica that loaded its primary's data).
+    pub fn assign(&self, other: &KeyspaceCounts) {
+        let _ = self.load(&other.encode());
+    }
+
+    /// Replaces every count with those of a record of [`KeyspaceCounts::encode`]; None (and
+    /// nothing changed) if it is damaged.
+    fn load(&self, raw: &[u8]) -> Option<()> {
+        let counts = self;
         let old_base = u64::from_be_bytes(raw.get(..8)?.try_into().ok()?);
         let rest = &raw[8..];
         if !rest.len().is_multiple_of(26) {
             return None;
+        }
+        for c in counts.dbs.iter() {
+            c.keys.store(0, Ordering::Relaxed);
+            c.expires.store(0, Ordering::Relaxed);
+            c.ttl_sum.store(0, Ordering::Relaxed);
         }
         for rec in rest.chunks_exact(26) {
             let pdb = u16::from_be_bytes([rec[0], rec[1]]);
@@ -143,7 +206,7 @@ impl KeyspaceCounts {
             let sum = i128::from(word(18) as i64) + shift;
             c.ttl_sum.store(sum.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64, Ordering::Relaxed);
         }
-        Some(counts)
+        Some(())
     }
 
     /// Counts every metadata record of `engine` (startup after a crash).

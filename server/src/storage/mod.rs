@@ -23,9 +23,11 @@ mod collection;
 mod compaction_filter;
 mod context;
 mod counts;
+mod digest;
 mod key_locks;
 mod meta;
 mod picks;
+mod replicated;
 mod watch;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -105,8 +107,9 @@ pub struct Storage {
     /// into a batch together with at least one record, so ids handed out before a restart are
     /// all below it.
     next_uid: AtomicU64,
-    /// Secret seed of the pick index's member hash (see `picks.rs`).
-    pick_seed: u64,
+    /// Secret seed of the pick index's member hash (see `picks.rs`); replaced only when a
+    /// replica loads its primary's data.
+    pick_seed: AtomicU64,
 }
 
 /// One page of a SCAN-style walk of a database.
@@ -123,26 +126,8 @@ impl Storage {
     pub fn new(engine: lsm::Db) -> lsm::Result<Self> {
         let map: Vec<AtomicU16> = (0..DATABASES).map(|i| AtomicU16::new(i as u16)).collect();
         let inverse: Vec<AtomicU16> = (0..DATABASES).map(|i| AtomicU16::new(i as u16)).collect();
-        if let Some(raw) = engine.get(DB_MAP_KEY)? {
-            if raw.len() % 4 != 0 {
-                return Err(lsm::Error::InvalidArgument("damaged database map record".into()));
-            }
-            for pair in raw.chunks_exact(4) {
-                let logical = u16::from_be_bytes([pair[0], pair[1]]);
-                let physical = u16::from_be_bytes([pair[2], pair[3]]);
-                map[usize::from(logical)].store(physical, Ordering::Relaxed);
-                inverse[usize::from(physical)].store(logical, Ordering::Relaxed);
-            }
-        }
-        let counts = match engine.get(counts::COUNTS_KEY)?.and_then(|raw| KeyspaceCounts::decode(&raw)) {
-            Some(counts) => {
-                // Valid only until the first write after this start: delete it now, so a crash
-                // later makes the next start recount.
-                let mut b = lsm::WriteBatch::new();
-                b.delete(counts::COUNTS_KEY);
-                engine.write(b, &lsm::WriteOptions::synced())?;
-                counts
-            }
+        let counts = match counts::take_saved(&engine)? {
+            Some(counts) => counts,
             None => {
                 let started = std::time::Instant::now();
                 let counts = KeyspaceCounts::recount(&engine)?;
@@ -150,9 +135,9 @@ impl Storage {
                 counts
             }
         };
-        let pick_seed = layout(&engine)?;
+        let pick_seed = AtomicU64::new(layout(&engine)?);
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
-        Ok(Storage {
+        let storage = Storage {
             engine,
             locks: KeyLocks::new(1024),
             map,
@@ -161,15 +146,16 @@ impl Storage {
             counts,
             next_uid,
             pick_seed,
-        })
+        };
+        storage.load_map(storage.engine.get(DB_MAP_KEY)?.as_deref())?;
+        Ok(storage)
     }
 
-    /// Stores what a clean restart reuses (the keyspace counts). Call once, after the last
-    /// command has run and before the engine closes.
+    /// Stores what a clean restart reuses (the keyspace counts, in a file beside the data:
+    /// never a write to the engine, whose sequence numbers replication owns). Call once, after
+    /// the last command has run and before the engine closes.
     pub fn close(&self) -> lsm::Result<()> {
-        let mut b = lsm::WriteBatch::new();
-        b.put(counts::COUNTS_KEY, self.counts.encode());
-        self.engine.write(b, &lsm::WriteOptions::synced())
+        counts::save(&self.engine, &self.counts)
     }
 
     /// The engine underneath.
@@ -213,6 +199,11 @@ impl Storage {
     pub fn write_blind(&self, cx: &ExecContext, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::Result<()> {
         let _guard = self.lock(cx, db, keys.iter().map(|k| &k[..]));
         self.write(cx, batch)
+    }
+
+    /// The secret seed of the pick index.
+    fn pick_seed(&self) -> u64 {
+        self.pick_seed.load(Ordering::Relaxed)
     }
 
     fn phys(&self, db: u32) -> u16 {

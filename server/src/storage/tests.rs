@@ -105,9 +105,9 @@ mod layout {
         let dir = tempfile::tempdir().unwrap();
         let seed = {
             let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
-            s.pick_seed
+            s.pick_seed()
         };
         let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
-        assert_eq!(s.pick_seed, seed, "pick records stay findable after a restart");
+        assert_eq!(s.pick_seed(), seed, "pick records stay findable after a restart");
     }
 }
