@@ -21,6 +21,7 @@ pub mod exec;
 pub mod glob;
 pub mod net;
 pub mod num;
+pub mod replication;
 pub mod resp;
 pub mod services;
 pub mod state;

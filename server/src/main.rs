@@ -75,9 +75,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    state.replication.set_runtime(runtime.handle().clone());
+    state.replication.start(&state);
     let served = runtime.block_on(serve(Arc::clone(&state)));
     drop(runtime);
     let closed = state.storage.close().and_then(|()| {
+        if let Err(e) = state.replication.close() {
+            tracing::warn!(error = %e, "could not record the clean shutdown for replication");
+        }
         drop(state);
         db.close()
     });
@@ -145,6 +150,8 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .level0_stop_writes_trigger(config.level0_stop_writes_trigger)
         .disable_auto_compactions(config.disable_auto_compactions)
         .compaction_rate_limit(config.compaction_rate_limit)
+        // The replication backlog: flushed WAL kept for replicas' partial resyncs.
+        .wal_size_limit(config.get("repl-backlog-size").and_then(|v| v.parse().ok()).unwrap_or(256 << 20))
         .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
     let db = lsm::Db::open(&config.dir, opts)?;
     filter.attach(&db);

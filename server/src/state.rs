@@ -69,6 +69,8 @@ pub struct ServerState {
     pub executor: crate::exec::Executor,
     /// ACL users, the ACL log and refusal counters.
     pub acl: crate::acl::Acl,
+    /// Role, replication ids, the link to a primary, connected replicas.
+    pub replication: crate::replication::Replication,
     log_hook: OnceLock<LogHook>,
     /// The TLS settings new `tls-port` connections use (None: TLS not configured).
     tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
@@ -92,9 +94,13 @@ impl ServerState {
         let now_s = crate::storage::now_ms() / 1000;
         let acl = crate::acl::Acl::new(&config)?;
         let executor = crate::exec::Executor::start(config.executor_threads)?;
+        let upstream = crate::replication::Upstream::parse(config.get("replicaof").unwrap_or_default())?;
+        let replication =
+            crate::replication::Replication::open(db.path().to_path_buf(), upstream, db.latest_sequence() + 1)?;
         Ok(ServerState {
             executor,
             acl,
+            replication,
             storage: Storage::new(db)?,
             config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),

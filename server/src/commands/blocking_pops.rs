@@ -42,7 +42,7 @@ pub(super) fn block_or_reply(
     let state: Arc<ServerState> = Arc::clone(&s.state);
     // A retry runs for no command of this client: in a context of its own.
     let attempt = Box::new(move |key: &Bytes| attempt(&state, &ExecContext::new(), key).ok().flatten());
-    s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None })
+    s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None, replicas: None })
 }
 
 fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {

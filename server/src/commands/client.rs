@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::{parse_i64, CommandSpec, ReplyMode, Session};
 use crate::resp::Reply;
-use crate::services::clients::ClientHandle;
+use crate::services::clients::{ClientHandle, Kind};
 use crate::state::Pause;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[CommandSpec {
@@ -127,9 +127,9 @@ fn setinfo(s: &Session, attr: &[u8], value: &[u8]) -> Reply {
     Reply::ok()
 }
 
-/// A client's `CLIENT LIST` line (flags `N`: a normal client; no MULTI or subscriptions yet).
+/// A client's `CLIENT LIST` line (its kind's flag; MULTI and subscription counts not shown).
 fn line(c: &ClientHandle) -> String {
-    c.info_line("N", -1, 0, 0)
+    c.info_line(c.kind().flag(), -1, 0, 0)
 }
 
 fn list(s: &Session, opts: &[Bytes]) -> Reply {
@@ -138,10 +138,9 @@ fn list(s: &Session, opts: &[Bytes]) -> Reply {
     while i < opts.len() {
         match lower(&opts[i]).as_str() {
             "type" if i + 1 < opts.len() => {
-                match lower(&opts[i + 1]).as_str() {
-                    "normal" => {}
-                    "master" | "replica" | "slave" | "pubsub" => clients.clear(),
-                    _ => {
+                match Kind::named(&lower(&opts[i + 1])) {
+                    Some(kind) => clients.retain(|c| c.kind() == kind),
+                    None => {
                         return Reply::error(format!(
                             "ERR Unknown client type '{}'",
                             String::from_utf8_lossy(&opts[i + 1])
@@ -205,10 +204,9 @@ fn kill(s: &Session, args: &[Bytes]) -> Reply {
                 }
                 filters.push(Box::new(move |c| *c.user() == *text));
             }
-            "type" => match text.to_ascii_lowercase().as_str() {
-                "normal" => {}
-                "master" | "replica" | "slave" | "pubsub" => filters.push(Box::new(|_| false)),
-                _ => return Reply::error(format!("ERR Unknown client type '{text}'")),
+            "type" => match Kind::named(&text) {
+                Some(kind) => filters.push(Box::new(move |c| c.kind() == kind)),
+                None => return Reply::error(format!("ERR Unknown client type '{text}'")),
             },
             "maxage" => match parse_i64(&value) {
                 Some(age) => filters.push(Box::new(move |c| c.created.elapsed().as_secs() as i64 >= age)),

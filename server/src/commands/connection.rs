@@ -136,7 +136,7 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
         field("proto", Reply::Integer(if proto == Protocol::Resp3 { 3 } else { 2 })),
         field("id", Reply::Integer(s.id as i64)),
         field("mode", Reply::bulk(&b"standalone"[..])),
-        field("role", Reply::bulk(&b"master"[..])),
+        field("role", Reply::bulk(if s.state.replication.is_replica() { &b"replica"[..] } else { &b"master"[..] })),
         field("modules", Reply::Array(Vec::new())),
     ])
 }

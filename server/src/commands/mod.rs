@@ -15,6 +15,7 @@ pub mod meta;
 mod named_locks;
 mod pubsub;
 mod redis_meta;
+pub(crate) mod replication;
 mod server;
 mod sets;
 mod sorted_sets;
@@ -93,6 +94,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         pubsub::COMMANDS,
         named_locks::COMMANDS,
         acl::COMMANDS,
+        replication::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -39,6 +39,7 @@ fn lock(s: &mut Session, args: &[Bytes]) -> Reply {
             attempt: Box::new(|_| None),
             timeout_reply: Reply::Null,
             lock: Some((args[1].clone(), rx)),
+            replicas: None,
         }),
     }
 }

@@ -72,6 +72,7 @@ fn subscribe_generic(s: &mut Session, args: &[Bytes], kind: Kind, label: &str) -
         let count = if kind == Kind::Shard { s.subscriptions(kind).len() } else { s.subscription_count() };
         replies.push(confirmation(label, Some(name.clone()), count));
     }
+    s.handle.set_kind(crate::services::clients::Kind::PubSub);
     Reply::Many(replies)
 }
 
@@ -94,6 +95,9 @@ fn unsubscribe_generic(s: &mut Session, args: &[Bytes], kind: Kind, label: &str)
         }
         let count = if kind == Kind::Shard { s.subscriptions(kind).len() } else { s.subscription_count() };
         replies.push(confirmation(label, Some(name), count));
+    }
+    if !s.subscribed() {
+        s.handle.set_kind(crate::services::clients::Kind::Normal);
     }
     Reply::Many(replies)
 }
@@ -122,7 +126,9 @@ fn sunsubscribe(s: &mut Session, args: &[Bytes]) -> Reply {
     unsubscribe_generic(s, args, Kind::Shard, "sunsubscribe")
 }
 
+/// Delivers to this node's subscribers and, as in Redis, to its replicas' subscribers.
 fn publish(s: &mut Session, args: &[Bytes]) -> Reply {
+    s.state.replication.propagate_publish(&args[1], &args[2]);
     Reply::Integer(s.state.pubsub.publish(Kind::Channel, &args[1], &args[2], limits(s)) as i64)
 }
 

@@ -315,6 +315,9 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("executor_helpers_active", st.executor.helpers().to_string()),
                 ("executor_helpers_started", st.executor.helpers_started().to_string()),
                 ("executor_queued_jobs", st.executor.queued().to_string()),
+                ("sync_full", st.replication.sync_full.load(Ordering::Relaxed).to_string()),
+                ("sync_partial_ok", st.replication.sync_partial_ok.load(Ordering::Relaxed).to_string()),
+                ("sync_partial_err", st.replication.sync_partial_err.load(Ordering::Relaxed).to_string()),
                 ("tls_handshake_failures", tls_failures),
             ]
             .into_iter()
@@ -323,15 +326,7 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         );
     }
     if show("replication") {
-        section(
-            "Replication",
-            vec![
-                ("role", "master".into()),
-                ("connected_slaves", "0".into()),
-                ("master_replid", st.run_id.clone()),
-                ("master_repl_offset", stats.last_sequence.to_string()),
-            ],
-        );
+        section("Replication", super::replication::info_fields(st));
     }
     if show("cpu") {
         let (user, sys) = cpu_seconds();
@@ -488,7 +483,8 @@ fn function(_: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
-/// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), and Shale's `DEBUG COMPACT` (a full
+/// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), `DEBUG DIGEST` (a checksum of
+/// every database's contents, see `storage/digest.rs`), and Shale's `DEBUG COMPACT` (a full
 /// compaction, e.g. to get the space of deleted collections back at once). The gate refuses
 /// DEBUG unless `enable-debug-command` allows it.
 fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -503,6 +499,13 @@ fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
             _ => Reply::error("ERR value is not a valid float"),
         },
         "set-active-expire" if args.len() == 3 => Reply::ok(),
+        "digest" if args.len() == 2 => {
+            let databases = s.state.config().databases;
+            match s.state.storage.digest(&s.exec, databases) {
+                Ok(d) => Reply::Simple(d.iter().map(|b| format!("{b:02x}")).collect()),
+                Err(e) => engine_error(e),
+            }
+        }
         // Shale: compact the whole keyspace now (reclaims deleted collections' elements).
         "compact" if args.len() == 2 => {
             s.state.storage.engine().compact_range::<&[u8], _>(..).map_or_else(engine_error, |_| Reply::ok())

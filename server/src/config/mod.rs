@@ -351,8 +351,12 @@ impl Config {
             "unixsocket" if !v.is_empty() => {
                 return Err("unix sockets are not supported: listen on TCP (bind, port) or TLS (tls-port)".into())
             }
-            "replicaof" if !v.is_empty() => return Err("replication is not supported yet".into()),
-            "min-replicas-to-write" if v != "0" => return Err("replication is not supported yet".into()),
+            "replicaof" if !v.is_empty() => {
+                crate::replication::Upstream::parse(v)?;
+            }
+            "replica-read-only" if v == "no" => {
+                return Err("replica-read-only no is not supported: a replica applies its primary's WAL with the primary's sequence numbers, so it takes no writes of its own".into())
+            }
             "maxmemory" if v != "0" => {
                 return Err(
                     "maxmemory is not supported: data lives on disk; bound memory with block-cache-size and write-buffer-size"

@@ -2,7 +2,8 @@
 //!
 //! Every request of every connection passes [`gate`] — authentication, RESP2 subscribed mode,
 //! the command table's arity, `enable-debug-command` for DEBUG, `no-multi` commands inside
-//! MULTI (SAVE, SHUTDOWN …), the user's ACL permissions, then MULTI queueing — in that order,
+//! MULTI (SAVE, SHUTDOWN …), the user's ACL permissions, the replication rules (writes on a
+//! replica, `min-replicas-to-write`, stale data), then MULTI queueing — in that order,
 //! before anything runs; fast paths
 //! come after it. [`run_batch`] runs a connection's parsed requests on an executor thread: it
 //! honours `CLIENT PAUSE`, catches a panicking command (the client gets an error for that
@@ -34,6 +35,8 @@ pub enum BatchEnd {
     Paused(Duration),
     /// The connection closes after writing the replies (QUIT, CLIENT KILL).
     Close,
+    /// PSYNC was accepted: the connection becomes a replica link.
+    Replica(crate::replication::primary::Handoff),
 }
 
 /// Checks a request against the gate. `Ok(spec)`: run it; `Err(reply)`: answer that instead
@@ -93,6 +96,10 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
         return Err(Reply::error("ERR Command not allowed inside a transaction"));
     }
     if let Err(refused) = crate::commands::acl::permit(s, spec, args) {
+        s.multi_error |= queuing;
+        return Err(refused);
+    }
+    if let Some(refused) = crate::commands::replication::refusal(s, spec) {
         s.multi_error |= queuing;
         return Err(refused);
     }
@@ -216,6 +223,9 @@ pub fn run_batch(
         s.exec.reset();
         if let Some(req) = s.blocked.take() {
             break BatchEnd::Blocked(req);
+        }
+        if let Some(handoff) = s.handoff.take() {
+            break BatchEnd::Replica(handoff);
         }
         if s.take_reply_permission() {
             reply.encode(s.protocol, out);

@@ -23,6 +23,8 @@ pub struct BlockRequest {
     pub timeout_reply: Reply,
     /// LOCK waits for this handoff instead of for keys.
     pub lock: Option<(Bytes, tokio::sync::oneshot::Receiver<()>)>,
+    /// WAIT waits for this many replicas to acknowledge this sequence instead.
+    pub replicas: Option<(u64, usize)>,
 }
 
 impl std::fmt::Debug for BlockRequest {
@@ -85,6 +87,10 @@ pub struct Session {
     channels: std::collections::HashSet<Bytes>,
     patterns: std::collections::HashSet<Bytes>,
     shard_channels: std::collections::HashSet<Bytes>,
+    /// Set by an accepted PSYNC: the connection becomes a replica link.
+    pub handoff: Option<crate::replication::primary::Handoff>,
+    /// `REPLCONF listening-port` (a replica announcing itself before PSYNC).
+    pub replica_port: u16,
     /// The running command's execution context (transaction buffer, read snapshot, held
     /// stripes), reset after every top-level command.
     pub exec: ExecContext,
@@ -128,6 +134,8 @@ impl Session {
             channels: Default::default(),
             patterns: Default::default(),
             shard_channels: Default::default(),
+            handoff: None,
+            replica_port: 0,
             exec: ExecContext::new(),
             state,
         }

@@ -26,7 +26,7 @@ pub const MAX_BATCH: usize = 1024;
 pub const OUTPUT_BOUND: usize = 1 << 20;
 
 /// The client's socket: plain TCP or TLS over it.
-pub(super) trait Socket: AsyncRead + AsyncWrite + Unpin + Send {
+pub(crate) trait Socket: AsyncRead + AsyncWrite + Unpin + Send {
     /// The client's address and ours.
     fn addresses(&self) -> (String, String);
 }
@@ -94,6 +94,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             match end {
                 BatchEnd::Drained | BatchEnd::OutputFull => {}
                 BatchEnd::Close => close = true,
+                BatchEnd::Replica(handoff) => {
+                    if !write_out(&mut socket, &mut output, &handle).await {
+                        return;
+                    }
+                    return crate::replication::primary::serve(socket, session, handoff, input, stop).await;
+                }
                 BatchEnd::Paused(wait) => {
                     // Replies already produced go out before the client waits.
                     if !write_out(&mut socket, &mut output, &handle).await {
@@ -201,7 +207,7 @@ async fn execute(
 
 /// Writes and clears `output`; false if the connection is gone. A client that stops reading
 /// cannot hold this task forever once it is killed (e.g. a subscriber over its output limit).
-async fn write_out(
+pub(crate) async fn write_out(
     socket: &mut impl Socket,
     output: &mut BytesMut,
     handle: &crate::services::clients::ClientHandle,
@@ -233,6 +239,9 @@ async fn wait_blocked(
     let state = Arc::clone(&session.state);
     if let Some((name, rx)) = req.lock {
         return wait_lock(socket, session, name, rx, req.timeout, input, stop).await;
+    }
+    if let Some((seq, wanted)) = req.replicas {
+        return wait_replicas(socket, session, seq, wanted, req.timeout, input, stop).await;
     }
     let keys = req.keys.clone();
     let db = session.db;
@@ -271,6 +280,48 @@ async fn wait_blocked(
                     tokio::task::yield_now().await;
                 }
             }
+            read = socket.read_buf(input) => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+            _ = handle.kill_signal.notified() => return None,
+            _ = stop.changed() => return None,
+        }
+    }
+}
+
+/// WAIT: until `wanted` replicas acknowledged sequence `seq` or the timeout passes; the reply
+/// is how many did. `None` if the connection must close.
+async fn wait_replicas(
+    socket: &mut impl Socket,
+    session: &mut Session,
+    seq: u64,
+    wanted: usize,
+    timeout: Option<Duration>,
+    input: &mut BytesMut,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Reply> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let state = Arc::clone(&session.state);
+    let handle = Arc::clone(&session.handle);
+    loop {
+        // Registered before counting, so an acknowledgement in between is not missed.
+        let acked = state.replication.acks.notified();
+        tokio::pin!(acked);
+        acked.as_mut().enable();
+        let count = state.replication.acked_count(seq);
+        if count >= wanted {
+            return Some(Reply::Integer(count as i64));
+        }
+        let timeout = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut acked => {}
+            _ = timeout => return Some(Reply::Integer(state.replication.acked_count(seq) as i64)),
             read = socket.read_buf(input) => match read {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}

@@ -4,6 +4,7 @@
 //! then return).
 
 mod connection;
+pub(crate) use connection::{write_out, Socket};
 pub mod tls;
 
 use std::future::Future;

@@ -134,6 +134,31 @@ pub fn server_config(cfg: &Config) -> Result<Arc<ServerConfig>, String> {
     Ok(Arc::new(config))
 }
 
+/// The TLS settings of an outgoing replication link (`tls-replication yes`): the primary is
+/// verified against `tls-ca-cert-file`/`-dir`; the client certificate is
+/// `tls-client-cert-file`/`-key-file`, else `tls-cert-file`/`-key-file` (as in Redis).
+pub fn client_config(cfg: &Config) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = load_roots(cfg)?.ok_or("tls-replication needs tls-ca-cert-file or tls-ca-cert-dir")?;
+    let versions = protocols(setting(cfg, "tls-protocols"))?;
+    let provider = Arc::new(provider::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("tls-protocols: {e}"))?
+        .with_root_certificates(roots);
+    let (cert, key, pass) = match setting(cfg, "tls-client-cert-file") {
+        "" => (setting(cfg, "tls-cert-file"), setting(cfg, "tls-key-file"), setting(cfg, "tls-key-file-pass")),
+        cert => (cert, setting(cfg, "tls-client-key-file"), setting(cfg, "tls-client-key-file-pass")),
+    };
+    let config = if cert.is_empty() || key.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        builder
+            .with_client_auth_cert(load_certs(cert)?, load_key(key, pass)?)
+            .map_err(|e| format!("client certificate {cert} and key {key} do not make a pair: {e}"))?
+    };
+    Ok(Arc::new(config))
+}
+
 /// Every certificate in a PEM file (at least one).
 fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let pem = std::fs::read(path).map_err(|e| format!("Failed to load certificate: {path}: {e}"))?;

@@ -34,6 +34,42 @@ pub fn tick_coarse_clock() -> u64 {
 
 static COARSE_NOW: AtomicU64 = AtomicU64::new(0);
 
+/// What kind of client a connection is (`CLIENT LIST TYPE`, `CLIENT KILL TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An ordinary client.
+    Normal = 0,
+    /// A client with pub/sub subscriptions.
+    PubSub = 1,
+    /// A replica of this node, streaming from it.
+    Replica = 2,
+    /// This replica's link to its primary.
+    Master = 3,
+}
+
+impl Kind {
+    /// The kind a `TYPE` word names (`slave` is `replica`); None if unknown.
+    pub fn named(word: &str) -> Option<Kind> {
+        match word.to_ascii_lowercase().as_str() {
+            "normal" => Some(Kind::Normal),
+            "pubsub" => Some(Kind::PubSub),
+            "replica" | "slave" => Some(Kind::Replica),
+            "master" => Some(Kind::Master),
+            _ => None,
+        }
+    }
+
+    /// The `flags=` letter of `CLIENT LIST`.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Kind::Normal => "N",
+            Kind::PubSub => "P",
+            Kind::Replica => "S",
+            Kind::Master => "M",
+        }
+    }
+}
+
 /// What other clients can see of, and do to, one connection.
 #[derive(Debug)]
 pub struct ClientHandle {
@@ -63,6 +99,8 @@ pub struct ClientHandle {
     pub kill_signal: Notify,
     /// The ACL user it is authenticated as.
     user: Mutex<Arc<str>>,
+    /// A [`Kind`] as a number.
+    kind: AtomicU8,
 }
 
 impl ClientHandle {
@@ -82,7 +120,23 @@ impl ClientHandle {
             killed: AtomicBool::new(false),
             kill_signal: Notify::new(),
             user: Mutex::new(Arc::from("default")),
+            kind: AtomicU8::new(Kind::Normal as u8),
         }
+    }
+
+    /// What kind of client this is.
+    pub fn kind(&self) -> Kind {
+        match self.kind.load(Ordering::Relaxed) {
+            1 => Kind::PubSub,
+            2 => Kind::Replica,
+            3 => Kind::Master,
+            _ => Kind::Normal,
+        }
+    }
+
+    /// Records what kind of client this is.
+    pub fn set_kind(&self, kind: Kind) {
+        self.kind.store(kind as u8, Ordering::Relaxed);
     }
 
     /// The ACL user name.

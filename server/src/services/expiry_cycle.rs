@@ -31,8 +31,13 @@ pub async fn active_expiry(state: Arc<ServerState>) {
     }
 }
 
-/// One tick: expire due keys in batches until none are due or the time budget is spent.
+/// One tick: expire due keys in batches until none are due or the time budget is spent. A
+/// replica expires nothing itself (its primary's deletes arrive through replication; until
+/// then reads treat an expired key as missing).
 pub fn run_tick(state: &ServerState) -> lsm::Result<u64> {
+    if state.replication.is_replica() {
+        return Ok(0);
+    }
     let started = Instant::now();
     let mut total = 0;
     loop {

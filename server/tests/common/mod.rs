@@ -39,6 +39,18 @@ impl Server {
         Server::start_on(dir, file, Some(old.port), extra)
     }
 
+    /// Kills the server with SIGKILL (no shutdown at all) and starts it again on the same
+    /// directory and port.
+    pub fn crash_restart(self, extra: &[&str]) -> Server {
+        let mut old = self;
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        let dir = std::mem::replace(&mut old.dir, tempfile::tempdir().unwrap());
+        let file = dir.path().join("shale.conf");
+        let file = file.exists().then_some(file);
+        Server::start_on(dir, file, Some(old.port), extra)
+    }
+
     pub fn start_in(dir: tempfile::TempDir, file: Option<std::path::PathBuf>, extra: &[&str]) -> Server {
         Server::start_on(dir, file, None, extra)
     }

@@ -1,0 +1,288 @@
+//! The primary's side: answering `PSYNC`, then feeding the replica.
+//!
+//! The PSYNC command (on an executor thread) decides between a partial and a full resync and
+//! opens the WAL tail; the connection then becomes a replica link ([`serve`], a tokio task that
+//! only moves bytes: frames out, `REPLCONF ACK`s in) fed by a thread of its own ([`feed`]):
+//! it writes the checkpoint, reads its files and the WAL, and blocks on the bounded channel
+//! to the task when the replica is slower than the primary — never on a runtime worker.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, watch};
+
+use super::wire::{self, frame};
+use super::ReplicaLink;
+use crate::exec::Session;
+use crate::net::Socket;
+use crate::resp::{parse_request, Limits};
+use crate::state::ServerState;
+
+/// How the replica is brought up to date.
+pub enum Plan {
+    /// `+CONTINUE`: stream this tail.
+    Continue(lsm::WalTail),
+    /// `+FULLRESYNC`: checkpoint, files, then the tail.
+    Full,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Plan::Continue(_) => "Continue",
+            Plan::Full => "Full",
+        })
+    }
+}
+
+/// What the PSYNC command hands to the connection.
+#[derive(Debug)]
+pub struct Handoff {
+    /// Partial or full.
+    pub plan: Plan,
+    /// The replica's `REPLCONF listening-port`.
+    pub port: u16,
+}
+
+/// Answers `PSYNC replid offset` (on an executor thread): a partial resync if the replica's
+/// history is ours and the WAL from its offset is still here, a full one otherwise.
+pub fn psync(state: &ServerState, replid: &str, offset: i64) -> lsm::Result<Plan> {
+    let engine = state.storage.engine();
+    let latest = engine.latest_sequence();
+    let repl = &state.replication;
+    if offset > 0 && repl.can_continue(replid, offset as u64, latest) {
+        match engine.updates_since(offset as u64) {
+            Ok(tail) => {
+                repl.sync_partial_ok.fetch_add(1, Ordering::Relaxed);
+                return Ok(Plan::Continue(tail));
+            }
+            Err(lsm::Error::WalGone(_)) => {
+                tracing::info!(target: "shale::replication", offset, "partial resync impossible: that WAL is no longer kept (raise repl-backlog-size)");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if replid != "?" {
+        repl.sync_partial_err.fetch_add(1, Ordering::Relaxed);
+    }
+    repl.sync_full.fetch_add(1, Ordering::Relaxed);
+    Ok(Plan::Full)
+}
+
+/// Frames waiting for the socket, per replica.
+const QUEUE: usize = 16;
+/// A WAL frame grows to about this size before it is queued.
+const FRAME_BYTES: usize = 256 << 10;
+
+/// Runs a replica's connection after PSYNC until it closes: frames from the feeder go out,
+/// acknowledgements come in.
+pub(crate) async fn serve<S: Socket>(
+    mut socket: S,
+    session: Session,
+    handoff: Handoff,
+    mut input: BytesMut,
+    mut stop: watch::Receiver<bool>,
+) {
+    let state = Arc::clone(&session.state);
+    let handle = Arc::clone(&session.handle);
+    handle.set_kind(crate::services::clients::Kind::Replica);
+    let (extra_tx, mut extra) = mpsc::unbounded_channel();
+    let ip = handle.addr.rsplit_once(':').map(|(ip, _)| ip.trim_matches(['[', ']']).to_string()).unwrap_or_default();
+    let link = Arc::new(ReplicaLink {
+        client_id: session.id,
+        ip,
+        port: std::sync::atomic::AtomicU16::new(handoff.port),
+        acked: std::sync::atomic::AtomicU64::new(0),
+        last_ack_ms: std::sync::atomic::AtomicU64::new(crate::services::clients::coarse_now_ms()),
+        phase: std::sync::atomic::AtomicU8::new(0),
+        extra: extra_tx,
+        handle: Arc::clone(&handle),
+    });
+    state.replication.add_replica(Arc::clone(&link));
+    let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
+    {
+        let (feeder_state, feeder_link) = (Arc::clone(&state), Arc::clone(&link));
+        let spawned = std::thread::Builder::new()
+            .name("shale-repl-feed".into())
+            .spawn(move || feed(&feeder_state, handoff.plan, &feeder_link, &tx));
+        if let Err(e) = spawned {
+            tracing::error!(target: "shale::replication", error = %e, "cannot start a replica feeder thread");
+            state.replication.remove_replica(session.id);
+            return;
+        }
+    }
+    tracing::info!(target: "shale::replication", replica = %handle.addr, "replica connected");
+    let limits = Limits { max_bulk_len: 1 << 20, ..Limits::default() };
+    let mut out = BytesMut::new();
+    loop {
+        if handle.killed.load(Ordering::Acquire) {
+            break;
+        }
+        tokio::select! {
+            next = rx.recv() => match next {
+                Some(bytes) => {
+                    out.extend_from_slice(&bytes);
+                    while out.len() < (1 << 20) {
+                        match rx.try_recv() {
+                            Ok(more) => out.extend_from_slice(&more),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                None => break, // the feeder stopped (it logged why)
+            },
+            Some(bytes) = extra.recv() => out.extend_from_slice(&bytes),
+            read = socket.read_buf(&mut input) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    while let Ok(Some(args)) = parse_request(&mut input, &limits) {
+                        acknowledged(&state, &link, &args);
+                    }
+                }
+            },
+            _ = handle.kill_signal.notified() => break,
+            _ = stop.changed() => break,
+        }
+        if !crate::net::write_out(&mut socket, &mut out, &handle).await {
+            break;
+        }
+    }
+    state.replication.remove_replica(session.id);
+    tracing::info!(target: "shale::replication", replica = %handle.addr, "replica disconnected");
+    drop(session);
+}
+
+/// Handles what a replica sends on its link (`REPLCONF ACK <seq>`; anything else is ignored).
+fn acknowledged(state: &ServerState, link: &ReplicaLink, args: &[Bytes]) {
+    if args.len() >= 3 && args[0].eq_ignore_ascii_case(b"REPLCONF") && args[1].eq_ignore_ascii_case(b"ACK") {
+        if let Some(seq) = std::str::from_utf8(&args[2]).ok().and_then(|s| s.parse::<u64>().ok()) {
+            link.acked.fetch_max(seq, Ordering::AcqRel);
+            link.last_ack_ms.store(crate::services::clients::coarse_now_ms(), Ordering::Relaxed);
+            state.replication.acks.notify_waiters();
+        }
+    }
+}
+
+/// The feeder thread: the answer line, the checkpoint's files for a full sync, then the WAL.
+fn feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Sender<Bytes>) {
+    match run_feed(state, plan, link, tx) {
+        Err(Stop::Closed) => {}
+        Err(Stop::Failed(why)) => {
+            tracing::warn!(target: "shale::replication", replica = %link.handle.addr, error = %why, "replica feed stopped; the replica will resync");
+            link.handle.kill();
+        }
+        Ok(()) => {}
+    }
+}
+
+enum Stop {
+    /// The connection went away.
+    Closed,
+    Failed(String),
+}
+
+impl From<lsm::Error> for Stop {
+    fn from(e: lsm::Error) -> Self {
+        Stop::Failed(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Stop {
+    fn from(e: std::io::Error) -> Self {
+        Stop::Failed(e.to_string())
+    }
+}
+
+fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Sender<Bytes>) -> Result<(), Stop> {
+    let send = |b: Bytes| tx.blocking_send(b).map_err(|_| Stop::Closed);
+    let engine = state.storage.engine();
+    let mut tail = match plan {
+        Plan::Continue(tail) => {
+            let replid = state.replication.ids().replid;
+            send(Bytes::from(format!("+CONTINUE {replid}\r\n")))?;
+            link.phase.store(2, Ordering::Relaxed);
+            tail
+        }
+        Plan::Full => {
+            let dir = engine.path().join("replication").join(format!("checkpoint-{}", link.client_id));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.parent().unwrap_or(&dir))?;
+            let seq = engine.checkpoint(&dir)?;
+            // Opened at once: the WAL after the checkpoint is read as the files go out.
+            let tail = engine.updates_since(seq + 1);
+            let replid = state.replication.ids().replid;
+            tracing::info!(target: "shale::replication", replica = %link.handle.addr, sequence = seq, "full resync: sending a checkpoint");
+            let sent = send(Bytes::from(format!("+FULLRESYNC {replid} {seq}\r\n"))).and_then(|()| {
+                link.phase.store(1, Ordering::Relaxed);
+                send_files(&dir, &send)
+            });
+            let _ = std::fs::remove_dir_all(&dir);
+            sent?;
+            let mut out = BytesMut::new();
+            frame(&mut out, &[b"CHECKPOINT", seq.to_string().as_bytes()]);
+            send(out.freeze())?;
+            link.phase.store(2, Ordering::Relaxed);
+            tail?
+        }
+    };
+    loop {
+        let mut out = BytesMut::new();
+        match tail.next_timeout(Duration::from_secs(1))? {
+            None => frame(&mut out, &[b"PING"]),
+            Some((_, batch)) => {
+                frame(&mut out, &[b"BATCH", batch.as_bytes()]);
+                while out.len() < FRAME_BYTES {
+                    match tail.try_next()? {
+                        Some((_, batch)) => frame(&mut out, &[b"BATCH", batch.as_bytes()]),
+                        None => break,
+                    }
+                }
+            }
+        }
+        send(out.freeze())?;
+    }
+}
+
+/// Sends every file of the checkpoint in `dir`: tables first, `CURRENT` last.
+fn send_files(dir: &std::path::Path, send: &impl Fn(Bytes) -> Result<(), Stop>) -> Result<(), Stop> {
+    use std::io::Read;
+    let mut files: Vec<(u8, String)> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .map(|name| {
+            (
+                if name == "CURRENT" {
+                    2
+                } else if name.starts_with("MANIFEST") {
+                    1
+                } else {
+                    0
+                },
+                name,
+            )
+        })
+        .collect();
+    files.sort();
+    for (_, name) in files {
+        let path = dir.join(&name);
+        let mut file = std::fs::File::open(&path)?;
+        let size = file.metadata()?.len();
+        let mut out = BytesMut::new();
+        frame(&mut out, &[b"FILE", name.as_bytes(), size.to_string().as_bytes()]);
+        send(out.freeze())?;
+        let mut left = size;
+        let mut buf = vec![0u8; wire::CHUNK];
+        while left > 0 {
+            let n = (left as usize).min(wire::CHUNK);
+            file.read_exact(&mut buf[..n])?;
+            let mut out = BytesMut::with_capacity(n + 32);
+            frame(&mut out, &[b"CHUNK", &buf[..n]]);
+            send(out.freeze())?;
+            left -= n as u64;
+        }
+    }
+    Ok(())
+}

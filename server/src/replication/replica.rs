@@ -1,0 +1,371 @@
+//! The replica's side: the link to the primary.
+//!
+//! A tokio task connects (TLS with `tls-replication yes`), authenticates with `masteruser` /
+//! `masterauth`, announces its port, asks `PSYNC`, then reads frames and hands them, through a
+//! bounded channel, to an applier thread that writes the received checkpoint files, installs
+//! them, and applies each WAL batch with the primary's sequence number. The task acknowledges
+//! what the applier applied (`REPLCONF ACK`). If the link breaks, it reconnects after a second
+//! and asks again from its last applied sequence, until `REPLICAOF` points elsewhere.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::wire::{self, Frame};
+use super::{LinkState, Upstream};
+use crate::resp::{parse_request, Limits};
+use crate::services::clients::{ClientHandle, Kind};
+use crate::state::ServerState;
+
+/// How long connecting and each handshake reply may take.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Follows `up` until the upstream changes (`generation` is no longer current).
+pub(crate) async fn run(state: Arc<ServerState>, up: Upstream, generation: u64) {
+    let repl = &state.replication;
+    while repl.current(generation) {
+        match link_once(&state, &up, generation).await {
+            Ok(()) => {}
+            Err(why) => {
+                tracing::warn!(target: "shale::replication", primary = %format!("{}:{}", up.host, up.port), error = %why, "replication link down; retrying in 1 s")
+            }
+        }
+        if !repl.current(generation) {
+            break;
+        }
+        repl.set_link_state(LinkState::Connect);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn link_once(state: &Arc<ServerState>, up: &Upstream, generation: u64) -> Result<(), String> {
+    let repl = &state.replication;
+    repl.set_link_state(LinkState::Connecting);
+    let tcp = tokio::time::timeout(HANDSHAKE, tokio::net::TcpStream::connect((up.host.as_str(), up.port)))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let local = tcp.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer = tcp.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let tls = (state.config().get("tls-replication") == Some("yes"))
+        .then(|| crate::net::tls::client_config(&state.config()))
+        .transpose()?;
+    match tls {
+        None => follow(state, generation, tcp, peer, local).await,
+        Some(config) => {
+            let name = rustls_pki_types::ServerName::try_from(up.host.clone())
+                .map_err(|e| format!("primary host {:?} as a TLS name: {e}", up.host))?;
+            let stream = tokio::time::timeout(HANDSHAKE, tokio_rustls::TlsConnector::from(config).connect(name, tcp))
+                .await
+                .map_err(|_| "TLS handshake timed out".to_string())?
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            follow(state, generation, stream, peer, local).await
+        }
+    }
+}
+
+/// Handshake, PSYNC, then the stream, over an established connection.
+async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
+    state: &Arc<ServerState>,
+    generation: u64,
+    mut sock: S,
+    peer: String,
+    local: String,
+) -> Result<(), String> {
+    let repl = &state.replication;
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let pong = request(&mut sock, &mut buf, &[b"PING"]).await?;
+    if pong.starts_with('-') && !pong.starts_with("-NOAUTH") {
+        return Err(format!("the primary answered PING with {pong}"));
+    }
+    let (user, pass, port, announce_ip) = {
+        let cfg = state.config();
+        let get = |k: &str| cfg.get(k).unwrap_or_default().to_string();
+        let port = match get("replica-announce-port").as_str() {
+            "0" | "" => cfg.port.to_string(),
+            p => p.to_string(),
+        };
+        (get("masteruser"), get("masterauth"), port, get("replica-announce-ip"))
+    };
+    if !pass.is_empty() {
+        let mut auth: Vec<&[u8]> = vec![b"AUTH"];
+        if !user.is_empty() {
+            auth.push(user.as_bytes());
+        }
+        auth.push(pass.as_bytes());
+        let answer = request(&mut sock, &mut buf, &auth).await?;
+        if !answer.starts_with("+OK") {
+            return Err(format!("the primary refused AUTH: {answer}"));
+        }
+    }
+    // Older or other servers may not know these: their answers do not matter.
+    request(&mut sock, &mut buf, &[b"REPLCONF", b"listening-port", port.as_bytes()]).await?;
+    if !announce_ip.is_empty() {
+        request(&mut sock, &mut buf, &[b"REPLCONF", b"ip-address", announce_ip.as_bytes()]).await?;
+    }
+    request(&mut sock, &mut buf, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]).await?;
+    let latest = state.storage.engine().latest_sequence();
+    let (replid, offset) = repl.psync_identity(latest);
+    let answer = request(&mut sock, &mut buf, &[b"PSYNC", replid.as_bytes(), offset.to_string().as_bytes()]).await?;
+    let words: Vec<&str> = answer.split_whitespace().collect();
+    let full = match words.as_slice() {
+        ["+FULLRESYNC", id, seq] if id.len() == 40 && seq.parse::<u64>().is_ok() => {
+            tracing::info!(target: "shale::replication", primary = %peer, sequence = seq, "full resync");
+            repl.set_link_state(LinkState::Sync);
+            repl.sync_bytes.store(0, Ordering::Relaxed);
+            Some(id.to_string())
+        }
+        ["+CONTINUE", rest @ ..] => {
+            if let Some(id) = rest.first().filter(|id| id.len() == 40) {
+                repl.continue_as(&replid, id, offset).map_err(|e| format!("saving the replication id: {e}"))?;
+            }
+            tracing::info!(target: "shale::replication", primary = %peer, from = offset, "partial resync");
+            repl.set_link_state(LinkState::Connected);
+            None
+        }
+        _ => return Err(format!("the primary answered PSYNC with {answer}")),
+    };
+    repl.heard_from_primary();
+
+    let handle = Arc::new(ClientHandle::new(state.next_client_id.fetch_add(1, Ordering::Relaxed), peer, local));
+    handle.set_kind(Kind::Master);
+    state.registry.register(Arc::clone(&handle));
+    repl.set_master_handle(Some(Arc::clone(&handle)));
+    let applied = Arc::new(AtomicU64::new(latest));
+    let notify = Arc::new(Notify::new());
+    let (tx, rx) = mpsc::channel::<Frame>(64);
+    let (done_tx, done_rx) = oneshot::channel();
+    {
+        let (applier_state, applied, notify) = (Arc::clone(state), Arc::clone(&applied), Arc::clone(&notify));
+        let spawned = std::thread::Builder::new().name("shale-repl-apply".into()).spawn(move || {
+            let mut applier = Applier { state: applier_state, generation, full, incoming: None, applied, notify };
+            let result = applier.run(rx);
+            let _ = done_tx.send(result);
+        });
+        if let Err(e) = spawned {
+            state.registry.unregister(handle.id);
+            return Err(format!("cannot start the applier thread: {e}"));
+        }
+    }
+    let streamed = stream(state, generation, &mut sock, &mut buf, &handle, tx, &applied, &notify).await;
+    state.registry.unregister(handle.id);
+    repl.set_master_handle(None);
+    // The applier finishes what it holds before the next link may start.
+    let applied_result = done_rx.await.unwrap_or_else(|_| Err("the applier thread died".into()));
+    applied_result.and(streamed)
+}
+
+/// Reads frames and acknowledges applied sequences until the link breaks or the upstream changes.
+#[allow(clippy::too_many_arguments)]
+async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
+    state: &ServerState,
+    generation: u64,
+    sock: &mut S,
+    buf: &mut BytesMut,
+    handle: &ClientHandle,
+    tx: mpsc::Sender<Frame>,
+    applied: &AtomicU64,
+    notify: &Notify,
+) -> Result<(), String> {
+    let repl = &state.replication;
+    let limits = Limits { max_bulk_len: 1 << 30, ..Limits::default() };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut acked = u64::MAX;
+    loop {
+        let mut ack_now = false;
+        // Frames already buffered (the PSYNC answer may have arrived with some).
+        loop {
+            let args = match parse_request(buf, &limits) {
+                Ok(Some(args)) if args.is_empty() => continue,
+                Ok(Some(args)) => args,
+                Ok(None) => break,
+                Err(e) => return Err(format!("malformed replication stream: {e}")),
+            };
+            match Frame::parse(args)? {
+                Frame::Ping => {}
+                Frame::GetAck => ack_now = true,
+                frame => {
+                    if let Frame::Chunk(c) = &frame {
+                        repl.sync_bytes.fetch_add(c.len() as u64, Ordering::Relaxed);
+                    }
+                    tx.send(frame).await.map_err(|_| "the applier stopped".to_string())?;
+                }
+            }
+        }
+        let seq = applied.load(Ordering::Acquire);
+        if ack_now || (seq != acked && !tx.is_closed()) {
+            sock.write_all(&wire::ack(seq)).await.map_err(|e| format!("write: {e}"))?;
+            sock.flush().await.map_err(|e| format!("write: {e}"))?;
+            acked = seq;
+        }
+        if !repl.current(generation) {
+            return Ok(());
+        }
+        tokio::select! {
+            read = sock.read_buf(buf) => match read {
+                Ok(0) => return Err("the primary closed the connection".into()),
+                Err(e) => return Err(format!("read: {e}")),
+                Ok(_) => repl.heard_from_primary(),
+            },
+            _ = notify.notified() => {}
+            _ = tick.tick() => acked = u64::MAX, // acknowledge at least once a second
+            _ = handle.kill_signal.notified() => return Err("link closed (CLIENT KILL)".into()),
+        }
+        if tx.is_closed() {
+            return Err("the applier stopped".into());
+        }
+    }
+}
+
+/// Sends one command and reads its one-line answer.
+async fn request<S: AsyncRead + AsyncWrite + Unpin>(
+    sock: &mut S,
+    buf: &mut BytesMut,
+    parts: &[&[u8]],
+) -> Result<String, String> {
+    let mut out = BytesMut::new();
+    wire::frame(&mut out, parts);
+    sock.write_all(&out).await.map_err(|e| format!("write: {e}"))?;
+    sock.flush().await.map_err(|e| format!("write: {e}"))?;
+    let read_line = async {
+        loop {
+            if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+                let line = buf.split_to(end + 2);
+                return Ok(String::from_utf8_lossy(&line[..end]).into_owned());
+            }
+            if buf.len() > 64 << 10 {
+                return Err("answer line too long".to_string());
+            }
+            match sock.read_buf(buf).await {
+                Ok(0) => return Err("the primary closed the connection".to_string()),
+                Err(e) => return Err(format!("read: {e}")),
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(HANDSHAKE, read_line).await.map_err(|_| "the primary did not answer in time".to_string())?
+}
+
+/// Applies what the link receives, on its own thread.
+struct Applier {
+    state: Arc<ServerState>,
+    generation: u64,
+    /// The primary's id, during a full sync.
+    full: Option<String>,
+    /// The checkpoint file being received and the bytes it still lacks.
+    incoming: Option<(std::fs::File, u64)>,
+    applied: Arc<AtomicU64>,
+    notify: Arc<Notify>,
+}
+
+impl Applier {
+    fn run(&mut self, mut rx: mpsc::Receiver<Frame>) -> Result<(), String> {
+        let dir = self.incoming_dir();
+        if self.full.is_some() {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let result = (|| {
+            while let Some(frame) = rx.blocking_recv() {
+                // Under the apply lock: REPLICAOF changes the upstream between frames, never
+                // during one, and no frame of an old upstream applies after the change.
+                let state = Arc::clone(&self.state);
+                let _applying = state.replication.apply_lock();
+                if !state.replication.current(self.generation) {
+                    return Ok(());
+                }
+                self.apply(frame, &dir)?;
+            }
+            Ok(())
+        })();
+        if self.full.is_some() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result
+    }
+
+    fn incoming_dir(&self) -> PathBuf {
+        self.state.storage.engine().path().join("replication").join("incoming")
+    }
+
+    fn apply(&mut self, frame: Frame, dir: &std::path::Path) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("receiving the full sync: {e}");
+        match frame {
+            Frame::File { name, size } => {
+                self.finish_file()?;
+                if self.full.is_none() {
+                    return Err("a checkpoint file outside a full sync".into());
+                }
+                let file = std::fs::File::create(dir.join(&name)).map_err(io)?;
+                self.incoming = Some((file, size));
+            }
+            Frame::Chunk(bytes) => {
+                let Some((file, left)) = self.incoming.as_mut() else {
+                    return Err("file data before any FILE frame".into());
+                };
+                if bytes.len() as u64 > *left {
+                    return Err("a checkpoint file longer than announced".into());
+                }
+                file.write_all(&bytes).map_err(io)?;
+                *left -= bytes.len() as u64;
+            }
+            Frame::Checkpoint(seq) => {
+                self.finish_file()?;
+                let Some(replid) = self.full.take() else {
+                    return Err("a checkpoint outside a full sync".into());
+                };
+                let repl = &self.state.replication;
+                // Our own replicas followed the data being replaced: they must resync too.
+                repl.disconnect_replicas();
+                let installed =
+                    self.state.storage.install_checkpoint(dir).map_err(|e| format!("installing the full sync: {e}"))?;
+                if installed != seq {
+                    return Err(format!("the checkpoint holds sequence {installed}, announced {seq}"));
+                }
+                repl.adopt(&replid).map_err(|e| format!("saving the replication id: {e}"))?;
+                let _ = std::fs::remove_dir_all(dir);
+                repl.set_link_state(LinkState::Connected);
+                tracing::info!(target: "shale::replication", sequence = seq, "full sync loaded");
+                self.published(seq);
+            }
+            Frame::Batch(payload) => {
+                let batch = lsm::WriteBatch::from_bytes(payload.to_vec()).map_err(|e| format!("damaged batch: {e}"))?;
+                let (seq, last) = (batch.sequence(), batch.last_sequence().unwrap_or(batch.sequence()));
+                self.state.storage.apply_replicated(seq, batch).map_err(|e| format!("applying sequence {seq}: {e}"))?;
+                self.published(last);
+            }
+            Frame::Publish(channel, message) => {
+                self.state.replication.propagate_publish(&channel, &message);
+                let limits = crate::services::pubsub::Limits::from_config(
+                    self.state.config().get("client-output-buffer-limit").unwrap_or_default(),
+                );
+                self.state.pubsub.publish(crate::services::pubsub::Kind::Channel, &channel, &message, limits);
+            }
+            Frame::Ping | Frame::GetAck => {}
+        }
+        Ok(())
+    }
+
+    fn published(&self, seq: u64) {
+        self.applied.store(seq, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Completes the file being received: all its bytes, durably.
+    fn finish_file(&mut self) -> Result<(), String> {
+        if let Some((file, left)) = self.incoming.take() {
+            if left != 0 {
+                return Err(format!("a checkpoint file ended {left} bytes short"));
+            }
+            file.sync_all().map_err(|e| format!("receiving the full sync: {e}"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,323 @@
+//! Replication between real shale-server processes: full and partial resyncs, restarts,
+//! killed links, promotion and the old primary rejoining, chained replicas, WAIT, read-only
+//! replicas, PUBLISH, min-replicas-to-write. Databases are compared with `DEBUG DIGEST`
+//! (every key's type, value and expiry) and DBSIZE per database.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use rand::{Rng, SeedableRng};
+use redis::Commands;
+
+const DEBUG: [&str; 2] = ["--enable-debug-command", "yes"];
+
+fn primary(extra: &[&str]) -> Server {
+    Server::start(&[&DEBUG[..], extra].concat())
+}
+
+fn replica_of(p: &Server, extra: &[&str]) -> Server {
+    let upstream = format!("127.0.0.1 {}", p.port);
+    Server::start(&[&DEBUG[..], &["--replicaof", &upstream], extra].concat())
+}
+
+fn info(c: &mut redis::Connection, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg("everything").query(c).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+        .unwrap_or_else(|| panic!("INFO has no {field}:\n{text}"))
+}
+
+fn digest(c: &mut redis::Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap()
+}
+
+/// Polls `cond` for up to 20 s.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `r` has applied everything `p` has and they hold the same data: the same
+/// digest and DBSIZE per database, read while neither moved (the primary's expiry cycle may
+/// delete keys in between; a replica sees those deletes a moment later).
+fn assert_in_sync(p: &Server, r: &Server) {
+    let (mut pc, mut rc) = (p.client(), r.client());
+    let offsets = |pc: &mut redis::Connection, rc: &mut redis::Connection| {
+        (info(pc, "master_repl_offset"), info(rc, "slave_repl_offset"), info(rc, "master_link_status"))
+    };
+    let state = |c: &mut redis::Connection| -> (String, Vec<i64>) {
+        let sizes = (0..4)
+            .map(|db| {
+                redis::cmd("SELECT").arg(db).query::<()>(c).unwrap();
+                redis::cmd("DBSIZE").query(c).unwrap()
+            })
+            .collect();
+        (digest(c), sizes)
+    };
+    // A key whose TTL passes between the two reads is in one digest and not the other: such a
+    // difference goes away on the next look; a real one stays until the deadline.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = offsets(&mut pc, &mut rc);
+        let mut seen = None;
+        if before.0 == before.1 && before.2 == "up" {
+            let (theirs, ours) = (state(&mut pc), state(&mut rc));
+            if offsets(&mut pc, &mut rc) == before {
+                if ours == theirs {
+                    return;
+                }
+                seen = Some((ours, theirs));
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not catch up: offsets {before:?}, (replica, primary) digest and DBSIZEs {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A mix of every data type, TTLs, transactions and database-wide commands.
+fn write_everything(c: &mut redis::Connection, round: u32) {
+    let _: () = c.set(format!("s{round}"), "string").unwrap();
+    let _: () = redis::cmd("SET").arg(format!("ttl{round}")).arg("v").arg("EX").arg(1000).query(c).unwrap();
+    let _: () = c.rpush(format!("l{round}"), &["a", "b", "c", "d"]).unwrap();
+    let _: String = c.lpop(format!("l{round}"), None).unwrap();
+    let _: () = c.hset_multiple(format!("h{round}"), &[("f1", "v1"), ("f2", "v2")]).unwrap();
+    let _: () = c.sadd(format!("set{round}"), &["x", "y", "z"]).unwrap();
+    let _: () = c.zadd_multiple(format!("z{round}"), &[(1.5, "one"), (2.5, "two")]).unwrap();
+    let _: () = c.incr(format!("n{round}"), 7).unwrap();
+    let _: () = redis::pipe()
+        .atomic()
+        .set(format!("tx{round}"), 1)
+        .incr(format!("tx{round}"), 1)
+        .rpush(format!("txl{round}"), "e")
+        .query(c)
+        .unwrap();
+    // Short TTLs: the primary's expiry cycle deletes them and the deletes replicate.
+    let _: () = redis::cmd("SET").arg(format!("short{round}")).arg("v").arg("PX").arg(50).query(c).unwrap();
+    redis::cmd("SELECT").arg(1).query::<()>(c).unwrap();
+    let _: () = c.set(format!("db1-{round}"), round).unwrap();
+    let _: () = c.hset(format!("db1h{round}"), "f", "v").unwrap();
+    redis::cmd("SELECT").arg(3).query::<()>(c).unwrap();
+    let _: () = c.set("doomed", 1).unwrap();
+    let _: () = redis::cmd("FLUSHDB").query(c).unwrap();
+    let _: () = c.set(format!("db3-{round}"), round).unwrap();
+    redis::cmd("SELECT").arg(0).query::<()>(c).unwrap();
+    let _: bool = redis::cmd("MOVE").arg(format!("s{round}")).arg(2).query(c).unwrap();
+    let _: () = redis::cmd("SWAPDB").arg(1).arg(2).query(c).unwrap();
+}
+
+#[test]
+fn a_replica_gets_every_type_and_stays_exact_under_random_commands() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    // Full sync of existing data, then the live stream.
+    let r = replica_of(&p, &[]);
+    assert_in_sync(&p, &r);
+    write_everything(&mut pc, 1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..2000 {
+        let key = format!("k{}", rng.random_range(0..200));
+        let v = rng.random_range(0..1000).to_string();
+        let _: redis::RedisResult<redis::Value> = match rng.random_range(0..10) {
+            0 => pc.set(&key, &v),
+            1 => pc.del(&key),
+            2 => pc.rpush(&key, &v),
+            3 => pc.hset(&key, &v, &v),
+            4 => pc.sadd(&key, &v),
+            5 => pc.zadd(&key, &v, rng.random_range(0..100)),
+            6 => pc.expire(&key, 100),
+            7 => redis::cmd("RENAME").arg(&key).arg(format!("k{}", rng.random_range(0..200))).query(&mut pc),
+            8 => pc.incr(&key, 1),
+            _ => redis::cmd("SPOP").arg(&key).query(&mut pc),
+        };
+    }
+    let confirmed: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut pc).unwrap();
+    assert_eq!(confirmed, 1, "WAIT counts the replica once it applied everything");
+    std::thread::sleep(Duration::from_millis(300)); // the short TTLs pass; the primary deletes them
+    assert_in_sync(&p, &r);
+
+    // A replica is read-only, and says what it is.
+    let mut rc = r.client();
+    let err = rc.set::<_, _, ()>("x", 1).unwrap_err();
+    assert_eq!(err.code(), Some("READONLY"), "{err}");
+    let err = redis::cmd("WAIT").arg(1).arg(0).query::<i64>(&mut rc).unwrap_err();
+    assert!(err.to_string().contains("WAIT cannot be used with replica instances"), "{err}");
+    let role: redis::Value = redis::cmd("ROLE").query(&mut rc).unwrap();
+    let redis::Value::Array(parts) = role else { panic!("ROLE: {role:?}") };
+    assert_eq!(parts[0], redis::Value::BulkString(b"slave".to_vec()));
+    assert_eq!(parts[2], redis::Value::Int(i64::from(p.port)));
+    assert_eq!(parts[3], redis::Value::BulkString(b"connected".to_vec()));
+    let role: redis::Value = redis::cmd("ROLE").query(&mut pc).unwrap();
+    let redis::Value::Array(parts) = role else { panic!("ROLE: {role:?}") };
+    assert_eq!(parts[0], redis::Value::BulkString(b"master".to_vec()));
+    assert!(matches!(&parts[2], redis::Value::Array(rs) if rs.len() == 1));
+    assert_eq!(info(&mut pc, "connected_slaves"), "1");
+    assert!(info(&mut pc, "slave0").contains("state=online"), "{}", info(&mut pc, "slave0"));
+    assert_eq!(info(&mut pc, "sync_full"), "1");
+}
+
+#[test]
+fn restarts_and_killed_links_resume_with_partial_resyncs() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    let r = replica_of(&p, &[]);
+    assert_in_sync(&p, &r);
+    let upstream = format!("127.0.0.1 {}", p.port);
+    let args = [&DEBUG[..], &["--replicaof", &upstream]].concat();
+
+    // Clean restart, with writes while it is down.
+    let mut r = r;
+    r.terminate();
+    write_everything(&mut pc, 1);
+    let r = r.restart(&args);
+    assert_in_sync(&p, &r);
+    // Killed with SIGKILL.
+    write_everything(&mut pc, 2);
+    let r = r.crash_restart(&args);
+    write_everything(&mut pc, 3);
+    assert_in_sync(&p, &r);
+    // The link closed from the replica's side (CLIENT KILL TYPE master), then from the primary's.
+    let mut rc = r.client();
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("master").query(&mut rc).unwrap();
+    assert_eq!(killed, 1);
+    write_everything(&mut pc, 4);
+    assert_in_sync(&p, &r);
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut pc).unwrap();
+    assert_eq!(killed, 1);
+    write_everything(&mut pc, 5);
+    assert_in_sync(&p, &r);
+    assert_eq!(info(&mut pc, "sync_full"), "1", "only the first sync was full");
+    assert_eq!(info(&mut pc, "sync_partial_ok"), "4");
+}
+
+#[test]
+fn a_replica_beyond_the_backlog_gets_a_full_sync_while_writes_go_on() {
+    // A small write buffer and backlog: the WAL the replica needs is gone after a while.
+    let p = primary(&["--write-buffer-size", "65536", "--repl-backlog-size", "1mb", "--block-cache-size", "1mb"]);
+    let mut pc = p.client();
+    let r = replica_of(&p, &[]);
+    assert_in_sync(&p, &r);
+    let mut r = r;
+    r.terminate();
+    let value = "v".repeat(200);
+    for i in 0..20_000 {
+        let _: () = pc.set(format!("key{i}"), &value).unwrap();
+    }
+    // Restart it while a writer keeps writing: the full sync (data far beyond the block cache)
+    // and the stream after it lose nothing.
+    let port = p.port;
+    let writer = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+        for i in 0..3000 {
+            let _: () = c.set(format!("during{i}"), i).unwrap();
+        }
+    });
+    let upstream = format!("127.0.0.1 {}", p.port);
+    let r = r.restart(&[&DEBUG[..], &["--replicaof", &upstream]].concat());
+    writer.join().unwrap();
+    assert_in_sync(&p, &r);
+    assert_eq!(info(&mut pc, "sync_full"), "2", "the backlog no longer held the replica's offset");
+    let mut rc = r.client();
+    assert_eq!(rc.get::<_, String>("key19999").unwrap(), value);
+    assert_eq!(rc.get::<_, i64>("during2999").unwrap(), 2999);
+}
+
+#[test]
+fn a_promoted_replica_serves_the_others_and_the_old_primary_rejoins_partially() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    let r1 = replica_of(&p, &[]);
+    let r2 = replica_of(&p, &[]);
+    assert_in_sync(&p, &r1);
+    assert_in_sync(&p, &r2);
+    let confirmed: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut pc).unwrap();
+    assert_eq!(confirmed, 2);
+
+    // The primary dies; r1 is promoted; r2 follows it.
+    let p_port = p.port;
+    let mut p_dir_holder = p; // its directory stays for the restart below
+    let _ = p_dir_holder.child.kill();
+    let _ = p_dir_holder.child.wait();
+    let mut r1c = r1.client();
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r1c).unwrap();
+    let mut r2c = r2.client();
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(r1.port).query(&mut r2c).unwrap();
+    write_everything(&mut r1c, 1);
+    assert_in_sync(&r1, &r2);
+    assert_eq!(info(&mut r1c, "master_replid2").len(), 40);
+    assert_eq!(info(&mut r1c, "sync_full"), "0", "r2 continued partially with the new primary");
+
+    // The old primary comes back after a crash and is pointed at the new one.
+    let upstream = format!("127.0.0.1 {}", r1.port);
+    let old = p_dir_holder.crash_restart(&[&DEBUG[..], &["--replicaof", &upstream]].concat());
+    assert_eq!(old.port, p_port);
+    assert_in_sync(&r1, &old);
+    assert_eq!(info(&mut r1c, "sync_full"), "0", "the old primary caught up with a partial resync");
+    let mut oc = old.client();
+    assert_eq!(oc.get::<_, String>("s1").ok(), None, "s1 was moved to db 2 on the new primary");
+    assert_eq!(redis::cmd("CONFIG").arg("GET").arg("replicaof").query::<Vec<String>>(&mut r2c).unwrap()[1], upstream);
+}
+
+#[test]
+fn a_diverged_replica_is_resynced_in_full_and_keeps_nothing_of_its_own() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    // Another primary with its own history, then made a replica of p.
+    let other = primary(&[]);
+    let mut oc = other.client();
+    for i in 0..100 {
+        let _: () = oc.set(format!("mine{i}"), i).unwrap();
+    }
+    assert_ne!(digest(&mut oc), digest(&mut pc), "DEBUG DIGEST tells different data apart");
+    let empty = primary(&[]);
+    assert_eq!(digest(&mut empty.client()), "0".repeat(40));
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(p.port).query(&mut oc).unwrap();
+    assert_in_sync(&p, &other);
+    let mine: Option<String> = oc.get("mine5").unwrap();
+    assert_eq!(mine, None, "its own writes are gone: it holds exactly the primary's data");
+    assert_eq!(info(&mut pc, "sync_full"), "1");
+}
+
+#[test]
+fn chained_replicas_and_publish_reach_the_end_of_the_chain() {
+    let p = primary(&[]);
+    let r1 = replica_of(&p, &[]);
+    let r2 = replica_of(&r1, &[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    assert_in_sync(&p, &r1);
+    assert_in_sync(&p, &r2);
+    // Messages published on the primary reach subscribers of replicas, as in Redis.
+    let mut sub = r2.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("news").unwrap();
+    pubsub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _: i64 = pc.publish("news", "hello").unwrap();
+    let msg = pubsub.get_message().unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "hello");
+}
+
+#[test]
+fn min_replicas_to_write_refuses_writes_without_enough_replicas() {
+    let p = primary(&["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]);
+    let mut pc = p.client();
+    let err = pc.set::<_, _, ()>("k", 1).unwrap_err();
+    assert_eq!(err.code(), Some("NOREPLICAS"), "{err}");
+    let r = replica_of(&p, &[]);
+    wait_for("a good replica", || pc.set::<_, _, ()>("k", 1).is_ok());
+    drop(r);
+    wait_for("the primary to notice the replica is gone", || pc.set::<_, _, ()>("k", 2).is_err());
+    // Reads are never refused.
+    assert_eq!(pc.get::<_, i64>("k").unwrap(), 1);
+}
