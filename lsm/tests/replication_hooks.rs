@@ -209,3 +209,41 @@ fn install_checkpoint_replaces_a_diverged_database_and_survives_reopen() {
     assert_eq!(contents(&replica), contents(&primary));
     assert!(cp_dir.join("CURRENT").exists(), "the source is left as it was");
 }
+
+#[test]
+fn rewind_drops_exactly_the_writes_after_a_sequence_while_they_are_not_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || Options::default().write_buffer_size(32 << 10).disable_auto_compactions(true);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 1..=600u64 {
+        db.write(batch(i), &WriteOptions::default()).unwrap();
+    }
+    let at = db.latest_sequence();
+    let then = contents(&db);
+    // Later writes overwrite, delete and range-delete earlier keys, some flushed to L0.
+    for i in 1..=600u64 {
+        let mut b = batch(i);
+        b.put(format!("key{:06}", i / 2), "rewritten");
+        db.write(b, &WriteOptions::default()).unwrap();
+    }
+    db.delete_range("key000100", "key000200").unwrap();
+    db.flush().unwrap();
+    db.put("in-the-memtable", "x").unwrap();
+    assert_ne!(contents(&db), then);
+    db.rewind_to(at).unwrap();
+    assert_eq!(db.latest_sequence(), at);
+    assert_eq!(contents(&db), then, "exactly the state at the sequence");
+    assert!(matches!(db.updates_since(at + 1).unwrap().try_next(), Ok(None)), "nothing after it is shipped");
+    drop(db);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    assert_eq!((db.latest_sequence(), contents(&db)), (at, then.clone()), "and it stays so after a reopen");
+    // It goes on from there.
+    db.write_replicated(at + 1, batch(9999)).unwrap();
+    // Once the later writes are compacted below L0, a rewind is refused and changes nothing.
+    let before = contents(&db);
+    db.compact_range::<&[u8], _>(..).unwrap();
+    let err = db.rewind_to(at).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert_eq!(contents(&db), before);
+    assert_eq!(db.latest_sequence(), at + batch(9999).len() as u64);
+}

@@ -288,6 +288,17 @@ impl Db {
         self.inner.install_checkpoint(dir.as_ref())
     }
 
+    /// Drops every write after sequence `seq`, so the database holds exactly what it held
+    /// then and the next write gets `seq + 1` — how a node that took writes its new primary
+    /// never saw rejoins it without a full sync. Possible while those writes are in the WAL,
+    /// the memtables or L0 tables (which keep every version of a key); once a compaction into
+    /// L1 or deeper has merged them with older data this fails with
+    /// [`Error::InvalidArgument`] and nothing changes. Writers wait meanwhile; the WALs are
+    /// replaced, so [`Db::updates_since`] never ships the dropped writes.
+    pub fn rewind_to(&self, seq: u64) -> Result<()> {
+        self.inner.rewind(seq)
+    }
+
     /// A consistent read view as of now.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot::new(self.inner.visible_seq.load(Ordering::Acquire), &self.inner.snapshots)

@@ -285,6 +285,131 @@ impl DbInner {
     }
 }
 
+impl DbInner {
+    pub(super) fn rewind(&self, seq: u64) -> Result<()> {
+        self.check_writable()?;
+        lock(&self.bg).paused = true;
+        let result = self.rewind_paused(seq);
+        lock(&self.bg).paused = false;
+        self.signal_work();
+        result
+    }
+
+    fn rewind_paused(&self, seq: u64) -> Result<()> {
+        use crate::iter::InternalIterator;
+        let mut w = lock(&self.wal);
+        if w.last_seq <= seq {
+            return Ok(());
+        }
+        // Everything into tables first: a rewind rewrites tables only.
+        self.make_room(&mut w, true)?;
+        let mut vs = loop {
+            self.check_writable()?;
+            let vs = lock(&self.versions);
+            if vs.busy.is_empty() && self.super_version().imm.is_empty() {
+                break vs;
+            }
+            drop(vs);
+            let bg = lock(&self.bg);
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
+        };
+        let version = vs.current();
+        // L0 tables are flush outputs and hold every version of every key, so dropping their
+        // entries after `seq` leaves exactly the state at `seq`. A compaction output (L1 and
+        // deeper) may have dropped versions that newer ones shadowed: it cannot be rewound.
+        let late: Vec<_> = version.files().filter(|(_, f)| f.largest_seq > seq).collect();
+        if let Some((level, f)) = late.iter().find(|(level, _)| *level > 0) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot rewind to sequence {seq}: table {} in level {level} was compacted after it",
+                f.number
+            )));
+        }
+        let opts = crate::sstable::TableOptions::from_options(&self.opts);
+        let mut edit = VersionEdit::default();
+        let mut dropped = 0u64;
+        for (level, f) in &late {
+            let table = f.table()?;
+            let number = vs.new_file_number();
+            let path = filename::table_path(&self.dir, number);
+            let built = (|| -> Result<Option<crate::manifest::NewFile>> {
+                let file = std::fs::File::create(&path)?;
+                let mut b =
+                    crate::sstable::TableBuilder::new(std::io::BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+                let mut kept = 0u64;
+                for t in table.range_tombstones().iter().filter(|t| t.seq <= seq) {
+                    b.add_range_tombstone(t.clone());
+                    kept += 1;
+                }
+                let mut it = table.iter();
+                it.seek_to_first()?;
+                while it.valid() {
+                    let parsed = crate::key::parse(it.key()).ok_or_else(|| {
+                        Error::corruption(filename::table_path(&self.dir, f.number), 0, "malformed internal key")
+                    })?;
+                    if parsed.seq <= seq {
+                        b.add(it.key(), it.value())?;
+                        kept += 1;
+                    } else {
+                        dropped += 1;
+                    }
+                    it.next()?;
+                }
+                if kept == 0 {
+                    return Ok(None);
+                }
+                super::finish_table_file(&path, number, b, &opts).map(Some)
+            })();
+            match built {
+                Ok(Some(new)) => edit.added.push((*level, new)),
+                Ok(None) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    for (_, new) in &edit.added {
+                        let _ = std::fs::remove_file(filename::table_path(&self.dir, new.number));
+                    }
+                    return Err(e);
+                }
+            }
+            edit.deleted.push((*level, f.number));
+        }
+        // A fresh WAL: the old ones hold the dropped history.
+        let log_number = vs.new_file_number();
+        let log = LogWriter::create_mapped(
+            &filename::wal_path(&self.dir, log_number),
+            log_number,
+            super::open::wal_capacity(&self.opts),
+        )?;
+        edit.log_number = Some(log_number);
+        vs.log_and_apply(edit).map_err(|e| self.poison(e))?;
+        // The manifest's last sequence only ever grows edit by edit: restate it in a new one.
+        vs.rewind_last_sequence(seq);
+        vs.write_new_manifest().map_err(|e| self.poison(e))?;
+        *lock(&self.wal_file) = log.file();
+        w.log = log;
+        w.last_seq = seq;
+        let version = vs.current();
+        self.set_super_version(|_| super::SuperVersion {
+            mem: Arc::new(crate::memtable::Memtable::with_capacity(log_number, self.opts.write_buffer_size)),
+            imm: Vec::new(),
+            version,
+        });
+        self.visible_seq.store(seq, Ordering::Release);
+        drop(vs);
+        lock(&self.retained_wals).clear();
+        for n in self.wal_numbers()?.into_iter().filter(|&n| n < log_number) {
+            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
+        }
+        drop(w);
+        tracing::warn!(target: "lsm::db", sequence = seq, dropped, "rewound: every write after this sequence was dropped");
+        Ok(())
+    }
+}
+
 /// The WAL from a sequence number on, as `(sequence, batch)` in order. See
 /// [`crate::Db::updates_since`].
 pub struct WalTail {

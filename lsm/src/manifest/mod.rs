@@ -265,6 +265,12 @@ impl VersionSet {
         Ok(())
     }
 
+    /// Lowers the recorded last sequence (a rewind); persist it with
+    /// [`Self::write_new_manifest`], since replaying edits keeps the largest ever recorded.
+    pub fn rewind_last_sequence(&mut self, seq: u64) {
+        self.last_sequence = seq;
+    }
+
     /// Number of the live manifest.
     pub fn manifest_number(&self) -> Option<u64> {
         self.manifest.as_ref().map(LogWriter::number)
