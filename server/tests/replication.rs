@@ -321,3 +321,25 @@ fn min_replicas_to_write_refuses_writes_without_enough_replicas() {
     // Reads are never refused.
     assert_eq!(pc.get::<_, i64>("k").unwrap(), 1);
 }
+
+#[test]
+fn an_old_primary_with_writes_the_new_one_never_saw_rewinds_them_and_continues_partially() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    write_everything(&mut pc, 0);
+    let r = replica_of(&p, &[]);
+    assert_in_sync(&p, &r);
+    // r is promoted while p, cut off from it, still takes a write.
+    let mut rc = r.client();
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut rc).unwrap();
+    let _: () = pc.set("lost", "p only").unwrap();
+    let _: () = pc.rpush("l0", "p only").unwrap();
+    let _: () = rc.set("kept", "r only").unwrap();
+    // p follows r: its two writes are dropped, the rest continues partially.
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(r.port).query(&mut pc).unwrap();
+    assert_in_sync(&r, &p);
+    assert_eq!(pc.get::<_, Option<String>>("lost").unwrap(), None);
+    assert_eq!(pc.get::<_, String>("kept").unwrap(), "r only");
+    assert_eq!(info(&mut rc, "sync_full"), "0", "no full sync was needed");
+    assert_eq!(info(&mut rc, "sync_partial_ok"), "1");
+}

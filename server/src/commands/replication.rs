@@ -130,6 +130,7 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
         },
     };
     match primary::psync(&s.state, &replid, offset) {
+        Ok(primary::Plan::Rewind(seq)) => Reply::Simple(format!("REWIND {seq}")),
         Ok(plan) => {
             s.handoff = Some(primary::Handoff { plan, port: s.replica_port });
             Reply::Null // never sent: the link writes the answer line itself

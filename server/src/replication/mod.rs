@@ -21,9 +21,12 @@
 //! The replication id and the previous id are kept in [`STATE_FILE`] in the data directory.
 //! A promoted replica (`REPLICAOF NO ONE`) takes a new id and keeps its primary's as `replid2`
 //! with `second_repl_offset` = its next sequence, so the other replicas, and the old primary
-//! once it follows it, continue partially; a node whose history went further under the old
-//! id (writes the new primary never saw) gets a full sync and loses those writes — never a
-//! silent mix. A primary that restarts after a crash also takes a new id (it may have lost
+//! once it follows it, continue partially. A node whose history went further under the old
+//! id (writes the new primary never saw — say the old primary, killed right after a write it
+//! had not shipped yet) is answered `+REWIND <seq>`: it drops its writes after `seq`
+//! ([`lsm::Db::rewind_to`], possible while they are not compacted below L0) and asks again,
+//! continuing partially; if it cannot, it asks for a full sync. Either way those writes are
+//! gone, never mixed into the new primary's history (the log says how many). A primary that restarts after a crash also takes a new id (it may have lost
 //! the tail of a WAL its replicas already have) and keeps the old one as `replid2`.
 //!
 //! Threads: the link to a primary and each replica's connection are tokio tasks doing network
@@ -340,6 +343,15 @@ impl Replication {
         let ids = lock(&self.ids);
         (replid == ids.replid && offset <= latest + 1)
             || (replid == ids.replid2 && ids.replid2 != NO_ID && offset <= ids.second_offset && offset <= latest + 1)
+    }
+
+    /// Where a replica asking for `(replid, offset)` left our history: it followed our previous
+    /// id further than we did (writes we never saw). Its data matches ours up to the returned
+    /// sequence.
+    pub fn diverged_at(&self, replid: &str, offset: u64) -> Option<u64> {
+        let ids = lock(&self.ids);
+        (replid == ids.replid2 && ids.replid2 != NO_ID && ids.second_offset > 0 && offset > ids.second_offset)
+            .then(|| ids.second_offset - 1)
     }
 
     /// After a full sync: this node's data is now `replid`'s history.

@@ -27,6 +27,9 @@ pub enum Plan {
     Continue(lsm::WalTail),
     /// `+FULLRESYNC`: checkpoint, files, then the tail.
     Full,
+    /// `+REWIND <seq>`: the replica's history left ours after `seq`; it drops the rest and asks
+    /// again (the connection stays an ordinary client).
+    Rewind(u64),
 }
 
 impl std::fmt::Debug for Plan {
@@ -34,6 +37,7 @@ impl std::fmt::Debug for Plan {
         f.write_str(match self {
             Plan::Continue(_) => "Continue",
             Plan::Full => "Full",
+            Plan::Rewind(_) => "Rewind",
         })
     }
 }
@@ -63,6 +67,12 @@ pub fn psync(state: &ServerState, replid: &str, offset: i64) -> lsm::Result<Plan
                 tracing::info!(target: "shale::replication", offset, "partial resync impossible: that WAL is no longer kept (raise repl-backlog-size)");
             }
             Err(e) => return Err(e),
+        }
+    }
+    if offset > 0 {
+        if let Some(seq) = repl.diverged_at(replid, offset as u64) {
+            tracing::info!(target: "shale::replication", offset, rewind_to = seq, "the replica has writes this primary never saw: asking it to rewind");
+            return Ok(Plan::Rewind(seq));
         }
     }
     if replid != "?" {
@@ -200,6 +210,7 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
     let send = |b: Bytes| tx.blocking_send(b).map_err(|_| Stop::Closed);
     let engine = state.storage.engine();
     let mut tail = match plan {
+        Plan::Rewind(_) => return Ok(()), // answered by the PSYNC command itself
         Plan::Continue(tail) => {
             let replid = state.replication.ids().replid;
             send(Bytes::from(format!("+CONTINUE {replid}\r\n")))?;

@@ -111,9 +111,24 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
         request(&mut sock, &mut buf, &[b"REPLCONF", b"ip-address", announce_ip.as_bytes()]).await?;
     }
     request(&mut sock, &mut buf, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]).await?;
-    let latest = state.storage.engine().latest_sequence();
-    let (replid, offset) = repl.psync_identity(latest);
-    let answer = request(&mut sock, &mut buf, &[b"PSYNC", replid.as_bytes(), offset.to_string().as_bytes()]).await?;
+    // PSYNC; after a `+REWIND`, once more (or for a full sync if we could not rewind).
+    let mut force_full = false;
+    let mut rewound = false;
+    let (latest, replid, offset, answer) = loop {
+        let latest = state.storage.engine().latest_sequence();
+        let (replid, offset) = if force_full { ("?".to_string(), 0) } else { repl.psync_identity(latest) };
+        let offset_arg = if force_full { "-1".to_string() } else { offset.to_string() };
+        let answer = request(&mut sock, &mut buf, &[b"PSYNC", replid.as_bytes(), offset_arg.as_bytes()]).await?;
+        let rewind_to = answer.strip_prefix("+REWIND ").and_then(|s| s.trim().parse::<u64>().ok());
+        match rewind_to {
+            Some(seq) if !rewound && !force_full => {
+                rewound = true;
+                force_full = !rewind(state, generation, seq, latest).await?;
+            }
+            Some(_) => return Err("the primary asked to rewind twice".into()),
+            None => break (latest, replid, offset, answer),
+        }
+    };
     let words: Vec<&str> = answer.split_whitespace().collect();
     let full = match words.as_slice() {
         ["+FULLRESYNC", id, seq] if id.len() == 40 && seq.parse::<u64>().is_ok() => {
@@ -160,6 +175,31 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     // The applier finishes what it holds before the next link may start.
     let applied_result = done_rx.await.unwrap_or_else(|_| Err("the applier thread died".into()));
     applied_result.and(streamed)
+}
+
+/// Drops our writes after `seq`, which the primary never saw (on a blocking thread, under the
+/// apply lock). False if they can no longer be dropped (compacted): ask for a full sync.
+async fn rewind(state: &Arc<ServerState>, generation: u64, seq: u64, latest: u64) -> Result<bool, String> {
+    let st = Arc::clone(state);
+    let done = tokio::task::spawn_blocking(move || {
+        let _applying = st.replication.apply_lock();
+        if !st.replication.current(generation) {
+            return Err("the upstream changed".to_string());
+        }
+        Ok(st.storage.rewind_to(seq))
+    })
+    .await
+    .map_err(|e| format!("rewind: {e}"))??;
+    match done {
+        Ok(()) => {
+            tracing::warn!(target: "shale::replication", sequence = seq, dropped_sequences = latest.saturating_sub(seq), "dropped writes the new primary never saw; continuing from it");
+            Ok(true)
+        }
+        Err(e) => {
+            tracing::warn!(target: "shale::replication", sequence = seq, error = %e, "cannot drop the writes the new primary never saw; asking for a full sync");
+            Ok(false)
+        }
+    }
 }
 
 /// Reads frames and acknowledges applied sequences until the link breaks or the upstream changes.

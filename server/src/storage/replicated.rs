@@ -41,12 +41,25 @@ impl Storage {
     /// sequence number. Every watcher is told; counts, map and pick seed are the primary's.
     pub fn install_checkpoint(&self, dir: &std::path::Path) -> lsm::Result<u64> {
         let seq = self.engine.install_checkpoint(dir)?;
+        self.reload()?;
+        Ok(seq)
+    }
+
+    /// Drops every write after sequence `seq` (see [`lsm::Db::rewind_to`]): a node rejoining a
+    /// primary that never saw its last writes.
+    pub fn rewind_to(&self, seq: u64) -> lsm::Result<()> {
+        self.engine.rewind_to(seq)?;
+        self.reload()
+    }
+
+    /// Re-reads everything derived from the records after the engine's contents were replaced.
+    fn reload(&self) -> lsm::Result<()> {
         self.load_map(self.engine.get(DB_MAP_KEY)?.as_deref())?;
         self.pick_seed.store(layout(&self.engine)?, Ordering::Relaxed);
         self.counts.assign(&super::KeyspaceCounts::recount(&self.engine)?);
-        self.next_uid.fetch_max(seq + 1, Ordering::Relaxed);
+        self.next_uid.fetch_max(self.engine.latest_sequence() + 1, Ordering::Relaxed);
         self.watches.touch_databases(&(0..=u16::MAX).collect::<Vec<_>>());
-        Ok(seq)
+        Ok(())
     }
 
     /// Sets the logical → physical database map from its record (None: the identity), telling
