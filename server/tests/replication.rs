@@ -23,10 +23,13 @@ fn replica_of(p: &Server, extra: &[&str]) -> Server {
 }
 
 fn info(c: &mut redis::Connection, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg("everything").query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
-        .unwrap_or_else(|| panic!("INFO has no {field}:\n{text}"))
+    try_info(c, field).unwrap_or_else(|| panic!("INFO has no {field}"))
+}
+
+/// An INFO field; None if the connection failed (sentinel kills normal clients) or it is absent.
+fn try_info(c: &mut redis::Connection, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg("everything").query(c).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
 }
 
 fn digest(c: &mut redis::Connection) -> String {
@@ -34,44 +37,56 @@ fn digest(c: &mut redis::Connection) -> String {
 }
 
 /// Polls `cond` for up to 20 s.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_for_secs(20, what, cond)
+}
+
+/// Polls `cond` for up to `secs` seconds.
+fn wait_for_secs(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
+/// What [`assert_in_sync`] compares: the digest and DBSIZE of databases 0-3.
+fn contents(c: &mut redis::Connection) -> Option<(String, Vec<i64>)> {
+    let mut sizes = Vec::new();
+    for db in 0..4 {
+        redis::cmd("SELECT").arg(db).query::<()>(c).ok()?;
+        sizes.push(redis::cmd("DBSIZE").query(c).ok()?);
+    }
+    Some((redis::cmd("DEBUG").arg("DIGEST").query(c).ok()?, sizes))
+}
+
 /// Waits until `r` has applied everything `p` has and they hold the same data: the same
 /// digest and DBSIZE per database, read while neither moved (the primary's expiry cycle may
-/// delete keys in between; a replica sees those deletes a moment later).
+/// delete keys in between; a replica sees those deletes a moment later). A key whose TTL
+/// passes between the two reads is in one digest and not the other: such a difference goes
+/// away on the next look; a real one stays until the deadline. Fresh connections each look.
 fn assert_in_sync(p: &Server, r: &Server) {
-    let (mut pc, mut rc) = (p.client(), r.client());
-    let offsets = |pc: &mut redis::Connection, rc: &mut redis::Connection| {
-        (info(pc, "master_repl_offset"), info(rc, "slave_repl_offset"), info(rc, "master_link_status"))
-    };
-    let state = |c: &mut redis::Connection| -> (String, Vec<i64>) {
-        let sizes = (0..4)
-            .map(|db| {
-                redis::cmd("SELECT").arg(db).query::<()>(c).unwrap();
-                redis::cmd("DBSIZE").query(c).unwrap()
-            })
-            .collect();
-        (digest(c), sizes)
-    };
-    // A key whose TTL passes between the two reads is in one digest and not the other: such a
-    // difference goes away on the next look; a real one stays until the deadline.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let before = offsets(&mut pc, &mut rc);
+        let (mut pc, mut rc) = (p.client(), r.client());
+        let mut offsets = || {
+            Some((
+                try_info(&mut pc, "master_repl_offset")?,
+                try_info(&mut rc, "slave_repl_offset")?,
+                try_info(&mut rc, "master_link_status")?,
+            ))
+        };
+        let before = offsets();
         let mut seen = None;
-        if before.0 == before.1 && before.2 == "up" {
-            let (theirs, ours) = (state(&mut pc), state(&mut rc));
-            if offsets(&mut pc, &mut rc) == before {
-                if ours == theirs {
-                    return;
+        if let Some((ours, theirs, link)) = &before {
+            if ours == theirs && link == "up" {
+                let (theirs, ours) = (contents(&mut p.client()), contents(&mut r.client()));
+                if offsets() == before && theirs.is_some() {
+                    if ours == theirs {
+                        return;
+                    }
+                    seen = Some((ours, theirs));
                 }
-                seen = Some((ours, theirs));
             }
         }
         assert!(
@@ -342,4 +357,182 @@ fn an_old_primary_with_writes_the_new_one_never_saw_rewinds_them_and_continues_p
     assert_eq!(pc.get::<_, String>("kept").unwrap(), "r only");
     assert_eq!(info(&mut rc, "sync_full"), "0", "no full sync was needed");
     assert_eq!(info(&mut rc, "sync_partial_ok"), "1");
+}
+
+/// A redis-sentinel process (Debian's `redis-sentinel`, else `redis-server --sentinel`).
+struct Sentinel {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sentinel {
+    fn start(primary_port: u16) -> Sentinel {
+        let dir = tempfile::tempdir().unwrap();
+        let port = common::free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n\
+                 sentinel parallel-syncs mymaster 2\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = if common::have_tool("redis-sentinel") {
+            std::process::Command::new("redis-sentinel")
+        } else {
+            std::process::Command::new("redis-server")
+        };
+        cmd.arg(&conf).arg("--sentinel").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        let child = cmd.spawn().expect("redis-sentinel (apt-get install -y redis-sentinel)");
+        let s = Sentinel { child, port, _dir: dir };
+        wait_for("sentinel to listen", || s.client().is_some());
+        s
+    }
+
+    fn client(&self) -> Option<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).ok()?.get_connection().ok()
+    }
+
+    /// The port sentinel names as the primary.
+    fn primary_port(&self) -> Option<u16> {
+        let mut c = self.client()?;
+        let addr: Vec<String> =
+            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("mymaster").query(&mut c).ok()?;
+        addr.get(1)?.parse().ok()
+    }
+}
+
+/// One primary and two replicas of shale-server, three redis-sentinels. A writer that finds
+/// the primary through sentinel and confirms every write with WAIT 1; the primary is killed
+/// with SIGKILL mid-stream; sentinel promotes a replica; the writer goes on there; every
+/// confirmed write is on the new primary; the old primary, restarted, refuses writes
+/// (min-replicas-to-write) until sentinel makes it a replica, and then catches up without a
+/// full sync.
+#[test]
+fn redis_sentinel_fails_over_and_no_confirmed_write_is_lost() {
+    if !common::have_tool("redis-server") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let conf = "enable-debug-command yes\nmin-replicas-to-write 1\nmin-replicas-max-lag 10\n";
+    let p = Server::start_with_config(conf, &[]);
+    let upstream = format!("127.0.0.1 {}", p.port);
+    let r1 = Server::start_with_config(conf, &["--replicaof", &upstream]);
+    let r2 = Server::start_with_config(conf, &["--replicaof", &upstream]);
+    assert_in_sync(&p, &r1);
+    assert_in_sync(&p, &r2);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(p.port)).collect();
+    wait_for("the sentinels to find both replicas and each other", || {
+        sentinels.iter().all(|s| {
+            let Some(mut c) = s.client() else { return false };
+            let replicas: Vec<redis::Value> =
+                redis::cmd("SENTINEL").arg("replicas").arg("mymaster").query(&mut c).unwrap_or_default();
+            let others: Vec<redis::Value> =
+                redis::cmd("SENTINEL").arg("sentinels").arg("mymaster").query(&mut c).unwrap_or_default();
+            replicas.len() == 2 && others.len() == 2
+        })
+    });
+
+    let confirmed = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sentinel_ports: Vec<u16> = sentinels.iter().map(|s| s.port).collect();
+    let writer = {
+        let (confirmed, stop) = (Arc::clone(&confirmed), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let discover = || -> Option<redis::Connection> {
+                for port in &sentinel_ports {
+                    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+                    let Ok(mut c) = client.get_connection() else { continue };
+                    let addr: Vec<String> =
+                        redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("mymaster").query(&mut c).ok()?;
+                    let url = format!("redis://{}:{}/", addr.first()?, addr.get(1)?);
+                    if let Ok(conn) = redis::Client::open(url).ok()?.get_connection() {
+                        return Some(conn);
+                    }
+                }
+                None
+            };
+            let mut conn = None;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let Some(c) = conn.as_mut() else {
+                    conn = discover();
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                let _ = c.set_read_timeout(Some(Duration::from_secs(3)));
+                let written: redis::RedisResult<()> = c.set(format!("w{i}"), i);
+                let acked: redis::RedisResult<i64> =
+                    written.and_then(|()| redis::cmd("WAIT").arg(1).arg(1000).query(c));
+                match acked {
+                    Ok(n) if n >= 1 => {
+                        confirmed.lock().unwrap().push(i);
+                        i += 1;
+                    }
+                    Ok(_) => i += 1, // written but not confirmed: not counted
+                    Err(_) => {
+                        conn = None; // refused, killed or gone: find the primary again
+                        i += 1;
+                    }
+                }
+            }
+        })
+    };
+    let confirmed_count = || confirmed.lock().unwrap().len();
+    wait_for("writes on the first primary", || confirmed_count() >= 200);
+
+    // SIGKILL the primary mid-stream.
+    let old_port = p.port;
+    let mut p = p;
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+    let before_failover = confirmed_count();
+    wait_for("sentinel to promote a replica", || {
+        sentinels.iter().all(|s| s.primary_port().is_some_and(|port| port != old_port))
+    });
+    let new_port = sentinels[0].primary_port().unwrap();
+    let (new_primary, other) = if new_port == r1.port { (&r1, &r2) } else { (&r2, &r1) };
+    wait_for("writes on the new primary", || confirmed_count() >= before_failover + 200);
+
+    // The old primary comes back as it was configured (a primary): fenced until sentinel
+    // turns it into a replica of the new one.
+    let old = p.crash_restart(&[]);
+    let refused = loop {
+        match old.client().set::<_, _, ()>("split-brain", 1) {
+            Ok(()) => panic!("the restarted old primary accepted a write that sentinel's failover would lose"),
+            Err(e) if e.code().is_some() => break e,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)), // a killed connection: ask again
+        }
+    };
+    assert!(matches!(refused.code(), Some("NOREPLICAS") | Some("READONLY")), "{refused}");
+    // (A fresh connection each look: sentinel's reconfiguration kills normal clients.) Sentinel
+    // waits until the returned instance has been up 8 s and looks at it every 10 s.
+    wait_for_secs(60, "sentinel to make the old primary a replica", || {
+        let mut c = old.client();
+        info(&mut c, "role") == "slave" && info(&mut c, "master_port") == new_primary.port.to_string()
+    });
+    stop.store(true, Ordering::Release);
+    writer.join().unwrap();
+
+    assert_in_sync(new_primary, &old);
+    assert_in_sync(new_primary, other);
+    let mut nc = new_primary.client();
+    let confirmed = confirmed.lock().unwrap().clone();
+    for i in &confirmed {
+        let v: Option<u64> = nc.get(format!("w{i}")).unwrap();
+        assert_eq!(v, Some(*i), "write w{i} was confirmed by WAIT and must survive the failover");
+    }
+    assert_eq!(info(&mut nc, "sync_full"), "0", "the other replica and the old primary resynced partially");
 }
