@@ -47,6 +47,30 @@ struct WalState {
     last_seq: u64,
 }
 
+/// Which WAL is active and how much of it is written (see [`ActiveWal::written`]).
+#[derive(Debug)]
+struct ActiveWal {
+    number: AtomicU64,
+    size: AtomicU64,
+}
+
+impl ActiveWal {
+    /// Records a new active WAL (number first: a reader comparing numbers around its read of
+    /// the size never takes the old WAL's size for the new one's... and vice versa harmlessly).
+    fn switch(&self, number: u64, size: u64) {
+        self.number.store(number, Ordering::Release);
+        self.size.store(size, Ordering::Release);
+    }
+
+    /// Bytes written to WAL `number` if it is the active one (None: it is complete, read it all).
+    fn written(&self, number: u64) -> Option<u64> {
+        let before = self.number.load(Ordering::Acquire);
+        let size = self.size.load(Ordering::Acquire);
+        let after = self.number.load(Ordering::Acquire);
+        (before == after && before == number).then_some(size)
+    }
+}
+
 /// Background-work coordination.
 #[derive(Debug, Default)]
 struct BgState {
@@ -81,6 +105,9 @@ pub(crate) struct DbInner {
     wal: Mutex<WalState>,
     /// The active WAL's file, for the everysec syncer.
     wal_file: Mutex<Arc<File>>,
+    /// The active WAL's number and bytes written, so WAL tailers read only what was written
+    /// (the file is preallocated).
+    active_wal: ActiveWal,
     bg: Mutex<BgState>,
     bg_cv: Condvar,
     visible_seq: AtomicU64,

@@ -125,6 +125,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
         wal_file: Mutex::new(log.file()),
+        active_wal: super::ActiveWal { number: AtomicU64::new(log.number()), size: AtomicU64::new(log.size()) },
         wal: Mutex::new(WalState { log, last_seq }),
         bg: Mutex::new(BgState::default()),
         bg_cv: Condvar::new(),

@@ -265,6 +265,7 @@ impl DbInner {
         *lock(&self.wal_file) = log.file();
         let number = log.number();
         w.log = log;
+        self.active_wal.switch(number, 0);
         w.last_seq = boundary;
         let version = vs.current();
         self.set_super_version(|_| super::SuperVersion {
@@ -391,6 +392,7 @@ impl DbInner {
         vs.write_new_manifest().map_err(|e| self.poison(e))?;
         *lock(&self.wal_file) = log.file();
         w.log = log;
+        self.active_wal.switch(log_number, 0);
         w.last_seq = seq;
         let version = vs.current();
         self.set_super_version(|_| super::SuperVersion {
@@ -478,8 +480,13 @@ impl WalTail {
         let mut chunk = TAIL_CHUNK;
         loop {
             let path = filename::wal_path(&self.db.dir, self.wal);
-            // A bounded read: the live WAL is preallocated, mostly zeros past what was written.
-            let data = match read_chunk(&path, self.offset, chunk) {
+            // A bounded read: the live WAL is preallocated, zeros past what was written, so only
+            // the written part of it is read.
+            let want = match self.db.active_wal.written(self.wal) {
+                Some(written) => (written.saturating_sub(self.offset) as usize).min(chunk),
+                None => chunk,
+            };
+            let data = match read_chunk(&path, self.offset, want) {
                 Ok(d) => d,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::WalGone(self.next_seq)),
                 Err(e) => return Err(e.into()),
@@ -524,6 +531,9 @@ impl WalTail {
                     chunk *= 2; // one record bigger than the chunk
                 }
                 continue; // the chunk ended inside a record: keep reading this WAL
+            }
+            if self.db.active_wal.written(self.wal).is_some() {
+                return Ok(()); // still the active WAL: nothing newer to move on to
             }
             let newer = self.db.wal_numbers()?.into_iter().find(|&n| n > self.wal);
             match newer {

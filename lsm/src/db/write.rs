@@ -223,6 +223,7 @@ impl DbInner {
                 self.poison_retryable(e.into())
             });
         }
+        self.active_wal.size.store(w.log.size(), Ordering::Release);
         if sync {
             let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &wal_path)
                 .and_then(|()| w.log.sync());
@@ -330,6 +331,7 @@ impl DbInner {
         )?;
         *lock(&self.wal_file) = log.file();
         w.log = log;
+        self.active_wal.switch(number, 0);
         self.set_super_version(|sv| {
             let mut imm = Vec::with_capacity(sv.imm.len() + 1);
             imm.push(Arc::clone(&sv.mem));
