@@ -125,7 +125,7 @@ pub(crate) struct DbInner {
     read_counters: Arc<ReadCounters>,
     tables: Arc<TableCache>,
     retained_wals: Mutex<std::collections::VecDeque<replication::RetainedWal>>,
-    /// Live `WalTail`s; writers notify `tail_cv` only when there are some.
+    /// `WalTail`s asleep waiting for writes; writers notify `tail_cv` only when there are some.
     tailers: AtomicUsize,
     tail_mu: Mutex<()>,
     tail_cv: Condvar,

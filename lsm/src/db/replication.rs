@@ -73,9 +73,12 @@ impl DbInner {
         }
     }
 
-    /// Called by the write leader after publishing new sequence numbers.
+    /// Called by the write leader after publishing new sequence numbers. Wakes tailers only if
+    /// one is asleep (a tailer busy reading needs no syscall per write group): the fence pairs
+    /// with the one a tailer passes between counting itself asleep and re-reading the sequence.
     pub(super) fn notify_tailers(&self) {
-        if self.tailers.load(Ordering::Relaxed) > 0 {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.tailers.load(Ordering::SeqCst) > 0 {
             let _g = lock(&self.tail_mu);
             self.tail_cv.notify_all();
         }
@@ -135,7 +138,6 @@ impl DbInner {
             }
         }
         let wal = start.ok_or(Error::WalGone(seq))?;
-        self.tailers.fetch_add(1, Ordering::Relaxed);
         Ok(WalTail { db: Arc::clone(self), next_seq: seq.max(1), wal, offset: 0, ready: VecDeque::new() })
     }
 
@@ -434,12 +436,6 @@ impl std::fmt::Debug for WalTail {
     }
 }
 
-impl Drop for WalTail {
-    fn drop(&mut self) {
-        self.db.tailers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl WalTail {
     /// The sequence number the next batch will contain.
     pub fn next_sequence(&self) -> u64 {
@@ -468,9 +464,12 @@ impl WalTail {
                 return Ok(None);
             }
             let g = lock(&self.db.tail_mu);
-            if self.db.visible_seq.load(Ordering::Acquire) == seen {
+            self.db.tailers.fetch_add(1, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.db.visible_seq.load(Ordering::SeqCst) == seen {
                 let _ = self.db.tail_cv.wait_timeout(g, (deadline - now).min(Duration::from_millis(200)));
             }
+            self.db.tailers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
