@@ -273,3 +273,31 @@ fn encrypted_key_and_tls_only_server() {
     let _ = child.wait();
     assert!(answered, "the TLS-only server with a decrypted key answers");
 }
+
+#[test]
+fn replication_over_tls_with_a_client_certificate() {
+    let files = Files::new();
+    let ca = Ca::new("Shale test CA");
+    let (server_cert, server_key) = ca.issue("shale-server", true, false);
+    let (client_cert, client_key) = ca.issue("replica", false, false);
+    let (cert, key, ca_file) = (
+        files.write("server.crt", &server_cert),
+        files.write("server.key", &server_key),
+        files.write("ca.crt", &ca.cert.pem()),
+    );
+    let (ccert, ckey) = (files.write("client.crt", &client_cert), files.write("client.key", &client_key));
+    let primary_tls = free_port().to_string();
+    let primary = Server::start(&tls_args(&primary_tls, &cert, &key, &ca_file));
+    let replica_tls = free_port().to_string();
+    let upstream = format!("127.0.0.1 {primary_tls}");
+    let mut args = tls_args(&replica_tls, &cert, &key, &ca_file);
+    args.extend(["--tls-replication", "yes", "--tls-client-cert-file", s(&ccert), "--tls-client-key-file", s(&ckey)]);
+    args.extend(["--replicaof", &upstream]);
+    let replica = Server::start(&args);
+    let mut pc = primary.client();
+    redis::cmd("SET").arg("over").arg("tls").query::<()>(&mut pc).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut pc).unwrap();
+    assert_eq!(acked, 1, "the replica connected over TLS (with its client certificate) and applied the write");
+    let mut rc = replica.client();
+    assert_eq!(redis::cmd("GET").arg("over").query::<String>(&mut rc).unwrap(), "tls");
+}

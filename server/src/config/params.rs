@@ -85,6 +85,7 @@ pub const EFFECTIVE: &[&str] = &[
     "protected-mode",
     "proto-max-bulk-len",
     "repl-backlog-size",
+    "repl-timeout",
     "replica-announce-ip",
     "replica-announce-port",
     "replica-announced",

@@ -127,6 +127,9 @@ pub(crate) async fn serve<S: Socket>(
     tracing::info!(target: "shale::replication", replica = %handle.addr, "replica connected");
     let limits = Limits { max_bulk_len: 1 << 20, ..Limits::default() };
     let mut out = BytesMut::new();
+    // A replica acknowledges at least once a second; one silent for repl-timeout is gone.
+    let timeout = state.config().get("repl-timeout").and_then(|v| v.parse::<u64>().ok()).unwrap_or(60);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         if handle.killed.load(Ordering::Acquire) {
             break;
@@ -155,8 +158,17 @@ pub(crate) async fn serve<S: Socket>(
             },
             _ = handle.kill_signal.notified() => break,
             _ = stop.changed() => break,
+            _ = tick.tick() => {
+                if link.lag_secs() > timeout {
+                    tracing::warn!(target: "shale::replication", replica = %handle.addr, "no acknowledgement for repl-timeout; disconnecting");
+                    break;
+                }
+            }
         }
-        if !crate::net::write_out(&mut socket, &mut out, &handle).await {
+        // A replica that stops reading for repl-timeout is dropped, not waited for forever.
+        let written =
+            tokio::time::timeout(Duration::from_secs(timeout), crate::net::write_out(&mut socket, &mut out, &handle));
+        if !matches!(written.await, Ok(true)) {
             break;
         }
     }

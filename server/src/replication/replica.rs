@@ -218,6 +218,10 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
     let limits = Limits { max_bulk_len: 1 << 30, ..Limits::default() };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut acked = u64::MAX;
+    // The primary sends at least a PING a second; silence this long means the link is dead
+    // (a vanished host sends no FIN).
+    let timeout = Duration::from_secs(state.config().get("repl-timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
+    let mut heard = std::time::Instant::now();
     loop {
         let mut ack_now = false;
         // Frames already buffered (the PSYNC answer may have arrived with some).
@@ -252,10 +256,18 @@ async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
             read = sock.read_buf(buf) => match read {
                 Ok(0) => return Err("the primary closed the connection".into()),
                 Err(e) => return Err(format!("read: {e}")),
-                Ok(_) => repl.heard_from_primary(),
+                Ok(_) => {
+                    heard = std::time::Instant::now();
+                    repl.heard_from_primary();
+                }
             },
             _ = notify.notified() => {}
-            _ = tick.tick() => acked = u64::MAX, // acknowledge at least once a second
+            _ = tick.tick() => {
+                acked = u64::MAX; // acknowledge at least once a second
+                if heard.elapsed() > timeout {
+                    return Err(format!("nothing from the primary for {} s (repl-timeout)", timeout.as_secs()));
+                }
+            }
             _ = handle.kill_signal.notified() => return Err("link closed (CLIENT KILL)".into()),
         }
         if tx.is_closed() {
