@@ -177,6 +177,9 @@ fn a_replica_gets_every_type_and_stays_exact_under_random_commands() {
     assert_eq!(info(&mut pc, "connected_slaves"), "1");
     assert!(info(&mut pc, "slave0").contains("state=online"), "{}", info(&mut pc, "slave0"));
     assert_eq!(info(&mut pc, "sync_full"), "1");
+    // A Redis replica (which would wait for an RDB file) is told why it cannot follow.
+    let err = redis::cmd("PSYNC").arg("?").arg(-1).query::<String>(&mut p.client()).unwrap_err();
+    assert!(err.to_string().contains("only shale-server replicas can follow"), "{err}");
 }
 
 #[test]
@@ -535,4 +538,25 @@ fn redis_sentinel_fails_over_and_no_confirmed_write_is_lost() {
         assert_eq!(v, Some(*i), "write w{i} was confirmed by WAIT and must survive the failover");
     }
     assert_eq!(info(&mut nc, "sync_full"), "0", "the other replica and the old primary resynced partially");
+}
+
+#[test]
+fn replicas_authenticate_with_masterauth_and_can_refuse_stale_reads() {
+    let p = primary(&["--requirepass", "s3cret"]);
+    let upstream = format!("127.0.0.1 {}", p.port);
+    let r = Server::start(
+        &[&DEBUG[..], &["--replicaof", &upstream, "--masterauth", "s3cret", "--replica-serve-stale-data", "no"]]
+            .concat(),
+    );
+    let mut pc =
+        redis::Client::open(format!("redis://:s3cret@127.0.0.1:{}/", p.port)).unwrap().get_connection().unwrap();
+    let _: () = pc.set("k", "v").unwrap();
+    let mut rc = r.client();
+    wait_for("the write to arrive", || rc.get::<_, Option<String>>("k").ok().flatten().as_deref() == Some("v"));
+    // The primary goes away: with replica-serve-stale-data no, data commands are refused.
+    drop(p);
+    wait_for("the link to go down", || try_info(&mut rc, "master_link_status").as_deref() == Some("down"));
+    let err = rc.get::<_, Option<String>>("k").unwrap_err();
+    assert_eq!(err.code(), Some("MASTERDOWN"), "{err}");
+    assert!(try_info(&mut rc, "master_link_down_since_seconds").is_some());
 }

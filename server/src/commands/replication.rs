@@ -104,8 +104,10 @@ fn replconf(s: &mut Session, args: &[Bytes]) -> Reply {
                 Some(p) if (0..=65535).contains(&p) => s.replica_port = p as u16,
                 _ => return Reply::error("ERR value is not an integer or out of range"),
             },
+            "capa" => s.replica_is_shale |= pair[1].eq_ignore_ascii_case(b"shale"),
+            "ip-address" => s.replica_ip = Some(String::from_utf8_lossy(&pair[1]).into_owned()),
             // Accepted for compatibility; Shale streams the same way to every replica.
-            "ip-address" | "capa" | "rdb-only" | "rdb-filter-only" => {}
+            "rdb-only" | "rdb-filter-only" => {}
             // Acknowledgements arrive on the replica link itself (see replication::primary).
             "ack" | "getack" => {}
             _ => {
@@ -121,6 +123,12 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
     if repl.is_replica() && repl.link_status().0 != LinkState::Connected {
         return Reply::error("NOMASTERLINK Can't SYNC while not connected with my master");
     }
+    if !s.replica_is_shale {
+        // A Redis replica would wait for an RDB file: tell it (and its log) why not.
+        return Reply::error(
+            "ERR this is a Shale primary: it ships WAL records, which only shale-server replicas can follow",
+        );
+    }
     let replid = String::from_utf8_lossy(&args[1]).into_owned();
     let offset = match &args[2][..] {
         b"-1" => -1,
@@ -132,7 +140,7 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
     match primary::psync(&s.state, &replid, offset) {
         Ok(primary::Plan::Rewind(seq)) => Reply::Simple(format!("REWIND {seq}")),
         Ok(plan) => {
-            s.handoff = Some(primary::Handoff { plan, port: s.replica_port });
+            s.handoff = Some(primary::Handoff { plan, port: s.replica_port, ip: s.replica_ip.take() });
             Reply::Null // never sent: the link writes the answer line itself
         }
         Err(e) => super::engine_error(e),

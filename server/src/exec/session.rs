@@ -91,6 +91,10 @@ pub struct Session {
     pub handoff: Option<crate::replication::primary::Handoff>,
     /// `REPLCONF listening-port` (a replica announcing itself before PSYNC).
     pub replica_port: u16,
+    /// `REPLCONF ip-address` (`replica-announce-ip`): the address INFO and ROLE show for it.
+    pub replica_ip: Option<String>,
+    /// `REPLCONF capa shale`: the replica is a shale-server (the only kind that can follow).
+    pub replica_is_shale: bool,
     /// The running command's execution context (transaction buffer, read snapshot, held
     /// stripes), reset after every top-level command.
     pub exec: ExecContext,
@@ -136,6 +140,8 @@ impl Session {
             shard_channels: Default::default(),
             handoff: None,
             replica_port: 0,
+            replica_ip: None,
+            replica_is_shale: false,
             exec: ExecContext::new(),
             state,
         }

@@ -49,6 +49,8 @@ pub struct Handoff {
     pub plan: Plan,
     /// The replica's `REPLCONF listening-port`.
     pub port: u16,
+    /// The replica's `REPLCONF ip-address`, if it announced one.
+    pub ip: Option<String>,
 }
 
 /// Answers `PSYNC replid offset` (on an executor thread): a partial resync if the replica's
@@ -100,7 +102,9 @@ pub(crate) async fn serve<S: Socket>(
     let handle = Arc::clone(&session.handle);
     handle.set_kind(crate::services::clients::Kind::Replica);
     let (extra_tx, mut extra) = mpsc::unbounded_channel();
-    let ip = handle.addr.rsplit_once(':').map(|(ip, _)| ip.trim_matches(['[', ']']).to_string()).unwrap_or_default();
+    let ip = handoff.ip.clone().unwrap_or_else(|| {
+        handle.addr.rsplit_once(':').map(|(ip, _)| ip.trim_matches(['[', ']']).to_string()).unwrap_or_default()
+    });
     let link = Arc::new(ReplicaLink {
         client_id: session.id,
         ip,
@@ -240,7 +244,8 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
             tracing::info!(target: "shale::replication", replica = %link.handle.addr, sequence = seq, "full resync: sending a checkpoint");
             let sent = send(Bytes::from(format!("+FULLRESYNC {replid} {seq}\r\n"))).and_then(|()| {
                 link.phase.store(1, Ordering::Relaxed);
-                send_files(&dir, &send)
+                let rate = state.config().get("full-sync-rate-limit").and_then(|v| v.parse().ok()).unwrap_or(0);
+                send_files(&dir, rate, &send)
             });
             let _ = std::fs::remove_dir_all(&dir);
             sent?;
@@ -269,8 +274,12 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
     }
 }
 
-/// Sends every file of the checkpoint in `dir`: tables first, `CURRENT` last.
-fn send_files(dir: &std::path::Path, send: &impl Fn(Bytes) -> Result<(), Stop>) -> Result<(), Stop> {
+/// Sends every file of the checkpoint in `dir`: tables first, `CURRENT` last; at most `rate`
+/// bytes a second if it is not 0 (`full-sync-rate-limit`, so a full sync leaves the primary's
+/// disk and CPU to its clients).
+fn send_files(dir: &std::path::Path, rate: u64, send: &impl Fn(Bytes) -> Result<(), Stop>) -> Result<(), Stop> {
+    let started = std::time::Instant::now();
+    let mut sent = 0u64;
     use std::io::Read;
     let mut files: Vec<(u8, String)> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
@@ -305,6 +314,13 @@ fn send_files(dir: &std::path::Path, send: &impl Fn(Bytes) -> Result<(), Stop>) 
             frame(&mut out, &[b"CHUNK", &buf[..n]]);
             send(out.freeze())?;
             left -= n as u64;
+            sent += n as u64;
+            if rate > 0 {
+                let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+                if let Some(early) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(early);
+                }
+            }
         }
     }
     Ok(())

@@ -110,7 +110,11 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     if !announce_ip.is_empty() {
         request(&mut sock, &mut buf, &[b"REPLCONF", b"ip-address", announce_ip.as_bytes()]).await?;
     }
-    request(&mut sock, &mut buf, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]).await?;
+    let capa =
+        request(&mut sock, &mut buf, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2", b"capa", b"shale"]).await?;
+    if !capa.starts_with("+OK") {
+        return Err(format!("the primary answered REPLCONF capa with {capa}"));
+    }
     // PSYNC; after a `+REWIND`, once more (or for a full sync if we could not rewind).
     let mut force_full = false;
     let mut rewound = false;
