@@ -243,7 +243,8 @@ fn unsupported_directives_stop_startup_and_supervision_works() {
         ("daemonize", "yes", "supervisor"),
         ("unixsocket", "/tmp/shale.sock", "unix sockets"),
         ("maxmemory", "1gb", "block-cache-size"),
-        ("replicaof", "127.0.0.1 6380", "replication"),
+        ("replica-read-only", "no", "no writes of its own"),
+        ("replicaof", "127.0.0.1 0", "Invalid master port"),
     ] {
         let log =
             common::refused_start(&["--port", "0", "--dir", data.to_str().unwrap(), &format!("--{directive}"), value]);
