@@ -193,6 +193,61 @@ impl DbInner {
 }
 
 impl DbInner {
+    /// With the WAL lock held and background work paused: waits until no frozen memtable is
+    /// left to flush and no compaction runs, and returns the version set locked.
+    fn quiesced(&self) -> Result<std::sync::MutexGuard<'_, crate::manifest::VersionSet>> {
+        loop {
+            self.check_writable()?;
+            let vs = lock(&self.versions);
+            if vs.busy.is_empty() && self.super_version().imm.is_empty() {
+                return Ok(vs);
+            }
+            drop(vs);
+            let bg = lock(&self.bg);
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
+        }
+    }
+
+    /// A new, empty WAL file.
+    fn new_wal(&self, vs: &mut crate::manifest::VersionSet) -> Result<LogWriter> {
+        let number = vs.new_file_number();
+        let path = filename::wal_path(&self.dir, number);
+        Ok(LogWriter::create_mapped(&path, number, super::open::wal_capacity(&self.opts))?)
+    }
+
+    /// After the tree was replaced (its manifest written): writes go to `log` from sequence
+    /// `seq + 1` into an empty memtable, and every older WAL — a history this database no
+    /// longer has — is deleted, never shipped.
+    fn start_history(
+        &self,
+        w: &mut super::WalState,
+        vs: std::sync::MutexGuard<'_, crate::manifest::VersionSet>,
+        log: LogWriter,
+        seq: u64,
+    ) -> Result<()> {
+        let number = log.number();
+        *lock(&self.wal_file) = log.file();
+        w.log = log;
+        self.active_wal.switch(number, 0);
+        w.last_seq = seq;
+        let version = vs.current();
+        self.set_super_version(|_| super::SuperVersion {
+            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts.write_buffer_size)),
+            imm: Vec::new(),
+            version,
+        });
+        self.visible_seq.store(seq, Ordering::Release);
+        drop(vs);
+        lock(&self.retained_wals).clear();
+        for n in self.wal_numbers()?.into_iter().filter(|&n| n < number) {
+            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
+        }
+        Ok(())
+    }
+
     pub(super) fn install_checkpoint(&self, source: &Path) -> Result<u64> {
         self.check_writable()?;
         let theirs = crate::manifest::VersionSet::recover(source, u64::MAX, None)?;
@@ -217,19 +272,7 @@ impl DbInner {
         // is about to be dropped, but a flush must not land on the new tree) and running
         // compactions finish (no new one starts while paused).
         let mut w = lock(&self.wal);
-        let mut vs = loop {
-            self.check_writable()?;
-            let vs = lock(&self.versions);
-            if vs.busy.is_empty() && self.super_version().imm.is_empty() {
-                break vs;
-            }
-            drop(vs);
-            let bg = lock(&self.bg);
-            if bg.shutdown {
-                return Err(Error::Closed);
-            }
-            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
-        };
+        let mut vs = self.quiesced()?;
         let mut files = Vec::with_capacity(incoming.len());
         let mut linked = Vec::new();
         let result = (|| {
@@ -245,13 +288,8 @@ impl DbInner {
                 f.number = number;
                 files.push((level, f));
             }
-            let log_number = vs.new_file_number();
-            let log = LogWriter::create_mapped(
-                &filename::wal_path(&self.dir, log_number),
-                log_number,
-                super::open::wal_capacity(&self.opts),
-            )?;
-            vs.install(files, log_number, boundary)?;
+            let log = self.new_wal(&mut vs)?;
+            vs.install(files, log.number(), boundary)?;
             Ok(log)
         })();
         let log = match result {
@@ -264,24 +302,7 @@ impl DbInner {
             }
         };
         let old_wal = w.log.number();
-        *lock(&self.wal_file) = log.file();
-        let number = log.number();
-        w.log = log;
-        self.active_wal.switch(number, 0);
-        w.last_seq = boundary;
-        let version = vs.current();
-        self.set_super_version(|_| super::SuperVersion {
-            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts.write_buffer_size)),
-            imm: Vec::new(),
-            version,
-        });
-        self.visible_seq.store(boundary, Ordering::Release);
-        drop(vs);
-        // Every older WAL holds a history this database no longer has: never ship it.
-        lock(&self.retained_wals).clear();
-        for n in self.wal_numbers()?.into_iter().filter(|&n| n < number) {
-            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
-        }
+        self.start_history(&mut w, vs, log, boundary)?;
         drop(w);
         tracing::info!(target: "lsm::db", from = %source.display(), sequence = boundary, replaced_wal = old_wal, "checkpoint installed");
         Ok(boundary)
@@ -306,19 +327,7 @@ impl DbInner {
         }
         // Everything into tables first: a rewind rewrites tables only.
         self.make_room(&mut w, true)?;
-        let mut vs = loop {
-            self.check_writable()?;
-            let vs = lock(&self.versions);
-            if vs.busy.is_empty() && self.super_version().imm.is_empty() {
-                break vs;
-            }
-            drop(vs);
-            let bg = lock(&self.bg);
-            if bg.shutdown {
-                return Err(Error::Closed);
-            }
-            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
-        };
+        let mut vs = self.quiesced()?;
         let version = vs.current();
         // L0 tables are flush outputs and hold every version of every key, so dropping their
         // entries after `seq` leaves exactly the state at `seq`. A compaction output (L1 and
@@ -381,33 +390,13 @@ impl DbInner {
             edit.deleted.push((*level, f.number));
         }
         // A fresh WAL: the old ones hold the dropped history.
-        let log_number = vs.new_file_number();
-        let log = LogWriter::create_mapped(
-            &filename::wal_path(&self.dir, log_number),
-            log_number,
-            super::open::wal_capacity(&self.opts),
-        )?;
-        edit.log_number = Some(log_number);
+        let log = self.new_wal(&mut vs)?;
+        edit.log_number = Some(log.number());
         vs.log_and_apply(edit).map_err(|e| self.poison(e))?;
         // The manifest's last sequence only ever grows edit by edit: restate it in a new one.
         vs.rewind_last_sequence(seq);
         vs.write_new_manifest().map_err(|e| self.poison(e))?;
-        *lock(&self.wal_file) = log.file();
-        w.log = log;
-        self.active_wal.switch(log_number, 0);
-        w.last_seq = seq;
-        let version = vs.current();
-        self.set_super_version(|_| super::SuperVersion {
-            mem: Arc::new(crate::memtable::Memtable::with_capacity(log_number, self.opts.write_buffer_size)),
-            imm: Vec::new(),
-            version,
-        });
-        self.visible_seq.store(seq, Ordering::Release);
-        drop(vs);
-        lock(&self.retained_wals).clear();
-        for n in self.wal_numbers()?.into_iter().filter(|&n| n < log_number) {
-            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
-        }
+        self.start_history(&mut w, vs, log, seq)?;
         drop(w);
         tracing::warn!(target: "lsm::db", sequence = seq, dropped, "rewound: every write after this sequence was dropped");
         Ok(())
