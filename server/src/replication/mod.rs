@@ -402,8 +402,16 @@ impl Replication {
         lock(&self.apply)
     }
 
-    fn set_master_handle(&self, handle: Option<Arc<crate::services::clients::ClientHandle>>) {
-        *lock(&self.master_handle) = handle;
+    fn set_master_handle(&self, handle: Arc<crate::services::clients::ClientHandle>) {
+        *lock(&self.master_handle) = Some(handle);
+    }
+
+    /// Forgets the link to the primary if it is client `id` (not a newer link's).
+    fn clear_master_handle(&self, id: u64) {
+        let mut handle = lock(&self.master_handle);
+        if handle.as_ref().is_some_and(|h| h.id == id) {
+            *handle = None;
+        }
     }
 
     /// After `+CONTINUE <primary>` to our `PSYNC <asked> <next_seq>`: our data is now the

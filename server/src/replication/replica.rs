@@ -80,6 +80,12 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     local: String,
 ) -> Result<(), String> {
     let repl = &state.replication;
+    // A link the upstream has moved away from changes nothing any more.
+    let set_state = |s: LinkState| {
+        if repl.current(generation) {
+            repl.set_link_state(s);
+        }
+    };
     let mut buf = BytesMut::with_capacity(64 << 10);
     let pong = request(&mut sock, &mut buf, &[b"PING"]).await?;
     if pong.starts_with('-') && !pong.starts_with("-NOAUTH") {
@@ -137,7 +143,7 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     let full = match words.as_slice() {
         ["+FULLRESYNC", id, seq] if id.len() == 40 && seq.parse::<u64>().is_ok() => {
             tracing::info!(target: "shale::replication", primary = %peer, sequence = seq, "full resync");
-            repl.set_link_state(LinkState::Sync);
+            set_state(LinkState::Sync);
             repl.sync_bytes.store(0, Ordering::Relaxed);
             Some(id.to_string())
         }
@@ -146,7 +152,7 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
                 repl.continue_as(&replid, id, offset).map_err(|e| format!("saving the replication id: {e}"))?;
             }
             tracing::info!(target: "shale::replication", primary = %peer, from = offset, "partial resync");
-            repl.set_link_state(LinkState::Connected);
+            set_state(LinkState::Connected);
             None
         }
         _ => return Err(format!("the primary answered PSYNC with {answer}")),
@@ -156,8 +162,10 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     let handle = Arc::new(ClientHandle::new(state.next_client_id.fetch_add(1, Ordering::Relaxed), peer, local));
     handle.set_kind(Kind::Master);
     state.registry.register(Arc::clone(&handle));
-    repl.set_master_handle(Some(Arc::clone(&handle)));
-    let applied = Arc::new(AtomicU64::new(latest));
+    repl.set_master_handle(Arc::clone(&handle));
+    // During a full sync our data is not the primary's yet: acknowledge nothing (0) until the
+    // checkpoint is installed, or WAIT could count us for writes we do not have.
+    let applied = Arc::new(AtomicU64::new(if full.is_some() { 0 } else { latest }));
     let notify = Arc::new(Notify::new());
     let (tx, rx) = mpsc::channel::<Frame>(64);
     let (done_tx, done_rx) = oneshot::channel();
@@ -175,7 +183,7 @@ async fn follow<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let streamed = stream(state, generation, &mut sock, &mut buf, &handle, tx, &applied, &notify).await;
     state.registry.unregister(handle.id);
-    repl.set_master_handle(None);
+    repl.clear_master_handle(handle.id);
     // The applier finishes what it holds before the next link may start.
     let applied_result = done_rx.await.unwrap_or_else(|_| Err("the applier thread died".into()));
     applied_result.and(streamed)
