@@ -151,6 +151,10 @@ fn client_list_kill_and_reply_modes() {
     assert!(cmd("PING").query::<String>(&mut victim).is_err(), "the killed connection is closed");
     assert_eq!(cmd("CLIENT").arg("KILL").arg("ID").arg(victim_id).query::<i64>(&mut admin).unwrap(), 0);
     assert_eq!(err(cmd("CLIENT").arg("KILL").arg("1.2.3.4:5").query(&mut admin)), "ERR No such client");
+    // SKIPME no kills the caller too, after its reply (as in Redis).
+    let mut me = server.raw();
+    let got = roundtrip(&mut me, b"CLIENT KILL SKIPME no\r\nPING\r\n", 64);
+    assert!(got.starts_with(b":") && !got.ends_with(b"+PONG\r\n"), "{}", String::from_utf8_lossy(&got));
 
     // CLIENT REPLY: OFF and SKIP answer nothing, ON answers +OK.
     let mut s = server.raw();

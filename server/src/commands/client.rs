@@ -171,11 +171,15 @@ fn list(s: &Session, opts: &[Bytes]) -> Reply {
 type Filter = Box<dyn Fn(&ClientHandle) -> bool>;
 
 /// `CLIENT KILL ip:port` (old form: +OK or an error) or `CLIENT KILL filter value …` (a count).
-fn kill(s: &Session, args: &[Bytes]) -> Reply {
+fn kill(s: &mut Session, args: &[Bytes]) -> Reply {
     let clients = s.state.registry.snapshot();
     if args.len() == 1 {
         let addr = String::from_utf8_lossy(&args[0]);
         return match clients.iter().find(|c| c.addr == addr) {
+            Some(c) if c.id == s.id => {
+                s.closing = true; // the reply goes out, then the connection closes
+                Reply::ok()
+            }
             Some(c) => {
                 c.kill();
                 Reply::ok()
@@ -223,7 +227,11 @@ fn kill(s: &Session, args: &[Bytes]) -> Reply {
     let victims: Vec<&Arc<ClientHandle>> =
         clients.iter().filter(|c| !(skipme && c.id == s.id) && filters.iter().all(|f| f(c))).collect();
     for c in &victims {
-        c.kill();
+        if c.id == s.id {
+            s.closing = true; // as in Redis: this reply goes out, then the connection closes
+        } else {
+            c.kill();
+        }
     }
     Reply::Integer(victims.len() as i64)
 }
