@@ -211,6 +211,18 @@ impl DbInner {
         }
     }
 
+    /// With everything flushed (see [`Self::quiesced`] after a forced rotation): deletes the
+    /// WALs before the active one, retained ones too — before the tree is replaced, so a crash
+    /// at any point leaves no WAL of the old history to be shipped later (the active one is
+    /// empty; [`Self::start_history`] deletes it).
+    fn drop_flushed_wals(&self, w: &super::WalState) {
+        lock(&self.retained_wals).clear();
+        let active = w.log.number();
+        for n in self.wal_numbers().unwrap_or_default().into_iter().filter(|&n| n < active) {
+            let _ = std::fs::remove_file(filename::wal_path(&self.dir, n));
+        }
+    }
+
     /// A new, empty WAL file.
     fn new_wal(&self, vs: &mut crate::manifest::VersionSet) -> Result<LogWriter> {
         let number = vs.new_file_number();
@@ -219,8 +231,7 @@ impl DbInner {
     }
 
     /// After the tree was replaced (its manifest written): writes go to `log` from sequence
-    /// `seq + 1` into an empty memtable, and every older WAL — a history this database no
-    /// longer has — is deleted, never shipped.
+    /// `seq + 1` into an empty memtable, and the older (empty) WAL is deleted.
     fn start_history(
         &self,
         w: &mut super::WalState,
@@ -272,7 +283,9 @@ impl DbInner {
         // is about to be dropped, but a flush must not land on the new tree) and running
         // compactions finish (no new one starts while paused).
         let mut w = lock(&self.wal);
+        self.make_room(&mut w, true)?;
         let mut vs = self.quiesced()?;
+        self.drop_flushed_wals(&w);
         let mut files = Vec::with_capacity(incoming.len());
         let mut linked = Vec::new();
         let result = (|| {
@@ -339,6 +352,7 @@ impl DbInner {
                 f.number
             )));
         }
+        self.drop_flushed_wals(&w);
         let opts = crate::sstable::TableOptions::from_options(&self.opts);
         let mut edit = VersionEdit::default();
         let mut dropped = 0u64;
