@@ -188,12 +188,14 @@ fn install_checkpoint_replaces_a_diverged_database_and_survives_reopen() {
     assert_eq!(contents(&replica), frozen, "exactly the checkpoint's data");
     assert_eq!(old_iter.count(), 2500, "an iterator opened before still sees the old contents");
     assert!(matches!(replica.updates_since(1), Err(Error::WalGone(_))), "the old history is never shipped");
+    assert_eq!(replica.oldest_wal_sequence().unwrap(), None, "no WAL holds a write yet");
     // The primary's tail applies on top, and all of it survives a reopen.
     let mut tail = primary.updates_since(cp_seq + 1).unwrap();
     while let Some((seq, b)) = tail.try_next().unwrap() {
         replica.write_replicated(seq, b).unwrap();
     }
     assert_eq!(contents(&replica), contents(&primary));
+    assert_eq!(replica.oldest_wal_sequence().unwrap(), Some(cp_seq + 1), "the backlog starts after the checkpoint");
     drop(replica);
     let replica = Db::open(&replica_dir, retaining()).unwrap();
     assert_eq!(replica.latest_sequence(), primary.latest_sequence());

@@ -177,6 +177,10 @@ fn a_replica_gets_every_type_and_stays_exact_under_random_commands() {
     assert_eq!(info(&mut pc, "connected_slaves"), "1");
     assert!(info(&mut pc, "slave0").contains("state=online"), "{}", info(&mut pc, "slave0"));
     assert_eq!(info(&mut pc, "sync_full"), "1");
+    let first: u64 = info(&mut pc, "repl_backlog_first_byte_offset").parse().unwrap();
+    let histlen: u64 = info(&mut pc, "repl_backlog_histlen").parse().unwrap();
+    let offset: u64 = info(&mut pc, "master_repl_offset").parse().unwrap();
+    assert!(first >= 1 && histlen > 0 && first + histlen == offset + 1, "{first} + {histlen} vs {offset}");
     // A Redis replica (which would wait for an RDB file) is told why it cannot follow.
     let err = redis::cmd("PSYNC").arg("?").arg(-1).query::<String>(&mut p.client()).unwrap_err();
     assert!(err.to_string().contains("only shale-server replicas can follow"), "{err}");

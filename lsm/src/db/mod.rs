@@ -331,6 +331,12 @@ impl Db {
         Snapshot::new(self.inner.visible_seq.load(Ordering::Acquire), &self.inner.snapshots)
     }
 
+    /// The oldest sequence number still in a WAL, so readable with [`Db::updates_since`]
+    /// (None: the WALs hold no write). Reads the first record of the oldest WALs.
+    pub fn oldest_wal_sequence(&self) -> Result<Option<u64>> {
+        self.inner.oldest_wal_sequence()
+    }
+
     /// Sequence number of the latest acknowledged write.
     pub fn latest_sequence(&self) -> u64 {
         self.inner.visible_seq.load(Ordering::Acquire)

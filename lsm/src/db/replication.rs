@@ -96,7 +96,8 @@ impl DbInner {
     /// Sequence number of the first batch in WAL `n` (`None` if it holds none yet).
     fn first_sequence_of(&self, n: u64) -> Result<Option<u64>> {
         let path = filename::wal_path(&self.dir, n);
-        let mut chunk = TAIL_CHUNK;
+        // Small first: the first record is usually short; grows for one that is not.
+        let mut chunk = 64 << 10;
         loop {
             let data = match read_chunk(&path, 0, chunk) {
                 Ok(d) => d,
@@ -116,6 +117,17 @@ impl DbInner {
             }
             chunk *= 2;
         }
+    }
+
+    /// The first sequence number [`crate::Db::updates_since`] can still return (None: no WAL
+    /// holds a write).
+    pub(super) fn oldest_wal_sequence(&self) -> Result<Option<u64>> {
+        for n in self.wal_numbers()? {
+            if let Some(first) = self.first_sequence_of(n)? {
+                return Ok(Some(first));
+            }
+        }
+        Ok(None)
     }
 
     pub(super) fn updates_since(self: &Arc<Self>, seq: u64) -> Result<WalTail> {

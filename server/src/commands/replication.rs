@@ -274,5 +274,9 @@ pub(crate) fn info_fields(st: &ServerState) -> Vec<(&'static str, String)> {
     fields.push(("second_repl_offset", second.to_string()));
     fields.push(("repl_backlog_active", "1".into()));
     fields.push(("repl_backlog_size", cfg.get("repl-backlog-size").unwrap_or_default().to_string()));
+    // The backlog is the WAL on disk: from its oldest write to the last one.
+    let first = st.storage.engine().oldest_wal_sequence().ok().flatten().unwrap_or(latest + 1);
+    fields.push(("repl_backlog_first_byte_offset", first.to_string()));
+    fields.push(("repl_backlog_histlen", (latest + 1).saturating_sub(first).to_string()));
     fields
 }
