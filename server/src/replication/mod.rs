@@ -26,12 +26,18 @@
 //! had not shipped yet) is answered `+REWIND <seq>`: it drops its writes after `seq`
 //! ([`lsm::Db::rewind_to`], possible while they are not compacted below L0) and asks again,
 //! continuing partially; if it cannot, it asks for a full sync. Either way those writes are
-//! gone, never mixed into the new primary's history (the log says how many). A primary that restarts after a crash also takes a new id (it may have lost
-//! the tail of a WAL its replicas already have) and keeps the old one as `replid2`.
+//! gone, never mixed into the new primary's history (the log says how many). A primary that
+//! restarts after a crash also takes a new id (it may have lost the tail of a WAL its replicas
+//! already have) and keeps the old one as `replid2`.
+//!
+//! Only shale-server replicas can follow (they say `REPLCONF capa shale`; a Redis replica would
+//! wait for an RDB file). The frames after PSYNC's answer are described in `wire.rs`.
 //!
 //! Threads: the link to a primary and each replica's connection are tokio tasks doing network
 //! I/O only; applying batches, writing received files, checkpoints and reading the WAL run on
-//! a dedicated thread per link ([`primary`], [`replica`]).
+//! a dedicated thread per link ([`primary`], [`replica`]). `REPLICAOF` and the applier share a
+//! lock, so a frame is never half-applied when the upstream changes, and none of the old
+//! upstream's applies after.
 
 pub mod primary;
 pub mod replica;

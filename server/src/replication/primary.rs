@@ -154,11 +154,17 @@ pub(crate) async fn serve<S: Socket>(
             Some(bytes) = extra.recv() => out.extend_from_slice(&bytes),
             read = socket.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    while let Ok(Some(args)) = parse_request(&mut input, &limits) {
-                        acknowledged(&state, &link, &args);
+                Ok(_) => loop {
+                    match parse_request(&mut input, &limits) {
+                        Ok(Some(args)) => acknowledged(&state, &link, &args),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(target: "shale::replication", replica = %handle.addr, error = %e, "malformed input from a replica; disconnecting");
+                            handle.kill();
+                            break;
+                        }
                     }
-                }
+                },
             },
             _ = handle.kill_signal.notified() => break,
             _ = stop.changed() => break,
