@@ -260,12 +260,7 @@ async fn wait_blocked(
     let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
     let handle = Arc::clone(&session.handle);
     loop {
-        let timeout = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let timeout = until(deadline);
         tokio::select! {
             reply = &mut rx => return Some(reply.unwrap_or(req.timeout_reply)),
             _ = timeout => {
@@ -313,12 +308,7 @@ async fn wait_replicas(
         if count >= wanted {
             return Some(Reply::Integer(count as i64));
         }
-        let timeout = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let timeout = until(deadline);
         tokio::select! {
             _ = &mut acked => {}
             _ = timeout => return Some(Reply::Integer(state.replication.acked_count(seq) as i64)),
@@ -329,6 +319,14 @@ async fn wait_replicas(
             _ = handle.kill_signal.notified() => return None,
             _ = stop.changed() => return None,
         }
+    }
+}
+
+/// Sleeps until `deadline` (forever without one).
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -353,12 +351,7 @@ async fn wait_lock(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let handle = Arc::clone(&session.handle);
     loop {
-        let timeout = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let timeout = until(deadline);
         tokio::select! {
             got = &mut rx => return Some(if got.is_ok() { Reply::ok() } else { Reply::error("ERR lock wait cancelled") }),
             _ = timeout => {
