@@ -97,6 +97,7 @@ impl ServerState {
         let upstream = crate::replication::Upstream::parse(config.get("replicaof").unwrap_or_default())?;
         let replication =
             crate::replication::Replication::open(db.path().to_path_buf(), upstream, db.latest_sequence() + 1)?;
+        replication.configure(&config);
         Ok(ServerState {
             executor,
             acl,
@@ -167,6 +168,7 @@ impl ServerState {
         if new.requirepass != cfg.requirepass {
             self.acl.set_default_password(new.requirepass.as_deref());
         }
+        self.replication.configure(&new);
         if new.loglevel != cfg.loglevel {
             if let Some(hook) = self.log_hook.get() {
                 hook(new.loglevel);

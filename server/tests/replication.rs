@@ -352,8 +352,10 @@ fn min_replicas_to_write_refuses_writes_without_enough_replicas() {
     wait_for("a good replica", || pc.set::<_, _, ()>("k", 1).is_ok());
     drop(r);
     wait_for("the primary to notice the replica is gone", || pc.set::<_, _, ()>("k", 2).is_err());
-    // Reads are never refused.
+    // Reads are never refused; the setting changes at runtime.
     assert_eq!(pc.get::<_, i64>("k").unwrap(), 1);
+    redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(0).query::<()>(&mut pc).unwrap();
+    let _: () = pc.set("k", 3).unwrap();
 }
 
 #[test]

@@ -43,15 +43,8 @@ pub(crate) fn refusal(s: &Session, spec: &CommandSpec) -> Option<Reply> {
         }
         return None;
     }
-    if write {
-        let (wanted, max_lag) = {
-            let cfg = s.state.config();
-            let num = |k: &str| cfg.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            (num("min-replicas-to-write"), num("min-replicas-max-lag"))
-        };
-        if wanted > 0 && (repl.good_replicas(max_lag) as u64) < wanted {
-            return Some(Reply::error("NOREPLICAS Not enough good replicas to write."));
-        }
+    if write && repl.too_few_replicas() {
+        return Some(Reply::error("NOREPLICAS Not enough good replicas to write."));
     }
     None
 }

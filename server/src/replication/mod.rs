@@ -228,6 +228,9 @@ pub struct Replication {
     apply: Mutex<()>,
     /// The link to the primary, as a client (CLIENT KILL TYPE master closes it).
     master_handle: Mutex<Option<Arc<crate::services::clients::ClientHandle>>>,
+    /// `min-replicas-to-write` and `min-replicas-max-lag`, read by every write's gate check
+    /// (kept here so writes do not take the configuration lock).
+    min_replicas: (AtomicU64, AtomicU64),
 }
 
 impl Replication {
@@ -267,6 +270,7 @@ impl Replication {
             sync_bytes: AtomicU64::new(0),
             apply: Mutex::new(()),
             master_handle: Mutex::new(None),
+            min_replicas: (AtomicU64::new(0), AtomicU64::new(10)),
         };
         r.persist(false)?;
         Ok(r)
@@ -484,9 +488,27 @@ impl Replication {
         lock(&self.replicas).iter().filter(|r| r.acked.load(Ordering::Acquire) >= seq).count()
     }
 
-    /// Online replicas that acknowledged within `max_lag` seconds (`min-replicas-to-write`).
-    pub fn good_replicas(&self, max_lag: u64) -> usize {
-        lock(&self.replicas).iter().filter(|r| r.phase.load(Ordering::Relaxed) == 2 && r.lag_secs() <= max_lag).count()
+    /// Takes `min-replicas-to-write` and `min-replicas-max-lag` from `cfg` (at startup and on
+    /// every configuration change).
+    pub fn configure(&self, cfg: &crate::config::Config) {
+        let num = |k: &str| cfg.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        self.min_replicas.0.store(num("min-replicas-to-write"), Ordering::Relaxed);
+        self.min_replicas.1.store(num("min-replicas-max-lag"), Ordering::Relaxed);
+    }
+
+    /// True if `min-replicas-to-write` is set and fewer online replicas acknowledged within
+    /// `min-replicas-max-lag` seconds: writes are refused.
+    pub fn too_few_replicas(&self) -> bool {
+        let wanted = self.min_replicas.0.load(Ordering::Relaxed);
+        if wanted == 0 {
+            return false;
+        }
+        let max_lag = self.min_replicas.1.load(Ordering::Relaxed);
+        let good = lock(&self.replicas)
+            .iter()
+            .filter(|r| r.phase.load(Ordering::Relaxed) == 2 && r.lag_secs() <= max_lag)
+            .count();
+        (good as u64) < wanted
     }
 
     /// Sends a PUBLISH to every replica (they deliver it to their own subscribers).
