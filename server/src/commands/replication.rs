@@ -50,17 +50,13 @@ pub(crate) fn refusal(s: &Session, spec: &CommandSpec) -> Option<Reply> {
 }
 
 fn replicaof(s: &mut Session, args: &[Bytes]) -> Reply {
-    let text = format!("{} {}", String::from_utf8_lossy(&args[1]), String::from_utf8_lossy(&args[2]));
     let upstream = if args[1].eq_ignore_ascii_case(b"no") && args[2].eq_ignore_ascii_case(b"one") {
         None
     } else {
         match parse_i64(&args[2]) {
             None => return Reply::error("ERR value is not an integer or out of range"),
             Some(p) if !(1..=65535).contains(&p) => return Reply::error("ERR Invalid master port"),
-            Some(_) => match Upstream::parse(&text) {
-                Ok(up) => up,
-                Err(e) => return Reply::error(format!("ERR {e}")),
-            },
+            Some(p) => Some(Upstream { host: String::from_utf8_lossy(&args[1]).into_owned(), port: p as u16 }),
         }
     };
     let state = Arc::clone(&s.state);

@@ -103,7 +103,7 @@ pub(crate) async fn serve<S: Socket>(
     handle.set_kind(crate::services::clients::Kind::Replica);
     let (extra_tx, mut extra) = mpsc::unbounded_channel();
     let ip = handoff.ip.clone().unwrap_or_else(|| {
-        handle.addr.rsplit_once(':').map(|(ip, _)| ip.trim_matches(['[', ']']).to_string()).unwrap_or_default()
+        handle.addr.parse::<std::net::SocketAddr>().map(|a| a.ip().to_canonical().to_string()).unwrap_or_default()
     });
     let link = Arc::new(ReplicaLink {
         client_id: session.id,

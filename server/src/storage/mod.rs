@@ -131,7 +131,7 @@ impl Storage {
             None => {
                 let started = std::time::Instant::now();
                 let counts = KeyspaceCounts::recount(&engine)?;
-                tracing::info!(target: "shale::storage", ms = started.elapsed().as_millis() as u64, "counted the keyspace (no clean-shutdown record)");
+                tracing::info!(target: "shale::storage", ms = started.elapsed().as_millis() as u64, "counted the keyspace (no counts file from a clean shutdown)");
                 counts
             }
         };
