@@ -47,6 +47,12 @@ pub enum Error {
     /// An earlier background or WAL failure left the database read-only until it is reopened.
     #[error("database is read-only after an earlier failure: {0}")]
     Poisoned(String),
+
+    /// A read made with [`ReadOptions::cache_only`](crate::ReadOptions::cache_only) needs disk
+    /// I/O (a table not open, a block not in the block cache): nothing was read; retry it
+    /// without the option where blocking is allowed.
+    #[error("the read needs disk I/O and was asked to use memory only")]
+    WouldBlock,
 }
 
 /// Result type of the `lsm` crate.
@@ -76,6 +82,7 @@ impl Error {
             Error::Locked(p) => Error::Locked(p.clone()),
             Error::Closed => Error::Closed,
             Error::Poisoned(s) => Error::Poisoned(s.clone()),
+            Error::WouldBlock => Error::WouldBlock,
         }
     }
 }

@@ -394,6 +394,12 @@ pub struct ReadOptions {
     /// Verify block checksums (default `true`; blocks are always verified the first time
     /// they are read from disk, this only matters for blocks read in place).
     pub verify_checksums: bool,
+    /// Serve the read from memory only — memtables, tables already open, blocks already in the
+    /// block cache — and fail with [`Error::WouldBlock`](crate::Error::WouldBlock) where disk
+    /// I/O would be needed (RocksDB's `kBlockCacheTier`). For callers that must never block,
+    /// such as an async runtime's thread, which retry elsewhere on that error. Tables read
+    /// in place (`TableReadMode::Mmap`) count as disk: touching their pages may fault.
+    pub cache_only: bool,
 }
 
 impl Default for ReadOptions {
@@ -405,7 +411,14 @@ impl Default for ReadOptions {
 impl ReadOptions {
     /// Defaults: latest state, fill the cache, verify checksums.
     pub fn new() -> Self {
-        ReadOptions { snapshot: None, fill_cache: true, verify_checksums: true }
+        ReadOptions { snapshot: None, fill_cache: true, verify_checksums: true, cache_only: false }
+    }
+
+    /// Reads from memory only (see [`ReadOptions::cache_only`]).
+    #[must_use]
+    pub fn cache_only(mut self, yes: bool) -> Self {
+        self.cache_only = yes;
+        self
     }
     /// Reads as of `snapshot`.
     #[must_use]

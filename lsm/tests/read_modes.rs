@@ -48,3 +48,48 @@ fn mmap_and_pread_read_the_same_data() {
         }
     }
 }
+
+/// `ReadOptions::cache_only` reads answer from memory or fail with `WouldBlock`, never wrongly:
+/// memtable keys at once, table keys once their block is cached (pread) and never from a
+/// mapped table; iterators likewise; a plain read afterwards always succeeds.
+#[test]
+fn cache_only_reads_answer_from_memory_or_would_block() {
+    use lsm::{Error, ReadOptions};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        for i in 0..5000u32 {
+            db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let memory_only = ReadOptions::new().cache_only(true);
+    for mode in [TableReadMode::Pread, TableReadMode::Mmap] {
+        let db = Db::open(dir.path(), Options::default().table_read_mode(mode)).unwrap();
+        db.put("fresh", "in the memtable").unwrap();
+        assert_eq!(db.get_with("fresh", &memory_only).unwrap().as_deref(), Some(&b"in the memtable"[..]), "{mode:?}");
+        // Not in the memtable: its block has not been read since the database opened.
+        assert!(matches!(db.get_with("key00042", &memory_only), Err(Error::WouldBlock)), "{mode:?}");
+        assert_eq!(db.get("key00042").unwrap().as_deref(), Some(&b"value42"[..]));
+        // Now its block is cached (pread); a mapped table is never touched by memory-only reads.
+        let again = db.get_with("key00042", &memory_only);
+        match mode {
+            TableReadMode::Pread => assert_eq!(again.unwrap().as_deref(), Some(&b"value42"[..])),
+            TableReadMode::Mmap => assert!(matches!(again, Err(Error::WouldBlock))),
+        }
+        // A key the bloom filter rules out needs no block (pread keeps filters in memory).
+        let absent = db.get_with("key00042x", &memory_only);
+        match mode {
+            TableReadMode::Pread => assert_eq!(absent.unwrap(), None),
+            TableReadMode::Mmap => assert!(matches!(absent, Err(Error::WouldBlock))),
+        }
+        // A scan from memory fails as soon as it needs an uncached block, and reports it.
+        let scanned: Result<Vec<_>, _> = db.range_with::<&[u8], _>(.., &memory_only).collect();
+        assert!(matches!(scanned, Err(Error::WouldBlock)), "{mode:?}");
+        assert_eq!(db.range::<&[u8], _>(..).count(), 5001, "{mode:?}");
+        if mode == TableReadMode::Pread {
+            // Everything was just read into the cache (the default cache holds it all).
+            assert_eq!(db.range_with::<&[u8], _>(.., &memory_only).filter(|r| r.is_ok()).count(), 5001);
+        }
+    }
+}

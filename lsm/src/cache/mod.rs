@@ -122,6 +122,11 @@ impl TableCache {
         Ok(t)
     }
 
+    /// The table `number` if it is open (never opens it: no I/O).
+    pub fn get_open(&self, number: u64) -> Option<Arc<Table>> {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner()).get(&number)
+    }
+
     /// Forgets table `number` and its cached blocks (its file is being deleted).
     pub fn evict(&self, number: u64) {
         self.tables.lock().unwrap_or_else(|e| e.into_inner()).remove(&number);

@@ -28,6 +28,7 @@ use crate::manifest::{Version, VersionSet};
 use crate::memtable::{Lookup, Memtable};
 use crate::options::{Options, ReadOptions, SyncMode, WriteOptions};
 use crate::snapshot::{Snapshot, SnapshotList};
+use crate::sstable::Fetch;
 use crate::wal::LogWriter;
 use crate::{Error, Result};
 
@@ -100,6 +101,8 @@ pub(crate) struct DbInner {
     sv: RwLock<Arc<SuperVersion>>,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
+    /// The commit thread sleeps here while nothing is queued.
+    commit_cv: Condvar,
     /// Write groups committed so far (followers watch it while they spin).
     groups_done: AtomicU64,
     wal: Mutex<WalState>,
@@ -171,6 +174,43 @@ pub struct Db {
 
 #[derive(Debug)]
 struct CloseOnDrop(Arc<DbInner>);
+
+/// Identifies an async write ([`Db::write_async`]); later writes have larger tickets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WriteTicket(u64);
+
+/// An async write from [`Db::write_async`]: resolves once its batch is committed. Polling
+/// never blocks; dropping it does not cancel the write.
+#[derive(Debug)]
+pub struct Commit {
+    inner: Arc<DbInner>,
+    ticket: WriteTicket,
+    done: bool,
+}
+
+impl Commit {
+    /// The write's ticket (see [`Db::is_committed`]).
+    pub fn ticket(&self) -> WriteTicket {
+        self.ticket
+    }
+}
+
+impl std::future::Future for Commit {
+    type Output = Result<()>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
+        let this = &mut *self;
+        this.inner.poll_commit(this.ticket.0, &mut this.done, cx)
+    }
+}
+
+impl Drop for Commit {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.drop_commit(self.ticket.0);
+        }
+    }
+}
 
 /// A non-owning read handle from [`Db::downgrade`]: reads fail with [`Error::Closed`] once the
 /// database is closed or every [`Db`] is dropped.
@@ -269,6 +309,29 @@ impl Db {
         self.inner.write(batch, opts)
     }
 
+    /// Queues `batch` for commit and returns at once — never blocking, so an async runtime's
+    /// thread may call it. The returned [`Commit`] resolves once the batch is committed (its
+    /// writes visible to every reader) with the result a blocking [`Db::write`] would have
+    /// given; the engine's commit thread commits it with the next group, so the caller needs
+    /// no thread of its own. The batch is taken out of `batch` once queued. Fails at once
+    /// (nothing queued, `batch` left as it was) with [`Error::WouldBlock`] while the database
+    /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
+    pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
+        let ticket = self.inner.submit(batch, opts)?;
+        Ok(Commit { inner: Arc::clone(&self.inner), ticket: WriteTicket(ticket), done: false })
+    }
+
+    /// True once the async write `ticket` is committed or failed (its writes, if any, visible).
+    pub fn is_committed(&self, ticket: WriteTicket) -> bool {
+        self.inner.is_committed(ticket.0)
+    }
+
+    /// Waits (blocking) until the async write `ticket` is committed or failed — for a reader
+    /// that must see it. Its result stays for its [`Commit`].
+    pub fn wait_committed(&self, ticket: WriteTicket) {
+        self.inner.wait_committed(ticket.0)
+    }
+
     /// Applies a batch a primary wrote with sequence numbers from `seq` on (replication). The
     /// sequence must be above every sequence this database has used.
     pub fn write_replicated(&self, seq: u64, batch: WriteBatch) -> Result<()> {
@@ -348,7 +411,7 @@ impl Db {
             return DbIterator::failed(e);
         }
         let (seq, sv) = self.inner.read_view(opts);
-        new_iterator(sv, seq, opts.snapshot.clone(), opts.fill_cache, Arc::clone(&self.inner.read_counters))
+        new_iterator(sv, seq, opts.snapshot.clone(), Fetch::from_options(opts), Arc::clone(&self.inner.read_counters))
     }
 
     /// The entries with keys in `range`, in key order from either end.
@@ -377,10 +440,10 @@ impl Db {
         let open = self.inner.check_open();
         let (seq, sv) = self.inner.read_view(opts);
         let snapshot = opts.snapshot.clone();
-        let fill_cache = opts.fill_cache;
+        let fetch = Fetch::from_options(opts);
         let counters = Arc::clone(&self.inner.read_counters);
         let make = Box::new(move || match &open {
-            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fill_cache, Arc::clone(&counters)),
+            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fetch, Arc::clone(&counters)),
             Err(e) => DbIterator::failed(e.duplicate()),
         });
         Range::new(make, lower, upper)
@@ -510,7 +573,7 @@ fn new_iterator(
     sv: Arc<SuperVersion>,
     seq: u64,
     snapshot: Option<Snapshot>,
-    fill_cache: bool,
+    fetch: Fetch,
     counters: Arc<ReadCounters>,
 ) -> DbIterator {
     let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
@@ -521,8 +584,10 @@ fn new_iterator(
             tombstones.extend(m.range_tombstones());
         }
     }
-    let built =
-        sv.version.iterators(&mut children, fill_cache).and_then(|_| sv.version.range_tombstones(&mut tombstones));
+    let built = sv
+        .version
+        .iterators(&mut children, fetch)
+        .and_then(|_| sv.version.range_tombstones(&mut tombstones, fetch.cache_only));
     if let Err(e) = built {
         return DbIterator::failed(e);
     }
@@ -546,7 +611,7 @@ impl DbInner {
             }
         }
         if found.is_none() {
-            (found, tomb) = sv.version.get(key, seq, tomb)?;
+            (found, tomb) = sv.version.get(key, seq, tomb, opts.cache_only)?;
         }
         Ok(match found {
             Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
@@ -671,12 +736,19 @@ impl DbInner {
     }
 
     fn shutdown(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Async writes already queued are committed first (no new ones are accepted).
+        self.stop_committer();
+        self.wait_committed(self.last_ticket());
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         lock(&self.bg).shutdown = true;
         self.bg_cv.notify_all();
         self.queue_cv.notify_all();
+        self.stop_committer();
         let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             let _ = t.join();

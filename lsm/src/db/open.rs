@@ -124,6 +124,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         })),
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
+        commit_cv: Condvar::new(),
         wal_file: Mutex::new(log.file()),
         active_wal: super::ActiveWal { number: AtomicU64::new(log.number()), size: AtomicU64::new(log.size()) },
         wal: Mutex::new(WalState { log, last_seq }),
@@ -159,6 +160,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
                     .spawn(move || compactor.compaction_loop())?,
             );
         }
+    }
+    {
+        let committer = Arc::clone(&inner);
+        threads.push(std::thread::Builder::new().name("lsm-commit".into()).spawn(move || committer.commit_loop())?);
     }
     {
         let syncer = Arc::clone(&inner);

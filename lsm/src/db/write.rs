@@ -6,8 +6,10 @@
 //! publishes the new sequence number and wakes the group. Followers wait: first briefly without
 //! sleeping (a group usually commits in microseconds, much less than a sleep/wake round trip),
 //! then on a condition variable, which the leader signals only when someone sleeps on it.
-//! Writing blocks the calling thread (a group commit, an fsync, a write stall): async callers
-//! run it on a thread of their own, never on an async runtime's worker.
+//! Writing blocks the calling thread (a group commit, an fsync, a write stall). Async callers
+//! use [`DbInner::submit`] (`Db::write_async`) instead: the batch joins the same queue, the
+//! caller gets a future, and the commit thread (`lsm-commit`, asleep while nothing is queued)
+//! leads whenever no blocking writer does, waking each future once its group is committed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::sync::MutexGuard;
+use std::task::{Context, Poll, Waker};
 
 use super::{lock, DbInner, WalState};
 use crate::batch::WriteBatch;
@@ -51,6 +54,12 @@ pub(super) struct WriteQueue {
     /// Writers asleep on the condition variable.
     sleepers: usize,
     errors: HashMap<u64, Error>,
+    /// Async writers waiting for their ticket ([`Commit`]).
+    wakers: Vec<(u64, Waker)>,
+    /// The commit thread sleeps on `commit_cv` (async batches queued must wake it).
+    committer_idle: bool,
+    /// The database is closing: the commit thread exits once the queue is empty.
+    closing: bool,
 }
 
 impl WriteQueue {
@@ -89,6 +98,111 @@ impl DbInner {
     ) -> Result<()> {
         let ticket = self.enqueue(batch, opts, forced_seq)?;
         self.wait_blocking(ticket)
+    }
+
+    /// Queues `batch` without waiting for it or committing anything: the commit thread (or
+    /// any blocking writer that leads meanwhile) commits it with the next group. Never blocks
+    /// beyond the queue lock. Refused with [`Error::WouldBlock`] while the database is
+    /// read-only after a failure (a blocking write is the one that tries to resume).
+    pub(super) fn submit(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<u64> {
+        if self.is_poisoned.load(Ordering::Acquire) {
+            return Err(Error::WouldBlock);
+        }
+        self.check_open()?;
+        let sync = opts.sync || self.sync_mode() == SyncMode::Always;
+        let mut q = lock(&self.queue);
+        if q.closing {
+            return Err(Error::Closed);
+        }
+        q.next_ticket += 1;
+        let ticket = q.next_ticket;
+        q.pending.push_back(Pending { ticket, batch: std::mem::take(batch), sync, forced_seq: None });
+        if q.committer_idle {
+            q.committer_idle = false;
+            self.commit_cv.notify_one();
+        }
+        Ok(ticket)
+    }
+
+    /// Polls the async write `ticket`: its result once its group is committed (`done` is then
+    /// set), else the waker is kept.
+    pub(super) fn poll_commit(&self, ticket: u64, done: &mut bool, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let mut q = lock(&self.queue);
+        if q.done_through >= ticket {
+            *done = true;
+            return Poll::Ready(q.errors.remove(&ticket).map_or(Ok(()), Err));
+        }
+        match q.wakers.iter_mut().find(|(t, _)| *t == ticket) {
+            Some((_, w)) => w.clone_from(cx.waker()),
+            None => q.wakers.push((ticket, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+
+    /// Forgets an abandoned async write (its batch is committed all the same).
+    pub(super) fn drop_commit(&self, ticket: u64) {
+        let mut q = lock(&self.queue);
+        q.wakers.retain(|(t, _)| *t != ticket);
+        if q.done_through >= ticket {
+            q.errors.remove(&ticket);
+        }
+    }
+
+    /// True once the batch with `ticket` is committed (or failed): its writes are visible.
+    pub(super) fn is_committed(&self, ticket: u64) -> bool {
+        lock(&self.queue).done_through >= ticket
+    }
+
+    /// Waits until the batch with `ticket` is committed or failed, leading groups meanwhile if
+    /// nobody does (its result stays for its own writer).
+    pub(super) fn wait_committed(&self, ticket: u64) {
+        let mut q = lock(&self.queue);
+        while q.done_through < ticket {
+            if !q.leader_active && !q.pending.is_empty() {
+                q = self.lead_group(q);
+                continue;
+            }
+            q.sleepers += 1;
+            q = self.queue_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.sleepers -= 1;
+        }
+    }
+
+    /// The commit thread: commits queued batches whenever nobody else leads, so async writers
+    /// ([`DbInner::submit`]) never need a thread of their own. Exits when the database closes,
+    /// after the queue is empty.
+    pub(super) fn commit_loop(&self) {
+        let mut q = lock(&self.queue);
+        loop {
+            if !q.pending.is_empty() {
+                if !q.leader_active {
+                    q = self.lead_group(q);
+                } else {
+                    // Another writer leads; it wakes sleepers when its group is done.
+                    q.sleepers += 1;
+                    q = self.queue_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.sleepers -= 1;
+                }
+                continue;
+            }
+            if q.closing {
+                return;
+            }
+            q.committer_idle = true;
+            q = self.commit_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.committer_idle = false;
+        }
+    }
+
+    /// Tells the commit thread to finish the queue and exit.
+    pub(super) fn stop_committer(&self) {
+        lock(&self.queue).closing = true;
+        self.commit_cv.notify_all();
+    }
+
+    /// The ticket of the last batch queued so far.
+    pub(super) fn last_ticket(&self) -> u64 {
+        lock(&self.queue).next_ticket
     }
 
     /// Queues a batch; returns its ticket.
@@ -140,6 +254,16 @@ impl DbInner {
         self.groups_done.fetch_add(1, Ordering::Release);
         if q.sleepers > 0 {
             self.queue_cv.notify_all();
+        }
+        if !q.wakers.is_empty() {
+            let done = q.done_through;
+            // Waking only schedules the waiting task: cheap enough under the lock.
+            q.wakers.retain(|(t, w)| {
+                if *t <= done {
+                    w.wake_by_ref();
+                }
+                *t > done
+            });
         }
         q
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::InternalIterator;
 use crate::key;
 use crate::manifest::FileMeta;
-use crate::sstable::TableIter;
+use crate::sstable::{Fetch, TableIter};
 use crate::Result;
 
 /// Concatenates the tables of a level (ordered by key, not overlapping), opening each lazily.
@@ -14,20 +14,25 @@ pub struct LevelIter {
     files: Vec<Arc<FileMeta>>,
     index: usize,
     current: Option<TableIter>,
-    fill_cache: bool,
+    fetch: Fetch,
 }
 
 impl LevelIter {
     /// A cursor over `files`, which must be one level's tables in key order.
     pub fn new(files: Vec<Arc<FileMeta>>, fill_cache: bool) -> Self {
-        LevelIter { files, index: 0, current: None, fill_cache }
+        Self::with_fetch(files, Fetch { fill_cache, cache_only: false })
+    }
+
+    /// [`LevelIter::new`] reading blocks (and opening tables) the way `fetch` says.
+    pub fn with_fetch(files: Vec<Arc<FileMeta>>, fetch: Fetch) -> Self {
+        LevelIter { files, index: 0, current: None, fetch }
     }
 
     fn open(&mut self, i: usize) -> Result<()> {
         self.index = i;
         self.current = None;
         if let Some(f) = self.files.get(i) {
-            self.current = Some(f.table()?.iter_with(self.fill_cache));
+            self.current = Some(f.table_fetch(self.fetch.cache_only)?.iter_fetch(self.fetch));
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use crate::cache::TableCache;
 use crate::iter::BoxedIter;
 use crate::key;
 use crate::memtable::Lookup;
-use crate::sstable::{bloom, Table};
+use crate::sstable::{bloom, Fetch, Table};
 use crate::Result;
 
 /// A live table and what the manifest records about it. Shared by every version that lists it.
@@ -103,8 +103,16 @@ impl FileMeta {
 
     /// The open table, from the table cache.
     pub fn table(&self) -> Result<Arc<Table>> {
+        self.table_fetch(false)
+    }
+
+    /// [`FileMeta::table`]; with `cache_only`, only if it is open already (opening reads the
+    /// file): otherwise [`Error::WouldBlock`](crate::Error::WouldBlock).
+    pub fn table_fetch(&self, cache_only: bool) -> Result<Arc<Table>> {
         match &self.tables {
+            Some(t) if cache_only => t.get_open(self.number).ok_or(crate::Error::WouldBlock),
             Some(t) => t.get(self.number),
+            None if cache_only => Err(crate::Error::WouldBlock),
             None => Table::open(&self.path),
         }
     }
@@ -144,7 +152,16 @@ impl Version {
     /// Sources are searched newest first; every version of a key in a deeper source is older
     /// than every version (and covering tombstone) in a shallower one, so the search stops at the
     /// first point version or covering tombstone.
-    pub fn get(&self, user_key: &[u8], seq: u64, mut tomb: Option<u64>) -> Result<(Option<Lookup>, Option<u64>)> {
+    ///
+    /// With `cache_only`, a lookup that needs disk I/O fails with
+    /// [`Error::WouldBlock`](crate::Error::WouldBlock) (see [`crate::ReadOptions::cache_only`]).
+    pub fn get(
+        &self,
+        user_key: &[u8],
+        seq: u64,
+        mut tomb: Option<u64>,
+        cache_only: bool,
+    ) -> Result<(Option<Lookup>, Option<u64>)> {
         if tomb.is_some() {
             return Ok((None, tomb));
         }
@@ -157,11 +174,11 @@ impl Version {
             level.get(i).filter(|f| key::user_key(&f.smallest) <= user_key)
         });
         for f in self.levels[0].iter().filter(|f| f.covers(user_key)).chain(level_files) {
-            let table = f.table()?;
+            let table = f.table_fetch(cache_only)?;
             if f.num_range_dels > 0 {
                 tomb = tomb.max(table.max_covering_tombstone(user_key, seq));
             }
-            let found = table.get(user_key, seq, hash)?;
+            let found = table.get_fetch(user_key, seq, hash, cache_only)?;
             if found.is_some() || tomb.is_some() {
                 return Ok((found, tomb));
             }
@@ -169,22 +186,22 @@ impl Version {
         Ok((None, tomb))
     }
 
-    /// Every range tombstone of the tables (opening those that have any).
-    pub fn range_tombstones(&self, out: &mut Vec<crate::range_del::RangeTombstone>) -> Result<()> {
+    /// Every range tombstone of the tables (opening those that have any, unless `cache_only`).
+    pub fn range_tombstones(&self, out: &mut Vec<crate::range_del::RangeTombstone>, cache_only: bool) -> Result<()> {
         for (_, f) in self.files().filter(|(_, f)| f.num_range_dels > 0) {
-            out.extend_from_slice(f.table()?.range_tombstones());
+            out.extend_from_slice(f.table_fetch(cache_only)?.range_tombstones());
         }
         Ok(())
     }
 
     /// One cursor per L0 table (newest first), then one concatenating cursor per deeper level.
-    pub fn iterators(&self, out: &mut Vec<BoxedIter>, fill_cache: bool) -> Result<()> {
+    pub fn iterators(&self, out: &mut Vec<BoxedIter>, fetch: Fetch) -> Result<()> {
         for f in &self.levels[0] {
-            out.push(Box::new(f.table()?.iter_with(fill_cache)));
+            out.push(Box::new(f.table_fetch(fetch.cache_only)?.iter_fetch(fetch)));
         }
         for level in &self.levels[1..] {
             if !level.is_empty() {
-                out.push(Box::new(crate::iter::LevelIter::new(level.clone(), fill_cache)));
+                out.push(Box::new(crate::iter::LevelIter::with_fetch(level.clone(), fetch)));
             }
         }
         Ok(())

@@ -323,11 +323,31 @@ impl Table {
         maybe
     }
 
+    /// True if the table's bytes are read in place from a mapping (whose pages may fault).
+    fn is_mapped(&self) -> bool {
+        matches!(self.data, Source::Mapped(_))
+    }
+
     /// Reads a data block. Mapped: raw blocks in place, compressed ones through the cache.
-    /// pread: every block through the cache (checked when read from the file).
-    fn read_data_block(&self, ordinal: usize, fill_cache: bool) -> Result<Block> {
+    /// pread: every block through the cache (checked when read from the file). A cache-only
+    /// fetch takes the block from the block cache or fails with [`Error::WouldBlock`].
+    fn read_data_block(&self, ordinal: usize, fetch: Fetch) -> Result<Block> {
+        let fill_cache = fetch.fill_cache;
         let h = self.index.handles[ordinal];
         let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
+        if fetch.cache_only {
+            // A mapped table's bytes (even the codec byte that says whether the block is cached)
+            // are pages that may fault: memory-only readers do not touch them.
+            let cached = self
+                .cache
+                .as_ref()
+                .filter(|_| !self.is_mapped())
+                .and_then(|c| c.get(self.number, h.offset, fill_cache));
+            return match cached {
+                Some(b) => Block::new(b, origin),
+                None => Err(Error::WouldBlock),
+            };
+        }
         let map = match &self.data {
             Source::Mapped(b) => Some(b),
             Source::File { .. } => None,
@@ -361,11 +381,27 @@ impl Table {
     /// The newest version of `user_key` with sequence number `<= seq`, if this table has one.
     /// `key_hash` is [`bloom::hash_key`] of `user_key`, computed once per lookup by the caller.
     pub fn get(self: &Arc<Self>, user_key: &[u8], seq: u64, key_hash: u64) -> Result<Option<Lookup>> {
+        self.get_fetch(user_key, seq, key_hash, false)
+    }
+
+    /// [`Table::get`]; with `cache_only`, from memory only: a mapped table (whose filter and
+    /// blocks are pages that may fault) or a data block not in the block cache gives
+    /// [`Error::WouldBlock`].
+    pub fn get_fetch(
+        self: &Arc<Self>,
+        user_key: &[u8],
+        seq: u64,
+        key_hash: u64,
+        cache_only: bool,
+    ) -> Result<Option<Lookup>> {
+        if cache_only && self.is_mapped() {
+            return Err(Error::WouldBlock);
+        }
         if !self.may_contain(key_hash) {
             return Ok(None);
         }
         let target = key::seek_key(user_key, seq);
-        let mut it = self.iter();
+        let mut it = self.iter_fetch(Fetch { fill_cache: true, cache_only });
         it.seek(&target)?;
         // (Blocks read by point lookups are cached: a second lookup nearby is likely.)
         if !it.valid() {
@@ -389,7 +425,29 @@ impl Table {
 
     /// A cursor that caches the compressed blocks it reads only if `fill_cache`.
     pub fn iter_with(self: &Arc<Self>, fill_cache: bool) -> TableIter {
-        TableIter { pos: self.index.len(), data: None, table: Arc::clone(self), fill_cache }
+        self.iter_fetch(Fetch { fill_cache, cache_only: false })
+    }
+
+    /// A cursor reading its blocks the way `fetch` says.
+    pub fn iter_fetch(self: &Arc<Self>, fetch: Fetch) -> TableIter {
+        TableIter { pos: self.index.len(), data: None, table: Arc::clone(self), fetch }
+    }
+}
+
+/// How a read takes the data blocks it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetch {
+    /// Keep blocks read from disk in the block cache.
+    pub fill_cache: bool,
+    /// Take blocks from the block cache only; anything else fails with [`Error::WouldBlock`]
+    /// (see [`ReadOptions::cache_only`](crate::ReadOptions::cache_only)).
+    pub cache_only: bool,
+}
+
+impl Fetch {
+    /// What `opts` asks for.
+    pub fn from_options(opts: &crate::ReadOptions) -> Fetch {
+        Fetch { fill_cache: opts.fill_cache, cache_only: opts.cache_only }
     }
 }
 
@@ -400,7 +458,7 @@ pub struct TableIter {
     /// The current data block's ordinal (`index.len()` when off either end).
     pos: usize,
     data: Option<BlockIter>,
-    fill_cache: bool,
+    fetch: Fetch,
 }
 
 impl TableIter {
@@ -420,7 +478,7 @@ impl TableIter {
     fn load_data_block(&mut self) -> Result<()> {
         self.data = None;
         if self.index_valid() {
-            let block = self.table.read_data_block(self.pos, self.fill_cache)?;
+            let block = self.table.read_data_block(self.pos, self.fetch)?;
             self.data = Some(block.iter());
         }
         Ok(())
