@@ -142,7 +142,9 @@ fn stalled_writers_stall_neither_readers_nor_new_connections() {
     let last_write = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     // More writers than executor threads; with compaction throttled to 1 KiB/s they soon stop
-    // in a write stall (two L0 tables stop writes).
+    // in a write stall (two L0 tables stop writes). Half send plain SETs (queued from their
+    // connections' tasks, held in the engine's commit thread), half `SET … KEEPTTL` (run on
+    // executor threads, which they block).
     for w in 0..4 {
         let (port, last_write, stop) = (server.port, Arc::clone(&last_write), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -150,9 +152,12 @@ fn stalled_writers_stall_neither_readers_nor_new_connections() {
             let Ok(mut c) = client.get_connection() else { return };
             let value = vec![b'x'; 2048];
             for i in 0.. {
-                if stop.load(Ordering::Relaxed)
-                    || cmd("SET").arg(format!("w{w}-{i}")).arg(&value).query::<()>(&mut c).is_err()
-                {
+                let mut set = cmd("SET");
+                set.arg(format!("w{w}-{i}")).arg(&value);
+                if w % 2 == 1 {
+                    set.arg("KEEPTTL");
+                }
+                if stop.load(Ordering::Relaxed) || set.query::<()>(&mut c).is_err() {
                     return;
                 }
                 last_write.store(now_ms(start), Ordering::Relaxed);
@@ -385,4 +390,43 @@ fn expired_keys_leave_dbsize_once_reclaimed() {
     }
     let info: String = cmd("INFO").arg("keyspace").query(&mut c).unwrap();
     assert!(info.contains("db0:keys=1,expires=0,avg_ttl=0"), "{info}");
+}
+
+/// Pipelined SETs run on the connections' own threads and release their key stripes once
+/// queued; DELs and INCRs of the same keys from other clients run on executor threads. However
+/// they interleave, DBSIZE ends equal to the number of keys that exist.
+#[test]
+fn dbsize_stays_exact_when_pipelined_sets_race_deletes_of_the_same_keys() {
+    let rounds: usize = std::env::var("SHALE_DBSIZE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let server = Server::start(&[]);
+    let keys = 64;
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(w);
+                for _ in 0..rounds {
+                    let mut pipe = redis::pipe();
+                    for _ in 0..16 {
+                        let key = format!("race{}", rng.random_range(0..keys));
+                        match (w % 2, rng.random_range(0..4)) {
+                            (0, _) | (1, 0) => pipe.cmd("SET").arg(&key).arg(1).ignore(),
+                            (_, 1) => pipe.cmd("INCR").arg(&key).ignore(),
+                            _ => pipe.cmd("DEL").arg(&key).ignore(),
+                        };
+                    }
+                    pipe.query::<()>(&mut c).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut c = server.client();
+    let existing: Vec<String> = cmd("KEYS").arg("race*").query(&mut c).unwrap();
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), existing.len() as i64);
+    let info: String = cmd("INFO").arg("keyspace").query(&mut c).unwrap();
+    let expected = format!("db0:keys={},", existing.len());
+    assert!(existing.is_empty() || info.contains(&expected), "{info}");
 }

@@ -1,7 +1,10 @@
-//! One client's task: read, parse the complete requests in the buffer, hand them with the
+//! One client's task: read, parse the complete requests in the buffer, run the leading ones
+//! that need no waiting here (reads memory answers, with memory-only engine reads; runs of plain
+//! SETs, queued with the engine's async commit, which the task awaits), hand the rest with the
 //! session to an executor thread, write the replies with one write (pipelining), repeat. The
-//! task never touches the engine; it only waits — for the executor, the socket, a blocked
-//! command's wake-up, `CLIENT PAUSE`, `CLIENT KILL`, the idle `timeout` or a server shutdown.
+//! task never blocks: besides that it only waits — for a commit, the executor, the socket, a
+//! blocked command's wake-up, `CLIENT PAUSE`, `CLIENT KILL`, the idle `timeout` or a server
+//! shutdown.
 //!
 //! Backpressure: at most [`MAX_BATCH`] requests are parsed per round, the executor stops once
 //! the round's replies pass [`OUTPUT_BOUND`], and the socket is read again only after every
@@ -16,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::exec::{run_batch, BatchEnd, BlockRequest, Session};
+use crate::exec::{run_batch, run_in_memory, BatchEnd, BlockRequest, InMemory, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::state::ServerState;
 
@@ -85,7 +88,23 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         }
         more &= protocol_error.is_none();
         let mut close = false;
-        if !requests.is_empty() {
+        // Reads that memory answers and plain SETs run right here; the rest go to an executor.
+        let output_full = loop {
+            match run_in_memory(&mut session, &mut requests, &mut output, OUTPUT_BOUND) {
+                InMemory::Stopped(full) => break full,
+                InMemory::Sets(mut sets) => {
+                    let committed = match sets.commit.take() {
+                        Some(commit) => commit.await,
+                        None => Ok(()),
+                    };
+                    sets.finish(&session, committed, &mut output);
+                    if output.len() >= OUTPUT_BOUND {
+                        break true;
+                    }
+                }
+            }
+        };
+        if !requests.is_empty() && !output_full {
             let (s, rest, out, end) = match execute(&state, session, std::mem::take(&mut requests), output).await {
                 Some(done) => done,
                 None => return,

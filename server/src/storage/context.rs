@@ -11,11 +11,15 @@
 //! - **Held stripes**: EXEC locks the stripes of all its keys up front; the queued commands'
 //!   own locking of those stripes is then a no-op.
 //!
+//! - **Memory-only mode**: a command tried on the connection's own (async) thread reads with
+//!   the engine's `cache_only` option; a read that would need the disk fails and is recorded,
+//!   and the command is then run again on an executor thread, its first reply discarded.
+//!
 //! The context belongs to the session and is reset after every top-level command, including
 //! one that panicked: a failed command leaves no buffer, snapshot or lock behind (the stripe
 //! guards themselves are RAII and drop during unwinding).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -38,6 +42,10 @@ pub struct ExecContext {
     txn: RefCell<Option<TxnBuffer>>,
     snapshot: RefCell<Option<lsm::ReadOptions>>,
     held: RefCell<Vec<usize>>,
+    /// Reads must not block: memory only (see the module docs).
+    memory_only: Cell<bool>,
+    /// A memory-only read could not be answered from memory since the mode was set.
+    missed: Cell<bool>,
 }
 
 impl ExecContext {
@@ -53,12 +61,46 @@ impl ExecContext {
         self.txn.borrow_mut().take();
         self.snapshot.borrow_mut().take();
         self.held.borrow_mut().clear();
+        self.memory_only.set(false);
     }
 
     /// True if the context holds nothing.
     #[cfg(test)]
     pub fn is_clear(&self) -> bool {
         self.txn.borrow().is_none() && self.snapshot.borrow().is_none() && self.held.borrow().is_empty()
+    }
+
+    /// Starts (or ends) memory-only mode: reads that would need disk I/O fail instead, and
+    /// [`ExecContext::end_memory_only`] tells whether any did.
+    pub fn begin_memory_only(&self) {
+        self.memory_only.set(true);
+        self.missed.set(false);
+    }
+
+    /// Ends memory-only mode; true if some read could not be answered from memory, so the
+    /// command's outcome is void and it must run again where it may block.
+    pub fn end_memory_only(&self) -> bool {
+        self.memory_only.set(false);
+        self.missed.replace(false)
+    }
+
+    /// The read options of this command's engine reads (its snapshot, memory-only mode).
+    fn read_options(&self) -> Option<lsm::ReadOptions> {
+        let snapshot = self.snapshot.borrow();
+        match (snapshot.as_ref(), self.memory_only.get()) {
+            (None, false) => None,
+            (Some(opts), false) => Some(opts.clone()),
+            (opts, true) => Some(opts.cloned().unwrap_or_default().cache_only(true)),
+        }
+    }
+
+    /// Notes the outcome of an engine read: a memory-only read that needed the disk voids the
+    /// command (see [`ExecContext::end_memory_only`]).
+    fn noted<T>(&self, read: lsm::Result<T>) -> lsm::Result<T> {
+        if matches!(read, Err(lsm::Error::WouldBlock)) {
+            self.missed.set(true);
+        }
+        read
     }
 
     /// Makes every later read through this context see one snapshot of `engine`, until
@@ -116,10 +158,13 @@ impl ExecContext {
         if let Some(v) = self.buffered(key) {
             return Ok(v);
         }
-        match self.snapshot.borrow().as_ref() {
-            Some(opts) => engine.get_with(key, opts),
-            None => engine.get(key),
+        if !self.memory_only.get() {
+            if let Some(opts) = self.snapshot.borrow().as_ref() {
+                return engine.get_with(key, opts);
+            }
+            return engine.get(key);
         }
+        self.noted(engine.get_with(key, &self.read_options().unwrap_or_default()))
     }
 
     /// Buffers `batch` if a transaction runs; gives it back otherwise.
@@ -165,16 +210,24 @@ impl ExecContext {
         if self.txn.borrow().is_some() {
             return None;
         }
-        Some(match self.snapshot.borrow().as_ref() {
-            Some(opts) => engine.iter(opts),
-            None => engine.iter(&lsm::ReadOptions::default()),
-        })
+        self.void_memory_only();
+        Some(engine.iter(&self.read_options().unwrap_or_default()))
+    }
+
+    /// Commands tried in memory-only mode are point reads: one that walks a range runs again
+    /// on an executor thread whatever its walk found (the walk itself reads memory only, and
+    /// its errors are not always the command's reply).
+    fn void_memory_only(&self) {
+        if self.memory_only.get() {
+            self.missed.set(true);
+        }
     }
 
     /// `engine.range(start..end)` as this command sees it.
     pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
-        let inner = match self.snapshot.borrow().as_ref() {
-            Some(opts) => engine.range_with((start.clone(), end.clone()), opts),
+        self.void_memory_only();
+        let inner = match self.read_options() {
+            Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
             None => engine.range((start.clone(), end.clone())),
         };
         let t = self.txn.borrow();

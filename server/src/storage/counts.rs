@@ -213,7 +213,9 @@ impl KeyspaceCounts {
     pub fn recount(engine: &lsm::Db) -> lsm::Result<Self> {
         let counts = KeyspaceCounts::new();
         let mut deltas: Vec<Delta> = vec![Delta::default(); DATABASES];
-        for kv in engine.range(meta_key(0, b"").to_vec()..b"N".to_vec()) {
+        // A walk of every key: it leaves the block cache to the reads that follow.
+        let bulk = lsm::ReadOptions { fill_cache: false, ..lsm::ReadOptions::new() };
+        for kv in engine.range_with(meta_key(0, b"").to_vec()..b"N".to_vec(), &bulk) {
             let (k, v) = kv?;
             if k.len() < 3 {
                 continue;

@@ -2,22 +2,28 @@
 //! lose an update; stripes are taken in index order, so two commands never deadlock. These are
 //! internal and held for one command; the user-visible named locks (LOCK/UNLOCK) are
 //! [`crate::named_locks`].
+//!
+//! A stripe also remembers the last async write queued under it and not yet known to be
+//! committed (a connection's pipelined SETs run on its own thread and release their stripes
+//! as soon as their batch is queued, see `Storage::try_write_blind_async`). Whoever takes the
+//! stripe next first waits for that write to be visible ([`LockGuard::settle`]), so every
+//! read-modify-write still sees every write to its keys that was queued before it.
 
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
 use super::ExecContext;
 
-/// A fixed set of mutexes that keys hash onto.
+/// A fixed set of mutexes that keys hash onto; each holds the stripe's queued async write.
 #[derive(Debug)]
 pub struct KeyLocks {
-    stripes: Vec<Mutex<()>>,
+    stripes: Vec<Mutex<Option<lsm::WriteTicket>>>,
 }
 
 /// Holds the stripes of some keys until dropped.
 #[derive(Debug)]
 pub struct LockGuard<'a> {
-    _held: Vec<MutexGuard<'a, ()>>,
+    held: Vec<MutexGuard<'a, Option<lsm::WriteTicket>>>,
     stripes: Vec<usize>,
 }
 
@@ -26,12 +32,42 @@ impl LockGuard<'_> {
     pub(super) fn stripes(&self) -> &[usize] {
         &self.stripes
     }
+
+    /// Waits until the async writes queued under these stripes are committed (blocking: for
+    /// executor threads), so reads under the guard see them.
+    pub(super) fn settle(&mut self, engine: &lsm::Db) {
+        for pending in self.held.iter_mut() {
+            if let Some(ticket) = pending.take() {
+                engine.wait_committed(ticket);
+            }
+        }
+    }
+
+    /// [`LockGuard::settle`] without waiting: false (and the guard unchanged where it matters)
+    /// if an async write under these stripes is still being committed.
+    pub(super) fn try_settle(&mut self, engine: &lsm::Db) -> bool {
+        for pending in self.held.iter_mut() {
+            match **pending {
+                Some(ticket) if !engine.is_committed(ticket) => return false,
+                Some(_) => **pending = None,
+                None => {}
+            }
+        }
+        true
+    }
+
+    /// Records `ticket` as the async write queued under these stripes.
+    pub(super) fn queued(&mut self, ticket: lsm::WriteTicket) {
+        for pending in self.held.iter_mut() {
+            **pending = Some(ticket);
+        }
+    }
 }
 
 impl KeyLocks {
     /// `n` stripes.
     pub fn new(n: usize) -> Self {
-        KeyLocks { stripes: (0..n.max(1)).map(|_| Mutex::new(())).collect() }
+        KeyLocks { stripes: (0..n.max(1)).map(|_| Mutex::new(None)).collect() }
     }
 
     fn stripe(&self, db: u32, key: &[u8]) -> usize {
@@ -65,7 +101,23 @@ impl KeyLocks {
         idx.sort_unstable();
         idx.dedup();
         let held = idx.iter().map(|&i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
-        LockGuard { _held: held, stripes: idx }
+        LockGuard { held, stripes: idx }
+    }
+
+    /// [`KeyLocks::lock_pairs`] without waiting: `None` if any stripe is held by someone else.
+    pub fn try_lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> Option<LockGuard<'a>> {
+        let mut idx: Vec<usize> = keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let mut held = Vec::with_capacity(idx.len());
+        for &i in &idx {
+            match self.stripes[i].try_lock() {
+                Ok(g) => held.push(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => held.push(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
+        Some(LockGuard { held, stripes: idx })
     }
 }
 

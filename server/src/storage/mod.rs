@@ -112,6 +112,10 @@ pub struct Storage {
     pick_seed: AtomicU64,
 }
 
+/// What a queued write changes in the keyspace counts, applied once it is committed.
+#[derive(Debug, Default)]
+pub struct CountChanges(Vec<(u16, counts::Delta)>);
+
 /// One page of a SCAN-style walk of a database.
 #[derive(Debug, Default)]
 pub struct ScanPage {
@@ -165,7 +169,7 @@ impl Storage {
 
     /// Locks `keys` of `db` for a read-modify-write (in a fixed order, so never deadlocks).
     pub fn lock<'a>(&'a self, cx: &ExecContext, db: u32, keys: impl IntoIterator<Item = &'a [u8]>) -> LockGuard<'a> {
-        self.locks.lock_pairs(cx, keys.into_iter().map(|k| (db, k)))
+        self.lock_pairs(cx, keys.into_iter().map(|k| (db, k)))
     }
 
     /// Locks keys of several databases (see [`Storage::lock`]).
@@ -174,13 +178,17 @@ impl Storage {
         cx: &ExecContext,
         keys: impl IntoIterator<Item = (u32, &'a [u8])>,
     ) -> LockGuard<'a> {
-        self.locks.lock_pairs(cx, keys)
+        let mut guard = self.locks.lock_pairs(cx, keys);
+        guard.settle(&self.engine);
+        guard
     }
 
     /// Locks every stripe not already held by `cx`: no other read-modify-write runs until the
     /// guard drops (FLUSHDB, FLUSHALL, SWAPDB, and an EXEC that runs one of them).
     pub fn lock_all(&self, cx: &ExecContext) -> LockGuard<'_> {
-        self.locks.lock_all(cx)
+        let mut guard = self.locks.lock_all(cx);
+        guard.settle(&self.engine);
+        guard
     }
 
     /// Marks the stripes of `guard` as held by `cx` for a whole EXEC: the queued commands'
@@ -199,6 +207,53 @@ impl Storage {
     pub fn write_blind(&self, cx: &ExecContext, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::Result<()> {
         let _guard = self.lock(cx, db, keys.iter().map(|k| &k[..]));
         self.write(cx, batch)
+    }
+
+    /// [`Storage::write_blind`] for a connection's own (async) thread: never waits. If the
+    /// keys' stripes are free, every earlier write under them is visible, the keyspace counts
+    /// can be kept from memory and the engine is writable, the batch is taken out of `batch`
+    /// and queued with the engine, and the stripes are released at once (marked with the
+    /// write, so the next holder waits for it to be visible); the caller awaits the returned
+    /// commit, then applies the returned count changes if it succeeded. `Ok(None)`: none of
+    /// that was possible and nothing happened — run [`Storage::write_blind`] where blocking is
+    /// allowed.
+    pub fn try_write_blind_async(
+        &self,
+        db: u32,
+        keys: &[Bytes],
+        batch: &mut lsm::WriteBatch,
+    ) -> lsm::Result<Option<(lsm::Commit, CountChanges)>> {
+        let Some(mut guard) = self.locks.try_lock_pairs(keys.iter().map(|k| (db, &k[..]))) else { return Ok(None) };
+        if !guard.try_settle(&self.engine) {
+            return Ok(None);
+        }
+        let deltas = match self.count_changes(batch, true) {
+            Err(lsm::Error::WouldBlock) => return Ok(None),
+            other => other?,
+        };
+        // Point writes only: `affected` needs no reads for them (it would, for range deletes).
+        let watchers = self.watches.affected(batch, |_| true);
+        let commit = match self.engine.write_async(batch, &lsm::WriteOptions::default()) {
+            Ok(commit) => commit,
+            // Read-only after a failure: a blocking write reports it, or resumes the engine.
+            Err(lsm::Error::WouldBlock) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        guard.queued(commit.ticket());
+        drop(guard);
+        // Set before the write is visible: a transaction that locks these keys next waits for
+        // the write, then sees its flag (at worst a spurious failure if the write fails).
+        for f in watchers {
+            f.store(true, Ordering::Release);
+        }
+        Ok(Some((commit, CountChanges(deltas))))
+    }
+
+    /// Applies count changes from [`Storage::try_write_blind_async`] once its write committed.
+    pub fn apply_counts(&self, changes: &CountChanges) {
+        for (pdb, d) in &changes.0 {
+            self.counts.apply(*pdb, d);
+        }
     }
 
     /// The secret seed of the pick index.
@@ -255,7 +310,7 @@ impl Storage {
     /// Commits `batch` to the engine now (EXEC's own commit goes here). The caller holds the
     /// locks of every key whose metadata it writes, so the keyspace counts stay exact.
     pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let deltas = self.count_changes(&batch)?;
+        let deltas = self.count_changes(&batch, false)?;
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         self.engine.write(batch, &lsm::WriteOptions::default())?;
@@ -270,8 +325,9 @@ impl Storage {
     }
 
     /// What `batch` changes in the keyspace counts: for each metadata record it writes, its
-    /// state before (from the engine) against its final state in the batch.
-    fn count_changes(&self, batch: &lsm::WriteBatch) -> lsm::Result<Vec<(u16, counts::Delta)>> {
+    /// state before (from the engine; from memory only if `memory_only`, failing with
+    /// `WouldBlock` where that is not enough) against its final state in the batch.
+    fn count_changes(&self, batch: &lsm::WriteBatch, memory_only: bool) -> lsm::Result<Vec<(u16, counts::Delta)>> {
         use lsm::key::ValueKind;
         let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
         let mut cleared: Vec<(u16, u16)> = Vec::new();
@@ -307,7 +363,8 @@ impl Storage {
             let before = if is_cleared(pdb) {
                 None
             } else {
-                match self.engine.get(key)? {
+                let read = lsm::ReadOptions::new().cache_only(memory_only);
+                match self.engine.get_with(key, &read)? {
                     Some(raw) => Some(Meta::expiry_of(&raw).ok_or_else(damaged)?),
                     None => None,
                 }
