@@ -52,7 +52,7 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use bytes::Bytes;
 pub use compaction::{CompactionFilter, Decision};
-pub use db::{Commit, Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot, WriteTicket};
+pub use db::{Commit, Committed, Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot, WriteTicket};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
 pub use options::{Compression, Options, ReadOptions, SyncMode, TableReadMode, WalRecoveryMode, WriteOptions};

@@ -54,12 +54,19 @@ fn async_writes_commit_in_order_and_resolve_once_visible() {
     assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"2"[..]));
     assert_eq!(db.get("b").unwrap().as_deref(), Some(&b"2"[..]));
 
-    // A dropped future does not cancel its write; a reader can wait for it by ticket.
+    // A dropped future does not cancel its write; a reader can wait for it by ticket, blocking
+    // or not (several at once), and the write's own result is not taken by them.
     let dropped = db.write_async(&mut batch(&[("c", "3")]), &opts).unwrap();
     let ticket = dropped.ticket();
     drop(dropped);
     db.wait_committed(ticket);
     assert_eq!(db.get("c").unwrap().as_deref(), Some(&b"3"[..]));
+    let own = db.write_async(&mut batch(&[("d", "4")]), &opts).unwrap();
+    let (w1, w2) = (db.committed(own.ticket()), db.committed(own.ticket()));
+    block_on(w1);
+    block_on(w2);
+    assert_eq!(db.get("d").unwrap().as_deref(), Some(&b"4"[..]));
+    block_on(own).unwrap();
 
     // Many writers at once, from many threads, none of them leading: all land.
     let db = Arc::new(db);

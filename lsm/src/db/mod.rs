@@ -185,7 +185,30 @@ pub struct WriteTicket(u64);
 pub struct Commit {
     inner: Arc<DbInner>,
     ticket: WriteTicket,
+    waiter: u64,
     done: bool,
+}
+
+/// From [`Db::committed`]: resolves once an async write is committed or failed.
+#[derive(Debug)]
+pub struct Committed {
+    inner: Arc<DbInner>,
+    ticket: WriteTicket,
+    waiter: u64,
+}
+
+impl std::future::Future for Committed {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.inner.poll_committed(self.ticket.0, self.waiter, cx)
+    }
+}
+
+impl Drop for Committed {
+    fn drop(&mut self) {
+        self.inner.drop_waiter(self.waiter, None);
+    }
 }
 
 impl Commit {
@@ -200,14 +223,14 @@ impl std::future::Future for Commit {
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
         let this = &mut *self;
-        this.inner.poll_commit(this.ticket.0, &mut this.done, cx)
+        this.inner.poll_commit(this.ticket.0, this.waiter, &mut this.done, cx)
     }
 }
 
 impl Drop for Commit {
     fn drop(&mut self) {
         if !self.done {
-            self.inner.drop_commit(self.ticket.0);
+            self.inner.drop_waiter(self.waiter, Some(self.ticket.0));
         }
     }
 }
@@ -317,8 +340,15 @@ impl Db {
     /// (nothing queued, `batch` left as it was) with [`Error::WouldBlock`] while the database
     /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
     pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
-        let ticket = self.inner.submit(batch, opts)?;
-        Ok(Commit { inner: Arc::clone(&self.inner), ticket: WriteTicket(ticket), done: false })
+        let (ticket, waiter) = self.inner.submit(batch, opts)?;
+        Ok(Commit { inner: Arc::clone(&self.inner), ticket: WriteTicket(ticket), waiter, done: false })
+    }
+
+    /// A future that resolves once the async write `ticket` is committed or failed (its writes,
+    /// if any, visible) — for a reader that must see it and may not block. Its result stays for
+    /// its [`Commit`].
+    pub fn committed(&self, ticket: WriteTicket) -> Committed {
+        Committed { inner: Arc::clone(&self.inner), ticket, waiter: self.inner.new_waiter() }
     }
 
     /// True once the async write `ticket` is committed or failed (its writes, if any, visible).

@@ -54,8 +54,10 @@ pub(super) struct WriteQueue {
     /// Writers asleep on the condition variable.
     sleepers: usize,
     errors: HashMap<u64, Error>,
-    /// Async writers waiting for their ticket ([`Commit`]).
-    wakers: Vec<(u64, Waker)>,
+    /// Async waiters (`Commit`, `Committed`): ticket awaited, waiter id, waker.
+    wakers: Vec<(u64, u64, Waker)>,
+    /// Next waiter id.
+    next_waiter: u64,
     /// The commit thread sleeps on `commit_cv` (async batches queued must wake it).
     committer_idle: bool,
     /// The database is closing: the commit thread exits once the queue is empty.
@@ -85,6 +87,14 @@ impl WriteQueue {
     }
 }
 
+/// Keeps `cx`'s waker for `waiter`, which awaits `ticket`.
+fn register(q: &mut WriteQueue, ticket: u64, waiter: u64, cx: &Context<'_>) {
+    match q.wakers.iter_mut().find(|(_, w, _)| *w == waiter) {
+        Some((_, _, waker)) => waker.clone_from(cx.waker()),
+        None => q.wakers.push((ticket, waiter, cx.waker().clone())),
+    }
+}
+
 impl DbInner {
     pub(super) fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.write_with_sequence(batch, opts, None)
@@ -104,7 +114,7 @@ impl DbInner {
     /// any blocking writer that leads meanwhile) commits it with the next group. Never blocks
     /// beyond the queue lock. Refused with [`Error::WouldBlock`] while the database is
     /// read-only after a failure (a blocking write is the one that tries to resume).
-    pub(super) fn submit(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<u64> {
+    pub(super) fn submit(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<(u64, u64)> {
         if self.is_poisoned.load(Ordering::Acquire) {
             return Err(Error::WouldBlock);
         }
@@ -121,29 +131,51 @@ impl DbInner {
             q.committer_idle = false;
             self.commit_cv.notify_one();
         }
-        Ok(ticket)
+        q.next_waiter += 1;
+        Ok((ticket, q.next_waiter))
     }
 
-    /// Polls the async write `ticket`: its result once its group is committed (`done` is then
-    /// set), else the waker is kept.
-    pub(super) fn poll_commit(&self, ticket: u64, done: &mut bool, cx: &mut Context<'_>) -> Poll<Result<()>> {
+    /// A fresh id for an async waiter.
+    pub(super) fn new_waiter(&self) -> u64 {
+        let mut q = lock(&self.queue);
+        q.next_waiter += 1;
+        q.next_waiter
+    }
+
+    /// Polls the async write `ticket` for its writer: its result once its group is committed
+    /// (`done` is then set), else `waiter`'s waker is kept.
+    pub(super) fn poll_commit(
+        &self,
+        ticket: u64,
+        waiter: u64,
+        done: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
         let mut q = lock(&self.queue);
         if q.done_through >= ticket {
             *done = true;
             return Poll::Ready(q.errors.remove(&ticket).map_or(Ok(()), Err));
         }
-        match q.wakers.iter_mut().find(|(t, _)| *t == ticket) {
-            Some((_, w)) => w.clone_from(cx.waker()),
-            None => q.wakers.push((ticket, cx.waker().clone())),
-        }
+        register(&mut q, ticket, waiter, cx);
         Poll::Pending
     }
 
-    /// Forgets an abandoned async write (its batch is committed all the same).
-    pub(super) fn drop_commit(&self, ticket: u64) {
+    /// Polls for `ticket` being committed or failed (its result stays for its writer).
+    pub(super) fn poll_committed(&self, ticket: u64, waiter: u64, cx: &mut Context<'_>) -> Poll<()> {
         let mut q = lock(&self.queue);
-        q.wakers.retain(|(t, _)| *t != ticket);
         if q.done_through >= ticket {
+            return Poll::Ready(());
+        }
+        register(&mut q, ticket, waiter, cx);
+        Poll::Pending
+    }
+
+    /// Forgets an abandoned waiter; for the writer's own (`ticket`'s result unread), also the
+    /// result. The batch is committed all the same.
+    pub(super) fn drop_waiter(&self, waiter: u64, abandoned_result: Option<u64>) {
+        let mut q = lock(&self.queue);
+        q.wakers.retain(|(_, w, _)| *w != waiter);
+        if let Some(ticket) = abandoned_result.filter(|&t| q.done_through >= t) {
             q.errors.remove(&ticket);
         }
     }
@@ -258,7 +290,7 @@ impl DbInner {
         if !q.wakers.is_empty() {
             let done = q.done_through;
             // Waking only schedules the waiting task: cheap enough under the lock.
-            q.wakers.retain(|(t, w)| {
+            q.wakers.retain(|(t, _, w)| {
                 if *t <= done {
                     w.wake_by_ref();
                 }
