@@ -35,6 +35,8 @@ pub struct ServerState {
     pub registry: Registry,
     /// Commands processed since start (or `CONFIG RESETSTAT`).
     pub commands_processed: AtomicU64,
+    /// Requests run on connections' own tasks (see `exec::run_in_memory`).
+    pub in_memory: crate::exec::InMemoryCounters,
     /// Connections accepted since start (or `CONFIG RESETSTAT`).
     pub connections_received: AtomicU64,
     /// Connections refused by `maxclients`.
@@ -108,6 +110,7 @@ impl ServerState {
             clients: AtomicUsize::new(0),
             registry: Registry::default(),
             commands_processed: AtomicU64::new(0),
+            in_memory: Default::default(),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             started: Instant::now(),

@@ -315,6 +315,14 @@ fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("executor_helpers_active", st.executor.helpers().to_string()),
                 ("executor_helpers_started", st.executor.helpers_started().to_string()),
                 ("executor_queued_jobs", st.executor.queued().to_string()),
+                // Requests the connections' own tasks ran (memory reads, queued SET batches).
+                ("in_memory_reads", st.in_memory.reads.load(Ordering::Relaxed).to_string()),
+                ("in_memory_reads_voided", st.in_memory.reads_voided.load(Ordering::Relaxed).to_string()),
+                ("in_memory_set_batches", st.in_memory.set_batches.load(Ordering::Relaxed).to_string()),
+                (
+                    "in_memory_set_batches_handed_off",
+                    st.in_memory.set_batches_handed_off.load(Ordering::Relaxed).to_string(),
+                ),
                 ("sync_full", st.replication.sync_full.load(Ordering::Relaxed).to_string()),
                 ("sync_partial_ok", st.replication.sync_partial_ok.load(Ordering::Relaxed).to_string()),
                 ("sync_partial_err", st.replication.sync_partial_err.load(Ordering::Relaxed).to_string()),

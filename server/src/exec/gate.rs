@@ -13,7 +13,7 @@
 //! connection can write them before more work is done (backpressure).
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use super::session::{BlockRequest, Session};
 use crate::commands::{engine_error, lookup, queued_keys, run_buffered, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
+use crate::storage::BlindWrite;
 
 /// Why [`run_batch`] returned.
 #[derive(Debug)]
@@ -277,6 +278,19 @@ const MEMORY_READS: &[&str] = &[
     "zscore",
 ];
 
+/// How often [`run_in_memory`] ran requests on connections' own tasks (INFO stats).
+#[derive(Debug, Default)]
+pub struct InMemoryCounters {
+    /// Reads answered from memory.
+    pub reads: AtomicU64,
+    /// Reads voided because they needed the disk (then run on an executor).
+    pub reads_voided: AtomicU64,
+    /// Batches of plain SETs queued with the engine's async commit.
+    pub set_batches: AtomicU64,
+    /// Batches of plain SETs handed to an executor (busy stripes, counts needing the disk).
+    pub set_batches_handed_off: AtomicU64,
+}
+
 /// What [`run_in_memory`] left for its caller.
 #[derive(Debug)]
 pub enum InMemory {
@@ -333,9 +347,11 @@ pub fn run_in_memory(
         if s.exec.end_memory_only() {
             // Void: the executor runs it again, gate included (counted once).
             s.state.commands_processed.fetch_sub(1, Ordering::Relaxed);
+            s.state.in_memory.reads_voided.fetch_add(1, Ordering::Relaxed);
             s.exec.reset();
             return InMemory::Stopped(false);
         }
+        s.state.in_memory.reads.fetch_add(1, Ordering::Relaxed);
         let reply = outcome.unwrap_or_else(|panic| panicked(s, &args[0].clone(), &*panic));
         s.exec.reset();
         requests.pop_front();
@@ -355,9 +371,9 @@ pub type SetsCommit = std::pin::Pin<Box<dyn std::future::Future<Output = lsm::Re
 /// A run of pipelined plain SETs on its way to the engine: their replies go out, in order,
 /// once the batch is committed (an error answers every SET of it, as [`SetBatch`] does).
 pub struct PendingSets {
-    /// Resolves once the batch is committed (None: nothing to commit).
+    /// Resolves once the batch is committed and the keyspace counts updated (None: nothing
+    /// to commit).
     pub commit: Option<SetsCommit>,
-    changes: crate::storage::CountChanges,
     /// Each request's reply: `None` for a SET in the batch (OK, or the commit's error), or the
     /// gate's refusal; and whether it is sent (`CLIENT REPLY`).
     replies: Vec<(Option<Reply>, bool)>,
@@ -373,10 +389,7 @@ impl PendingSets {
     /// Encodes the replies once `committed` is the commit's outcome (Ok if there was none).
     pub fn finish(self, s: &Session, committed: lsm::Result<()>, out: &mut BytesMut) {
         let outcome = match committed {
-            Ok(()) => {
-                s.state.storage.apply_counts(&self.changes);
-                Reply::ok()
-            }
+            Ok(()) => Reply::ok(),
             Err(e) => engine_error(e),
         };
         for (reply, send) in self.replies {
@@ -387,8 +400,13 @@ impl PendingSets {
     }
 }
 
+/// Times a queued SET batch waits for earlier writes under its stripes (or for a busy stripe)
+/// before it is handed to an executor instead.
+const MAX_STRIPE_WAITS: usize = 8;
+
 /// Takes the run of plain SETs at the front of `requests` (one database, up to a
-/// [`SetBatch`]'s size) through the gate and queues the admitted ones as one batch.
+/// [`SetBatch`]'s size) through the gate, and returns the admitted ones as one batch whose
+/// commit the caller awaits.
 fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSets {
     let mut sets = SetBatch { db: s.db, ..SetBatch::default() };
     let mut replies = Vec::new();
@@ -407,27 +425,37 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
         s.exec.reset();
         requests.pop_front();
     }
-    let (db, keys, mut batch) = (sets.db, sets.keys, sets.batch);
+    let (db, keys, batch) = (sets.db, sets.keys, sets.batch);
     if keys.is_empty() {
-        return PendingSets { commit: None, changes: Default::default(), replies };
+        return PendingSets { commit: None, replies };
     }
     let state = std::sync::Arc::clone(&s.state);
-    let (commit, changes): (SetsCommit, _) = match state.storage.try_write_blind_async(db, &keys, &mut batch) {
-        Ok(Some((commit, changes))) => (Box::pin(commit), changes),
-        Ok(None) => {
-            // Busy stripes or counts that need the disk: an executor thread writes it.
-            let job = state.executor.run({
-                let state = std::sync::Arc::clone(&state);
-                move || state.storage.write_blind(&crate::storage::ExecContext::new(), db, &keys, batch)
-            });
-            let commit = async move {
-                job.await.unwrap_or_else(|_| Err(lsm::Error::InvalidArgument("the write's executor job failed".into())))
-            };
-            (Box::pin(commit), Default::default())
+    let commit = async move {
+        let mut batch = batch;
+        for _ in 0..MAX_STRIPE_WAITS {
+            match state.storage.try_write_blind_async(db, &keys, &mut batch)? {
+                BlindWrite::Queued(commit, changes) => {
+                    state.in_memory.set_batches.fetch_add(1, Ordering::Relaxed);
+                    commit.await?;
+                    state.storage.apply_counts(&changes);
+                    return Ok(());
+                }
+                // Another connection's SET under one of our stripes is being committed.
+                BlindWrite::WaitFor(ticket) => state.storage.engine().committed(ticket).await,
+                // Held for a moment by another command: let it finish.
+                BlindWrite::Busy => tokio::task::yield_now().await,
+                BlindWrite::HandOff => break,
+            }
         }
-        Err(e) => (Box::pin(std::future::ready(Err(e))), Default::default()),
+        // Busy stripes or counts that need the disk: an executor thread writes it.
+        state.in_memory.set_batches_handed_off.fetch_add(1, Ordering::Relaxed);
+        let writer = std::sync::Arc::clone(&state);
+        let job = state
+            .executor
+            .run(move || writer.storage.write_blind(&crate::storage::ExecContext::new(), db, &keys, batch));
+        job.await.unwrap_or_else(|_| Err(lsm::Error::InvalidArgument("the write's executor job failed".into())))
     };
-    PendingSets { commit: Some(commit), changes, replies }
+    PendingSets { commit: Some(Box::pin(commit)), replies }
 }
 
 /// Write commands that may join a pipeline's write group: each locks exactly the keys its

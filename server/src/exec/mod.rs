@@ -17,6 +17,6 @@ pub mod gate;
 pub mod pool;
 pub mod session;
 
-pub use gate::{dispatch, gate, run_batch, run_in_memory, serve_signals, BatchEnd, InMemory};
+pub use gate::{dispatch, gate, run_batch, run_in_memory, serve_signals, BatchEnd, InMemory, InMemoryCounters};
 pub use pool::{Executor, JobPanicked};
 pub use session::{BlockRequest, ReplyMode, Session};

@@ -70,7 +70,7 @@ impl ExecContext {
         self.txn.borrow().is_none() && self.snapshot.borrow().is_none() && self.held.borrow().is_empty()
     }
 
-    /// Starts (or ends) memory-only mode: reads that would need disk I/O fail instead, and
+    /// Starts memory-only mode: reads that would need disk I/O fail instead, and
     /// [`ExecContext::end_memory_only`] tells whether any did.
     pub fn begin_memory_only(&self) {
         self.memory_only.set(true);
@@ -136,7 +136,10 @@ impl ExecContext {
 
     /// Marks `stripes` as held for the running EXEC.
     pub(super) fn hold(&self, stripes: &[usize]) {
-        self.held.borrow_mut().extend_from_slice(stripes);
+        let mut held = self.held.borrow_mut();
+        held.extend_from_slice(stripes);
+        held.sort_unstable();
+        held.dedup();
     }
 
     /// Ends [`ExecContext::hold`].
@@ -148,7 +151,8 @@ impl ExecContext {
     pub(super) fn skip_held(&self, idx: &mut Vec<usize>) {
         let held = self.held.borrow();
         if !held.is_empty() {
-            idx.retain(|i| !held.contains(i));
+            // `held` is sorted (see `hold`): EXEC may hold every stripe.
+            idx.retain(|i| held.binary_search(i).is_err());
         }
     }
 

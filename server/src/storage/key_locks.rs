@@ -43,17 +43,17 @@ impl LockGuard<'_> {
         }
     }
 
-    /// [`LockGuard::settle`] without waiting: false (and the guard unchanged where it matters)
-    /// if an async write under these stripes is still being committed.
-    pub(super) fn try_settle(&mut self, engine: &lsm::Db) -> bool {
+    /// [`LockGuard::settle`] without waiting: `Err(ticket)` if the async write `ticket`, queued
+    /// under one of these stripes, is still being committed.
+    pub(super) fn try_settle(&mut self, engine: &lsm::Db) -> Result<(), lsm::WriteTicket> {
         for pending in self.held.iter_mut() {
             match **pending {
-                Some(ticket) if !engine.is_committed(ticket) => return false,
+                Some(ticket) if !engine.is_committed(ticket) => return Err(ticket),
                 Some(_) => **pending = None,
                 None => {}
             }
         }
-        true
+        Ok(())
     }
 
     /// Records `ticket` as the async write queued under these stripes.

@@ -112,6 +112,24 @@ pub struct Storage {
     pick_seed: AtomicU64,
 }
 
+/// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
+/// one (a shared stripe makes a queued SET batch wait for another's commit).
+const KEY_STRIPES: usize = 16384;
+
+/// What [`Storage::try_write_blind_async`] did.
+#[derive(Debug)]
+pub enum BlindWrite {
+    /// Queued: await the commit, then apply the count changes.
+    Queued(lsm::Commit, CountChanges),
+    /// An earlier async write under the same stripes is not visible yet: await it, try again.
+    WaitFor(lsm::WriteTicket),
+    /// Another command holds one of the stripes right now: try again shortly.
+    Busy,
+    /// Needs blocking (busy stripes, counts that need the disk, a read-only engine): run
+    /// [`Storage::write_blind`] on an executor thread.
+    HandOff,
+}
+
 /// What a queued write changes in the keyspace counts, applied once it is committed.
 #[derive(Debug, Default)]
 pub struct CountChanges(Vec<(u16, counts::Delta)>);
@@ -143,7 +161,7 @@ impl Storage {
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
         let storage = Storage {
             engine,
-            locks: KeyLocks::new(1024),
+            locks: KeyLocks::new(KEY_STRIPES),
             map,
             inverse,
             watches: Watches::default(),
@@ -214,21 +232,23 @@ impl Storage {
     /// can be kept from memory and the engine is writable, the batch is taken out of `batch`
     /// and queued with the engine, and the stripes are released at once (marked with the
     /// write, so the next holder waits for it to be visible); the caller awaits the returned
-    /// commit, then applies the returned count changes if it succeeded. `Ok(None)`: none of
-    /// that was possible and nothing happened — run [`Storage::write_blind`] where blocking is
-    /// allowed.
+    /// commit, then applies the returned count changes if it succeeded. Otherwise nothing
+    /// happened, and the answer says what to do: await an earlier write under the same
+    /// stripes and try again, or run [`Storage::write_blind`] where blocking is allowed.
     pub fn try_write_blind_async(
         &self,
         db: u32,
         keys: &[Bytes],
         batch: &mut lsm::WriteBatch,
-    ) -> lsm::Result<Option<(lsm::Commit, CountChanges)>> {
-        let Some(mut guard) = self.locks.try_lock_pairs(keys.iter().map(|k| (db, &k[..]))) else { return Ok(None) };
-        if !guard.try_settle(&self.engine) {
-            return Ok(None);
+    ) -> lsm::Result<BlindWrite> {
+        let Some(mut guard) = self.locks.try_lock_pairs(keys.iter().map(|k| (db, &k[..]))) else {
+            return Ok(BlindWrite::Busy);
+        };
+        if let Err(ticket) = guard.try_settle(&self.engine) {
+            return Ok(BlindWrite::WaitFor(ticket));
         }
         let deltas = match self.count_changes(batch, true) {
-            Err(lsm::Error::WouldBlock) => return Ok(None),
+            Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };
         // Point writes only: `affected` needs no reads for them (it would, for range deletes).
@@ -236,7 +256,7 @@ impl Storage {
         let commit = match self.engine.write_async(batch, &lsm::WriteOptions::default()) {
             Ok(commit) => commit,
             // Read-only after a failure: a blocking write reports it, or resumes the engine.
-            Err(lsm::Error::WouldBlock) => return Ok(None),
+            Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             Err(e) => return Err(e),
         };
         guard.queued(commit.ticket());
@@ -246,7 +266,7 @@ impl Storage {
         for f in watchers {
             f.store(true, Ordering::Release);
         }
-        Ok(Some((commit, CountChanges(deltas))))
+        Ok(BlindWrite::Queued(commit, CountChanges(deltas)))
     }
 
     /// Applies count changes from [`Storage::try_write_blind_async`] once its write committed.
