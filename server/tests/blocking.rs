@@ -153,3 +153,22 @@ fn bzpopmin_and_blmpop_are_served_by_writes() {
     let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
     assert_eq!(got, Value::Array(vec![bulk("l2"), Value::Array(vec![bulk("z"), bulk("y")])]));
 }
+
+#[test]
+fn a_blocked_brpoplpush_whose_destination_is_not_a_list_gets_wrongtype_and_the_element_stays() {
+    let server = Server::start(&[]);
+    let mut waiter = server.client();
+    let mut admin = server.client();
+    cmd("SET").arg("target").arg("nolist").query::<()>(&mut admin).unwrap();
+    let t = thread::spawn(move || {
+        let err = cmd("BRPOPLPUSH").arg("src").arg("target").arg(0).query::<Value>(&mut waiter).unwrap_err();
+        // The client goes on working after the error.
+        let pong: String = cmd("PING").query(&mut waiter).unwrap();
+        (err.code().map(str::to_string), pong)
+    });
+    wait_blocked(&mut admin, 1);
+    cmd("RPUSH").arg("src").arg("a").arg("b").query::<()>(&mut admin).unwrap();
+    assert_eq!(t.join().unwrap(), (Some("WRONGTYPE".to_string()), "PONG".to_string()));
+    assert_eq!(cmd("LRANGE").arg("src").arg(0).arg(-1).query::<Vec<String>>(&mut admin).unwrap(), ["a", "b"]);
+    wait_blocked(&mut admin, 0);
+}

@@ -77,7 +77,14 @@ fn bmove(s: &mut Session, src: Bytes, dst: Bytes, from_left: bool, to_left: bool
     }
     let target = dst.clone();
     let reply = block_or_reply(s, vec![src], timeout, Reply::NullArray, move |state, cx, key| {
-        let moved = move_one(state, cx, db, key, &target, from_left, to_left)?;
+        let moved = match move_one(state, cx, db, key, &target, from_left, to_left) {
+            Ok(moved) => moved,
+            // The source has an element but the destination is not a list: a blocked client
+            // is answered with the error (the element stays), as Redis does; a source that is
+            // not a list keeps it waiting.
+            Err(e) if list_at(&state.storage.view(cx, db), key).is_ok() => return Ok(Some(e)),
+            Err(e) => return Err(e),
+        };
         if moved.is_some() && state.blocking.has_waiters(db, &target) {
             state.blocking.serve(db, &target);
         }
