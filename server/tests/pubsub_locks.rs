@@ -97,6 +97,25 @@ fn subscribed_mode_rules_in_resp2_and_pushes_in_resp3() {
     assert_eq!(read_exact_text(&mut r3, push.len()), push);
 }
 
+/// As in Redis 7, `CLIENT REPLY OFF` silences replies but not pub/sub: (un)subscribe
+/// confirmations and messages still arrive; the next ordinary reply stays silent.
+#[test]
+fn client_reply_off_still_delivers_confirmations_and_messages() {
+    let server = Server::start(&[]);
+    let mut s = server.raw();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"CLIENT REPLY OFF\r\n").unwrap();
+    let sub = "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    assert_eq!(String::from_utf8_lossy(&roundtrip(&mut s, b"SUBSCRIBE ch\r\n", sub.len())), sub);
+    let mut c = server.client();
+    assert_eq!(cmd("PUBLISH").arg("ch").arg("m").query::<i64>(&mut c).unwrap(), 1);
+    let msg = "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n";
+    assert_eq!(read_exact_text(&mut s, msg.len()), msg);
+    // PING's reply is silenced; the unsubscribe confirmation after it is the next thing read.
+    let unsub = "*3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n";
+    assert_eq!(String::from_utf8_lossy(&roundtrip(&mut s, b"PING\r\nUNSUBSCRIBE ch\r\n", unsub.len())), unsub);
+}
+
 #[test]
 fn a_subscriber_that_does_not_read_is_cut_off() {
     let server = Server::start(&["--client-output-buffer-limit", "pubsub 256kb 0 0"]);

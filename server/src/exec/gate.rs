@@ -222,7 +222,7 @@ pub fn run_batch(
         if let Some(handoff) = s.handoff.take() {
             break BatchEnd::Replica(handoff);
         }
-        if s.take_reply_permission() {
+        if s.take_reply_permission() || reply.is_push() {
             reply.encode(s.protocol, out);
         }
         if s.closing {

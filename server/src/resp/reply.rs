@@ -49,6 +49,16 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// True for pub/sub pushes (a message, or SUBSCRIBE's confirmations): Redis sends them even
+    /// while `CLIENT REPLY OFF` or `SKIP` silences the client's replies.
+    pub fn is_push(&self) -> bool {
+        match self {
+            Reply::Push(_) => true,
+            Reply::Many(replies) => !replies.is_empty() && replies.iter().all(Reply::is_push),
+            _ => false,
+        }
+    }
+
     /// `+OK`.
     pub fn ok() -> Reply {
         Reply::Simple("OK".into())
