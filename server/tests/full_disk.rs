@@ -47,6 +47,8 @@ fn a_full_disk_answers_misconf_keeps_reads_and_recovers_by_itself() {
     assert_eq!(err.code(), Some("MISCONF"), "{err}");
     assert!(err.to_string().contains("space"), "{err}");
     assert_eq!(cmd("GET").arg("k0").query::<String>(&mut c).unwrap(), value, "reads keep working");
+    // The failed SET is not counted (its count change was taken back).
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), written as i64);
     assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
     std::fs::remove_file(&filler).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -55,4 +57,5 @@ fn a_full_disk_answers_misconf_keeps_reads_and_recovers_by_itself() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(cmd("GET").arg(format!("k{}", written - 1)).query::<String>(&mut c).unwrap(), value);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), written as i64 + 1);
 }

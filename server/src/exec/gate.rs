@@ -371,8 +371,7 @@ pub type SetsCommit = std::pin::Pin<Box<dyn std::future::Future<Output = lsm::Re
 /// A run of pipelined plain SETs on its way to the engine: their replies go out, in order,
 /// once the batch is committed (an error answers every SET of it, as [`SetBatch`] does).
 pub struct PendingSets {
-    /// Resolves once the batch is committed and the keyspace counts updated (None: nothing
-    /// to commit).
+    /// Resolves once the batch is committed (None: nothing to commit).
     pub commit: Option<SetsCommit>,
     /// Each request's reply: `None` for a SET in the batch (OK, or the commit's error), or the
     /// gate's refusal; and whether it is sent (`CLIENT REPLY`).
@@ -436,9 +435,11 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
             match state.storage.try_write_blind_async(db, &keys, &mut batch)? {
                 BlindWrite::Queued(commit, changes) => {
                     state.in_memory.set_batches.fetch_add(1, Ordering::Relaxed);
-                    commit.await?;
-                    state.storage.apply_counts(&changes);
-                    return Ok(());
+                    let committed = commit.await;
+                    if committed.is_err() {
+                        state.storage.revert_counts(&changes);
+                    }
+                    return committed;
                 }
                 // Another connection's SET under one of our stripes is being committed.
                 BlindWrite::WaitFor(ticket) => state.storage.engine().committed(ticket).await,

@@ -104,6 +104,11 @@ impl Delta {
         self.expires += i64::from(ttl(after) != 0) - i64::from(ttl(before) != 0);
         self.ttl_sum += ttl(after) as i64 - ttl(before) as i64;
     }
+
+    /// The change that undoes this one (for a change that does not clear the database).
+    pub fn reversed(&self) -> Delta {
+        Delta { cleared: false, keys: -self.keys, expires: -self.expires, ttl_sum: -self.ttl_sum }
+    }
 }
 
 /// One database's counts at one moment.

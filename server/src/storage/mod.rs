@@ -119,18 +119,18 @@ const KEY_STRIPES: usize = 16384;
 /// What [`Storage::try_write_blind_async`] did.
 #[derive(Debug)]
 pub enum BlindWrite {
-    /// Queued: await the commit, then apply the count changes.
+    /// Queued (and counted): await the commit; revert the count changes if it failed.
     Queued(lsm::Commit, CountChanges),
     /// An earlier async write under the same stripes is not visible yet: await it, try again.
     WaitFor(lsm::WriteTicket),
     /// Another command holds one of the stripes right now: try again shortly.
     Busy,
-    /// Needs blocking (busy stripes, counts that need the disk, a read-only engine): run
+    /// Needs blocking (counts that need the disk, a read-only engine): run
     /// [`Storage::write_blind`] on an executor thread.
     HandOff,
 }
 
-/// What a queued write changes in the keyspace counts, applied once it is committed.
+/// What a queued write changed in the keyspace counts (taken back if its commit fails).
 #[derive(Debug, Default)]
 pub struct CountChanges(Vec<(u16, counts::Delta)>);
 
@@ -230,11 +230,12 @@ impl Storage {
     /// [`Storage::write_blind`] for a connection's own (async) thread: never waits. If the
     /// keys' stripes are free, every earlier write under them is visible, the keyspace counts
     /// can be kept from memory and the engine is writable, the batch is taken out of `batch`
-    /// and queued with the engine, and the stripes are released at once (marked with the
-    /// write, so the next holder waits for it to be visible); the caller awaits the returned
-    /// commit, then applies the returned count changes if it succeeded. Otherwise nothing
-    /// happened, and the answer says what to do: await an earlier write under the same
-    /// stripes and try again, or run [`Storage::write_blind`] where blocking is allowed.
+    /// and queued with the engine, its count changes applied, and the stripes released at once
+    /// (marked with the write, so the next holder waits for it to be visible); the caller
+    /// awaits the returned commit and, if it failed, reverts the returned count changes.
+    /// Otherwise nothing happened, and the answer says what to do: await an earlier write
+    /// under the same stripes (or a busy stripe) and try again, or run
+    /// [`Storage::write_blind`] where blocking is allowed.
     pub fn try_write_blind_async(
         &self,
         db: u32,
@@ -261,6 +262,11 @@ impl Storage {
         };
         guard.queued(commit.ticket());
         drop(guard);
+        // Counted now, not when the commit is seen: the write commits even if nobody awaits it
+        // (a connection dropped at shutdown); a failed commit is taken back (`revert_counts`).
+        for (pdb, d) in &deltas {
+            self.counts.apply(*pdb, d);
+        }
         // Set before the write is visible: a transaction that locks these keys next waits for
         // the write, then sees its flag (at worst a spurious failure if the write fails).
         for f in watchers {
@@ -269,10 +275,11 @@ impl Storage {
         Ok(BlindWrite::Queued(commit, CountChanges(deltas)))
     }
 
-    /// Applies count changes from [`Storage::try_write_blind_async`] once its write committed.
-    pub fn apply_counts(&self, changes: &CountChanges) {
+    /// Takes back the count changes of a write from [`Storage::try_write_blind_async`] whose
+    /// commit failed.
+    pub fn revert_counts(&self, changes: &CountChanges) {
         for (pdb, d) in &changes.0 {
-            self.counts.apply(*pdb, d);
+            self.counts.apply(*pdb, &d.reversed());
         }
     }
 
