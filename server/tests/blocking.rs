@@ -172,3 +172,19 @@ fn a_blocked_brpoplpush_whose_destination_is_not_a_list_gets_wrongtype_and_the_e
     assert_eq!(cmd("LRANGE").arg("src").arg(0).arg(-1).query::<Vec<String>>(&mut admin).unwrap(), ["a", "b"]);
     wait_blocked(&mut admin, 0);
 }
+
+#[test]
+fn swapdb_serves_clients_blocked_on_keys_the_swap_brings_in() {
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    cmd("SELECT").arg(1).query::<()>(&mut admin).unwrap();
+    cmd("RPUSH").arg("k").arg("hello").query::<()>(&mut admin).unwrap();
+    let mut waiter = server.client();
+    cmd("SELECT").arg(9).query::<()>(&mut waiter).unwrap();
+    let t = thread::spawn(move || cmd("BRPOP").arg("k").arg(5).query::<(String, String)>(&mut waiter).unwrap());
+    wait_blocked(&mut admin, 1);
+    cmd("SWAPDB").arg(1).arg(9).query::<()>(&mut admin).unwrap();
+    assert_eq!(t.join().unwrap(), ("k".to_string(), "hello".to_string()));
+    cmd("SELECT").arg(9).query::<()>(&mut admin).unwrap();
+    assert_eq!(cmd("EXISTS").arg("k").query::<i64>(&mut admin).unwrap(), 0, "the element went to the waiter");
+}

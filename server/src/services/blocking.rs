@@ -141,6 +141,12 @@ impl Registry {
         !queues.is_empty() && queues.contains_key(&(db, key.clone()))
     }
 
+    /// The keys of `db` that clients are blocked on.
+    pub fn waited_keys(&self, db: u32) -> Vec<Bytes> {
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.keys().filter(|(d, _)| *d == db).map(|(_, k)| k.clone()).collect()
+    }
+
     /// Serves the clients blocked on `key` of `db`, oldest first, while their attempts succeed.
     pub fn serve(&self, db: u32, key: &Bytes) {
         loop {

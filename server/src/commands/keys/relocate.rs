@@ -179,5 +179,19 @@ fn swapdb(s: &mut Session, args: &[Bytes]) -> Reply {
     if a == b {
         return Reply::ok();
     }
-    s.state.storage.swap_databases(&s.exec, a as u32, b as u32).map_or_else(engine_error, |_| Reply::ok())
+    if let Err(e) = s.state.storage.swap_databases(&s.exec, a as u32, b as u32) {
+        return engine_error(e);
+    }
+    // Clients blocked on keys of either database may be served by what was swapped in (as in
+    // Redis). Inside EXEC only the session's own database is signalled, served after it.
+    for db in [a as u32, b as u32] {
+        for key in s.state.blocking.waited_keys(db) {
+            if !s.in_exec {
+                s.state.blocking.serve(db, &key);
+            } else if db == s.db {
+                s.signal(&key);
+            }
+        }
+    }
+    Reply::ok()
 }
