@@ -61,6 +61,27 @@ pub struct Registry {
     queues: Mutex<Queues>,
     by_client: Mutex<HashMap<u64, Arc<Waiter>>>,
     next_id: AtomicU64,
+    /// Keys to serve, served by one thread at a time (see [`Registry::serve`]).
+    serving: Mutex<Serving>,
+}
+
+/// Keys signalled and not yet served, and whether a thread is serving them.
+#[derive(Debug, Default)]
+struct Serving {
+    pending: VecDeque<(u32, Bytes)>,
+    active: bool,
+}
+
+/// Clears `active` if an attempt panics during the serving thread's turn (a normal end clears
+/// it under the lock that saw the queue empty).
+struct ServingTurn<'a>(&'a Mutex<Serving>);
+
+impl Drop for ServingTurn<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).active = false;
+        }
+    }
 }
 
 /// A registration; dropping it withdraws the waiter.
@@ -148,7 +169,40 @@ impl Registry {
     }
 
     /// Serves the clients blocked on `key` of `db`, oldest first, while their attempts succeed.
+    /// One thread serves at a time, so the oldest waiter of a key always gets the first chance
+    /// (two pushers serving one key at once could hand an element to the second waiter while
+    /// the first still waits): if another thread is serving, the key is queued for it and this
+    /// returns at once; so is a key signalled by an attempt itself (BLMOVE's destination).
     pub fn serve(&self, db: u32, key: &Bytes) {
+        {
+            let mut st = self.serving.lock().unwrap_or_else(|e| e.into_inner());
+            if !st.pending.iter().any(|(d, k)| *d == db && k == key) {
+                st.pending.push_back((db, key.clone()));
+            }
+            if st.active {
+                return;
+            }
+            st.active = true;
+        }
+        let _turn = ServingTurn(&self.serving);
+        loop {
+            let next = {
+                let mut st = self.serving.lock().unwrap_or_else(|e| e.into_inner());
+                match st.pending.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        // Cleared under the same lock that queues keys: none is left behind.
+                        st.active = false;
+                        return;
+                    }
+                }
+            };
+            self.serve_key(next.0, &next.1);
+        }
+    }
+
+    /// Serves the waiters of one key (the serving thread's turn).
+    fn serve_key(&self, db: u32, key: &Bytes) {
         loop {
             let waiters: Vec<Arc<Waiter>> = {
                 let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
