@@ -352,7 +352,7 @@ pub fn run_in_memory(
             return InMemory::Stopped(false);
         }
         s.state.in_memory.reads.fetch_add(1, Ordering::Relaxed);
-        let reply = outcome.unwrap_or_else(|panic| panicked(s, &args[0].clone(), &*panic));
+        let reply = outcome.unwrap_or_else(|panic| panicked(s, &args[0], &*panic));
         s.exec.reset();
         requests.pop_front();
         if s.take_reply_permission() {
@@ -411,7 +411,12 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
     let mut replies = Vec::new();
     while let Some(args) = requests.front() {
         let Some(spec) = lookup(&args[0]).filter(|c| c.name == "set" && args.len() == 3) else { break };
-        if s.db != sets.db || sets.is_full() {
+        // A pause or a kill that came meanwhile is honoured between SETs, as on an executor.
+        if s.db != sets.db
+            || sets.is_full()
+            || s.handle.killed.load(Ordering::Acquire)
+            || s.state.pause_remaining(true).is_some()
+        {
             break;
         }
         match admit(s, args, Some(spec)) {
