@@ -31,6 +31,7 @@ use crate::snapshot::{Snapshot, SnapshotList};
 use crate::sstable::Fetch;
 use crate::wal::LogWriter;
 use crate::{Error, Result};
+pub use write::{Commit, Committed, WriteTicket};
 
 /// What readers need, swapped atomically as memtables rotate and flushes land: the active
 /// memtable, the frozen ones (newest first) and the table version.
@@ -175,66 +176,6 @@ pub struct Db {
 #[derive(Debug)]
 struct CloseOnDrop(Arc<DbInner>);
 
-/// Identifies an async write ([`Db::write_async`]); later writes have larger tickets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WriteTicket(u64);
-
-/// An async write from [`Db::write_async`]: resolves once its batch is committed. Polling
-/// never blocks; dropping it does not cancel the write.
-#[derive(Debug)]
-pub struct Commit {
-    inner: Arc<DbInner>,
-    ticket: WriteTicket,
-    waiter: u64,
-    done: bool,
-}
-
-/// From [`Db::committed`]: resolves once an async write is committed or failed.
-#[derive(Debug)]
-pub struct Committed {
-    inner: Arc<DbInner>,
-    ticket: WriteTicket,
-    waiter: u64,
-}
-
-impl std::future::Future for Committed {
-    type Output = ();
-
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.inner.poll_committed(self.ticket.0, self.waiter, cx)
-    }
-}
-
-impl Drop for Committed {
-    fn drop(&mut self) {
-        self.inner.drop_waiter(self.waiter, None);
-    }
-}
-
-impl Commit {
-    /// The write's ticket (see [`Db::is_committed`]).
-    pub fn ticket(&self) -> WriteTicket {
-        self.ticket
-    }
-}
-
-impl std::future::Future for Commit {
-    type Output = Result<()>;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
-        let this = &mut *self;
-        this.inner.poll_commit(this.ticket.0, this.waiter, &mut this.done, cx)
-    }
-}
-
-impl Drop for Commit {
-    fn drop(&mut self) {
-        if !self.done {
-            self.inner.drop_waiter(self.waiter, Some(self.ticket.0));
-        }
-    }
-}
-
 /// A non-owning read handle from [`Db::downgrade`]: reads fail with [`Error::Closed`] once the
 /// database is closed or every [`Db`] is dropped.
 #[derive(Debug, Clone)]
@@ -341,14 +282,14 @@ impl Db {
     /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
     pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
         let (ticket, waiter) = self.inner.submit(batch, opts)?;
-        Ok(Commit { inner: Arc::clone(&self.inner), ticket: WriteTicket(ticket), waiter, done: false })
+        Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
     }
 
     /// A future that resolves once the async write `ticket` is committed or failed (its writes,
     /// if any, visible) — for a reader that must see it and may not block. Its result stays for
     /// its [`Commit`].
     pub fn committed(&self, ticket: WriteTicket) -> Committed {
-        Committed { inner: Arc::clone(&self.inner), ticket, waiter: self.inner.new_waiter() }
+        Committed::new(Arc::clone(&self.inner), ticket)
     }
 
     /// True once the async write `ticket` is committed or failed (its writes, if any, visible).

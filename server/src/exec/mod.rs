@@ -4,7 +4,7 @@
 //! what cannot block: each connection's task reads, parses, writes replies and waits, and runs
 //! the leading requests of a batch itself only when memory answers them — point reads with
 //! memory-only engine reads, plain SETs queued with the engine's non-blocking commit
-//! ([`gate::run_in_memory`]). Everything else (and any read that turns out to need the disk)
+//! ([`in_memory::run_in_memory`]). Everything else (and any read that turns out to need the disk)
 //! goes with the connection's [`Session`] to an executor thread ([`pool`]), which passes each
 //! request through the one command gate ([`gate`]) — as the in-memory path does — and runs it
 //! against the engine, where a page fault, a lock wait, a group commit or a write stall blocks
@@ -14,9 +14,11 @@
 //! command, and a connection whose unsent replies pass a bound is not read until they drain.
 
 pub mod gate;
+pub mod in_memory;
 pub mod pool;
 pub mod session;
 
-pub use gate::{dispatch, gate, run_batch, run_in_memory, serve_signals, BatchEnd, InMemory, InMemoryCounters};
+pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
+pub use in_memory::{run_in_memory, InMemory, InMemoryCounters};
 pub use pool::{Executor, JobPanicked};
 pub use session::{BlockRequest, ReplyMode, Session};

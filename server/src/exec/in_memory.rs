@@ -1,0 +1,328 @@
+//! What a connection's own task runs before it hands its batch to an executor thread: reads
+//! that memory answers (memory-only engine reads) and runs of plain SETs queued with the
+//! engine's async commit. Every request passes the same gate as on an executor thread
+//! ([`mod@super::gate`]), once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{Bytes, BytesMut};
+
+use super::gate::{admit, panicked, run_command, SetBatch};
+use super::session::Session;
+use crate::commands::{engine_error, lookup};
+use crate::resp::Reply;
+use crate::storage::BlindWrite;
+
+/// Commands that may run on the connection's own thread when memory can answer them: reads of
+/// one record per key (metadata, a field, a member) that never wait, never write and never
+/// walk a range — plus PING and ECHO, which touch no data.
+const MEMORY_READS: &[&str] = &[
+    "echo",
+    "exists",
+    "expiretime",
+    "get",
+    "hexists",
+    "hget",
+    "hlen",
+    "hmget",
+    "hstrlen",
+    "llen",
+    "mget",
+    "pexpiretime",
+    "ping",
+    "pttl",
+    "scard",
+    "sismember",
+    "smismember",
+    "strlen",
+    "ttl",
+    "type",
+    "zcard",
+    "zmscore",
+    "zscore",
+];
+
+/// How often [`run_in_memory`] ran requests on connections' own tasks (INFO stats).
+#[derive(Debug, Default)]
+pub struct InMemoryCounters {
+    /// Reads answered from memory.
+    pub reads: AtomicU64,
+    /// Reads voided because they needed the disk (then run on an executor).
+    pub reads_voided: AtomicU64,
+    /// Batches of plain SETs queued with the engine's async commit.
+    pub set_batches: AtomicU64,
+    /// Batches of plain SETs handed to an executor (busy stripes, counts needing the disk).
+    pub set_batches_handed_off: AtomicU64,
+}
+
+/// What [`run_in_memory`] left for its caller.
+#[derive(Debug)]
+pub enum InMemory {
+    /// It ran what it could; the rest (if any) goes to an executor thread. True if it stopped
+    /// because the replies passed the output bound.
+    Stopped(bool),
+    /// A run of plain SETs was queued with the engine: await [`PendingSets::commit`], then
+    /// [`PendingSets::finish`], then call again.
+    Sets(PendingSets),
+}
+
+/// Runs requests from the front of `requests` on the calling thread — a connection's async
+/// task — without ever blocking it:
+/// - one of `MEMORY_READS` runs with every engine read made memory-only (memtables, open
+///   tables, the block cache). The first that needs the disk stays at the front, its reply
+///   discarded, for [`run_batch`](super::gate::run_batch) on an executor thread to run from scratch (reads have no
+///   effects to undo);
+/// - a run of plain `SET key value`s is queued with the engine as one batch
+///   ([`Storage::try_write_blind_async`](crate::storage::Storage::try_write_blind_async)),
+///   handed to an executor thread only if their key stripes are busy or the keyspace counts
+///   cannot be kept from memory; the caller awaits the commit (other connections go on).
+///
+/// Every request passes the same gate as on an executor thread, once.
+pub fn run_in_memory(
+    s: &mut Session,
+    requests: &mut VecDeque<Vec<Bytes>>,
+    out: &mut BytesMut,
+    output_bound: usize,
+) -> InMemory {
+    while let Some(args) = requests.front() {
+        let Some(spec) = lookup(&args[0]) else { return InMemory::Stopped(false) };
+        let plain_set = spec.name == "set" && args.len() == 3;
+        if !(plain_set || MEMORY_READS.contains(&spec.name)) {
+            return InMemory::Stopped(false);
+        }
+        // Where the executor path has more to do (transactions, authentication, pauses), it
+        // does it: those requests go there.
+        if !s.authenticated
+            || s.multi.is_some()
+            || s.in_exec
+            || s.handle.killed.load(Ordering::Acquire)
+            || s.state.pause_remaining(plain_set).is_some()
+        {
+            return InMemory::Stopped(false);
+        }
+        if plain_set {
+            return InMemory::Sets(queue_sets(s, requests));
+        }
+        s.exec.begin_memory_only();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match admit(s, args, Some(spec)) {
+            Ok(spec) => run_command(s, spec, args),
+            Err(reply) => reply,
+        }));
+        if s.exec.end_memory_only() {
+            // Void: the executor runs it again, gate included (counted once).
+            s.state.commands_processed.fetch_sub(1, Ordering::Relaxed);
+            s.state.in_memory.reads_voided.fetch_add(1, Ordering::Relaxed);
+            s.exec.reset();
+            return InMemory::Stopped(false);
+        }
+        s.state.in_memory.reads.fetch_add(1, Ordering::Relaxed);
+        let reply = outcome.unwrap_or_else(|panic| panicked(s, &args[0], &*panic));
+        s.exec.reset();
+        requests.pop_front();
+        if s.take_reply_permission() {
+            reply.encode(s.protocol, out);
+        }
+        if out.len() >= output_bound {
+            return InMemory::Stopped(true);
+        }
+    }
+    InMemory::Stopped(false)
+}
+
+/// The commit of a run of SETs queued by [`run_in_memory`].
+pub type SetsCommit = std::pin::Pin<Box<dyn std::future::Future<Output = lsm::Result<()>> + Send>>;
+
+/// A run of pipelined plain SETs on its way to the engine: their replies go out, in order,
+/// once the batch is committed (an error answers every SET of it, as `SetBatch` does).
+pub struct PendingSets {
+    /// Resolves once the batch is committed (None: nothing to commit).
+    pub commit: Option<SetsCommit>,
+    /// Each request's reply: `None` for a SET in the batch (OK, or the commit's error), or the
+    /// gate's refusal; and whether it is sent (`CLIENT REPLY`).
+    replies: Vec<(Option<Reply>, bool)>,
+}
+
+impl std::fmt::Debug for PendingSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingSets").field("replies", &self.replies.len()).finish_non_exhaustive()
+    }
+}
+
+impl PendingSets {
+    /// Encodes the replies once `committed` is the commit's outcome (Ok if there was none).
+    pub fn finish(self, s: &Session, committed: lsm::Result<()>, out: &mut BytesMut) {
+        let outcome = match committed {
+            Ok(()) => Reply::ok(),
+            Err(e) => engine_error(e),
+        };
+        for (reply, send) in self.replies {
+            if send {
+                reply.as_ref().unwrap_or(&outcome).encode(s.protocol, out);
+            }
+        }
+    }
+}
+
+/// Times a queued SET batch waits for earlier writes under its stripes (or for a busy stripe)
+/// before it is handed to an executor instead.
+const MAX_STRIPE_WAITS: usize = 8;
+
+/// Takes the run of plain SETs at the front of `requests` (one database, up to a
+/// `SetBatch`'s size) through the gate, and returns the admitted ones as one batch whose
+/// commit the caller awaits.
+fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSets {
+    let mut sets = SetBatch::for_db(s.db);
+    let mut replies = Vec::new();
+    while let Some(args) = requests.front() {
+        let Some(spec) = lookup(&args[0]).filter(|c| c.name == "set" && args.len() == 3) else { break };
+        // A pause or a kill that came meanwhile is honoured between SETs, as on an executor.
+        if s.db != sets.db
+            || sets.is_full()
+            || s.handle.killed.load(Ordering::Acquire)
+            || s.state.pause_remaining(true).is_some()
+        {
+            break;
+        }
+        match admit(s, args, Some(spec)) {
+            Ok(_) => {
+                let send = sets.add(s, args);
+                replies.push((None, send));
+            }
+            Err(reply) => replies.push((Some(reply), s.take_reply_permission())),
+        }
+        s.exec.reset();
+        requests.pop_front();
+    }
+    let (db, keys, batch) = (sets.db, sets.keys, sets.batch);
+    if keys.is_empty() {
+        return PendingSets { commit: None, replies };
+    }
+    let state = std::sync::Arc::clone(&s.state);
+    let commit = async move {
+        let mut batch = batch;
+        for _ in 0..MAX_STRIPE_WAITS {
+            match state.storage.try_write_blind_async(db, &keys, &mut batch)? {
+                BlindWrite::Queued(commit, changes) => {
+                    state.in_memory.set_batches.fetch_add(1, Ordering::Relaxed);
+                    let committed = commit.await;
+                    if committed.is_err() {
+                        state.storage.revert_counts(&changes);
+                    }
+                    return committed;
+                }
+                // Another connection's SET under one of our stripes is being committed.
+                BlindWrite::WaitFor(ticket) => state.storage.engine().committed(ticket).await,
+                // Held for a moment by another command: let it finish.
+                BlindWrite::Busy => tokio::task::yield_now().await,
+                BlindWrite::HandOff => break,
+            }
+        }
+        // Busy stripes or counts that need the disk: an executor thread writes it.
+        state.in_memory.set_batches_handed_off.fetch_add(1, Ordering::Relaxed);
+        let writer = std::sync::Arc::clone(&state);
+        let job = state
+            .executor
+            .run(move || writer.storage.write_blind(&crate::storage::ExecContext::new(), db, &keys, batch));
+        job.await.unwrap_or_else(|_| Err(lsm::Error::InvalidArgument("the write's executor job failed".into())))
+    };
+    PendingSets { commit: Some(Box::pin(commit)), replies }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::exec::gate::tests::{request, session, session_in};
+    use crate::exec::gate::{dispatch, run_batch, BatchEnd};
+
+    #[test]
+    fn reads_run_in_memory_until_one_needs_the_disk_which_stays_queued_for_an_executor() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = session_in(dir.path());
+            for i in 0..2000 {
+                let key = format!("k{i}");
+                dispatch(&mut s, &request(&[b"set", key.as_bytes(), b"v"]));
+            }
+            s.state.storage.engine().flush().unwrap();
+        }
+        // Reopened: the keys are in a table none of whose blocks has been read.
+        let mut s = session_in(dir.path());
+        dispatch(&mut s, &request(&[b"set", b"fresh", b"new"]));
+        let state = Arc::clone(&s.state);
+        let processed = || state.commands_processed.load(Ordering::Relaxed);
+        let before = processed();
+        let mut queue: VecDeque<Vec<Bytes>> =
+            [request(&[b"ping"]), request(&[b"get", b"fresh"]), request(&[b"get", b"k7"]), request(&[b"get", b"k8"])]
+                .into();
+        let mut out = BytesMut::new();
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n", "PING and the memtable read ran");
+        assert_eq!(queue.len(), 2, "the read that needs the disk (and all after it) stays queued");
+        assert_eq!(processed(), before + 2, "the voided attempt is not counted");
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n$1\r\nv\r\n$1\r\nv\r\n");
+        assert_eq!(processed(), before + 4);
+        // The block is cached now: the same reads run in memory; a write that is not a plain
+        // SET does not.
+        out.clear();
+        queue.extend([request(&[b"get", b"k7"]), request(&[b"incr", b"k7"]), request(&[b"get", b"k7"])]);
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!((&out[..], queue.len()), (&b"$1\r\nv\r\n"[..], 2));
+        assert!(s.exec.is_clear());
+    }
+
+    /// Drives `run_in_memory` as a connection does, committing queued SETs on this thread.
+    fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &mut BytesMut) {
+        loop {
+            match run_in_memory(s, queue, out, 1 << 20) {
+                InMemory::Stopped(_) => return,
+                InMemory::Sets(mut sets) => {
+                    let committed = sets.commit.take().map_or(Ok(()), futures_block_on);
+                    sets.finish(s, committed, out);
+                }
+            }
+        }
+    }
+
+    /// Polls `f` to completion on this thread.
+    fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn pipelined_sets_commit_in_memory_with_exact_counts_and_replies_in_order() {
+        let (_d, mut s) = session();
+        dispatch(&mut s, &request(&[b"set", b"old", b"1"]));
+        let mut queue: VecDeque<Vec<Bytes>> = [
+            request(&[b"set", b"old", b"2"]),
+            request(&[b"set", b"new", b"1"]),
+            request(&[b"set", b"new", b"2"]),
+            request(&[b"set", b"x", b"1", b"nx"]), // not a plain SET: stops the run
+            request(&[b"get", b"new"]),
+        ]
+        .into();
+        let mut out = BytesMut::new();
+        run_here(&mut s, &mut queue, &mut out);
+        assert_eq!(&out[..], b"+OK\r\n+OK\r\n+OK\r\n", "the three plain SETs, then the rest is left");
+        assert_eq!(queue.len(), 2);
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        assert_eq!(&out[..], b"+OK\r\n+OK\r\n+OK\r\n+OK\r\n$1\r\n2\r\n");
+        assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(3), "old, new, x");
+        // A read-modify-write right after sees the queued write (its stripe waits for it).
+        queue.extend([request(&[b"set", b"n", b"41"])]);
+        out.clear();
+        run_here(&mut s, &mut queue, &mut out);
+        assert_eq!(dispatch(&mut s, &request(&[b"incr", b"n"])), Reply::Integer(42));
+        assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(4));
+        // A SET the gate refuses keeps its place among the replies.
+        dispatch(&mut s, &request(&[b"config", b"set", b"min-replicas-to-write", b"1"]));
+        queue.extend([request(&[b"set", b"a", b"1"]), request(&[b"ping"])]);
+        out.clear();
+        run_here(&mut s, &mut queue, &mut out);
+        assert_eq!(&out[..], b"-NOREPLICAS Not enough good replicas to write.\r\n+PONG\r\n");
+        assert!(s.exec.is_clear());
+    }
+}
