@@ -1,6 +1,6 @@
 //! State shared by every connection.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,8 @@ pub struct ServerState {
     pub blocking: crate::services::blocking::Registry,
     /// Channels, patterns and their subscribers.
     pub pubsub: crate::services::pubsub::Hub,
+    /// `notify-keyspace-events` as flags (read by every command, so kept apart from `config`).
+    notify_flags: AtomicU32,
     /// LOCK / UNLOCK.
     pub locks: crate::services::named_locks::Locks,
     /// The threads commands run on.
@@ -105,6 +107,7 @@ impl ServerState {
             acl,
             replication,
             storage: Storage::new(db)?,
+            notify_flags: AtomicU32::new(config.notify_keyspace_events),
             config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
@@ -131,6 +134,11 @@ impl ServerState {
             tls_handshake_failures: AtomicU64::new(0),
             ops_sample: Mutex::new((Instant::now(), 0, 0.0)),
         })
+    }
+
+    /// The keyspace notification classes in force ([`crate::services::notifications`]).
+    pub fn notify_flags(&self) -> u32 {
+        self.notify_flags.load(Ordering::Relaxed)
     }
 
     /// The settings in force (hold the guard briefly).
@@ -172,6 +180,7 @@ impl ServerState {
             self.acl.set_default_password(new.requirepass.as_deref());
         }
         self.replication.configure(&new);
+        self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
         if new.loglevel != cfg.loglevel {
             if let Some(hook) = self.log_hook.get() {
                 hook(new.loglevel);

@@ -40,8 +40,15 @@ pub(super) fn block_or_reply(
         }
     }
     let state: Arc<ServerState> = Arc::clone(&s.state);
-    // A retry runs for no command of this client: in a context of its own.
-    let attempt = Box::new(move |key: &Bytes| attempt(&state, &ExecContext::new(), key).ok().flatten());
+    // A retry runs for no command of this client: in a context of its own, whose keyspace
+    // events are published once it is done.
+    let attempt = Box::new(move |key: &Bytes| {
+        let cx = ExecContext::new();
+        cx.set_notify_flags(state.notify_flags(), false);
+        let served = attempt(&state, &cx, key).ok().flatten();
+        crate::services::notifications::publish(&state, cx.take_events());
+        served
+    });
     s.block(BlockRequest { keys, timeout, attempt, timeout_reply, lock: None, replicas: None })
 }
 

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::{engine_error, parse_i64, Session};
 use crate::glob;
 use crate::resp::Reply;
+use crate::services::notifications;
 use crate::storage::{Header, KeyType, Meta, View};
 
 pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -56,12 +57,28 @@ pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: 
     view.put_meta(batch, key, &updated);
 }
 
-/// Commits `batch` and answers `ok`.
-pub(super) fn commit(s: &Session, batch: lsm::WriteBatch, ok: Reply) -> Reply {
+/// Commits `batch` and answers `ok`, recording keyspace event `event` (of `class`) for `key`
+/// once it is written — then `del` if the change `emptied` the collection (it no longer
+/// exists). Nothing to write, no event.
+pub(super) fn commit_event(
+    s: &Session,
+    batch: lsm::WriteBatch,
+    ok: Reply,
+    (class, event): (u32, &'static str),
+    key: &[u8],
+    emptied: bool,
+) -> Reply {
     if batch.is_empty() {
         return ok;
     }
-    s.state.storage.write(&s.exec, batch).map_or_else(engine_error, |_| ok)
+    if let Err(e) = s.state.storage.write(&s.exec, batch) {
+        return engine_error(e);
+    }
+    s.notify(class, event, key);
+    if emptied {
+        s.notify(notifications::GENERIC, "del", key);
+    }
+    ok
 }
 
 /// Options of HSCAN / SSCAN / ZSCAN.

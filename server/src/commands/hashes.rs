@@ -5,9 +5,12 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::collections::{commit, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER};
+use super::collections::{
+    commit_event, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER,
+};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::HASH;
 use crate::storage::{Header, KeyType, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
@@ -58,6 +61,9 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
     header.count += added as u64;
     store(&view, &mut b, key, &meta, header);
     s.state.storage.write(&s.exec, b).map_err(engine_error)?;
+    if !only_new || added > 0 {
+        s.notify(HASH, "hset", key);
+    }
     Ok(added)
 }
 
@@ -140,7 +146,8 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     if !removed.is_empty() {
         store(&view, &mut b, &args[1], &meta, header);
     }
-    commit(s, b, Reply::Integer(removed.len() as i64))
+    let emptied = header.count == 0;
+    commit_event(s, b, Reply::Integer(removed.len() as i64), (HASH, "hdel"), &args[1], emptied)
 }
 
 fn hexists(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -196,7 +203,7 @@ fn hgetall(s: &mut Session, args: &[Bytes]) -> Reply {
 /// new one and the reply.
 fn update_field(
     s: &Session,
-    key: &[u8],
+    (key, event): (&[u8], &'static str),
     field: &[u8],
     update: impl FnOnce(Option<&Bytes>) -> Result<(Bytes, Reply), Reply>,
 ) -> Reply {
@@ -227,12 +234,12 @@ fn update_field(
         view.put_element(&mut b, meta.uid, field, &value);
     }
     store(&view, &mut b, key, &meta, header);
-    commit(s, b, reply)
+    commit_event(s, b, reply, (HASH, event), key, false)
 }
 
 fn hincrby(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(delta) = parse_i64(&args[3]) else { return Reply::error(NOT_INTEGER) };
-    update_field(s, &args[1], &args[2], |current| {
+    update_field(s, (&args[1], "hincrby"), &args[2], |current| {
         let n = match current {
             Some(v) => parse_i64(v)
                 .filter(|_| v.len() <= 20)
@@ -250,7 +257,7 @@ fn hincrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
         Some(incr) if !incr.is_finite() => return Reply::error("ERR value is NaN or Infinity"),
         Some(_) => {}
     }
-    update_field(s, &args[1], &args[2], |current| {
+    update_field(s, (&args[1], "hincrbyfloat"), &args[2], |current| {
         let current = current.cloned().unwrap_or_else(|| Bytes::from_static(b"0"));
         if crate::num::parse_float(&current).is_none() {
             return Err(Reply::error("ERR hash value is not a float"));

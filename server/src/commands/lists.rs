@@ -7,9 +7,10 @@
 
 use bytes::Bytes;
 
-use super::collections::{commit, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
+use super::collections::{commit_event, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::{GENERIC, LIST};
 use crate::state::ServerState;
 use crate::storage::{ExecContext, Header, KeyType, Meta, View};
 
@@ -73,6 +74,9 @@ pub(super) fn push(
     h.count = h.tail - h.head;
     store(&view, &mut b, key, &meta, h);
     state.storage.write(cx, b).map_err(engine_error)?;
+    if !values.is_empty() {
+        cx.notify(LIST, if left { "lpush" } else { "rpush" }, db, key);
+    }
     Ok(h.count as i64)
 }
 
@@ -86,9 +90,22 @@ pub(super) fn pop(
     count: usize,
 ) -> Result<Vec<Bytes>, Reply> {
     let _guard = state.storage.lock(cx, db, [key]);
-    pop_locked(state, cx, db, key, left, count)
+    let (items, emptied) = pop_locked(state, cx, db, key, left, count)?;
+    if !items.is_empty() {
+        notify_popped(cx, db, key, left, emptied);
+    }
+    Ok(items)
 }
 
+/// Records a pop's keyspace events: `lpop`/`rpop`, then `del` if the list is now gone.
+fn notify_popped(cx: &ExecContext, db: u32, key: &[u8], left: bool, emptied: bool) {
+    cx.notify(LIST, if left { "lpop" } else { "rpop" }, db, key);
+    if emptied {
+        cx.notify(GENERIC, "del", db, key);
+    }
+}
+
+/// Pops without recording events; also returns whether the list is now empty (gone).
 fn pop_locked(
     state: &ServerState,
     cx: &ExecContext,
@@ -96,9 +113,9 @@ fn pop_locked(
     key: &[u8],
     left: bool,
     count: usize,
-) -> Result<Vec<Bytes>, Reply> {
+) -> Result<(Vec<Bytes>, bool), Reply> {
     let view = state.storage.view(cx, db);
-    let Some(meta) = list_at(&view, key)? else { return Ok(Vec::new()) };
+    let Some(meta) = list_at(&view, key)? else { return Ok((Vec::new(), false)) };
     let mut h = Header::of(&meta);
     let n = count.min(h.count as usize);
     let mut b = lsm::WriteBatch::new();
@@ -119,7 +136,7 @@ fn pop_locked(
         store(&view, &mut b, key, &meta, h);
         state.storage.write(cx, b).map_err(engine_error)?;
     }
-    Ok(out)
+    Ok((out, h.count == 0))
 }
 
 /// Moves one element from `src` (its head if `from_left`) to `dst` (its head if `to_left`).
@@ -137,10 +154,12 @@ pub(super) fn move_one(
     // Both types are checked before anything moves.
     let Some(_) = list_at(&view, src)? else { return Ok(None) };
     list_at(&view, dst)?;
-    let popped = pop_locked(state, cx, db, src, from_left, 1)?;
+    let (popped, emptied) = pop_locked(state, cx, db, src, from_left, 1)?;
     let Some(v) = popped.into_iter().next() else { return Ok(None) };
     drop(_guard);
     push(state, cx, db, dst, std::slice::from_ref(&v), to_left, false)?;
+    // Redis's order: the destination's push, then the source's pop.
+    notify_popped(cx, db, src, from_left, emptied);
     Ok(Some(v))
 }
 
@@ -246,7 +265,7 @@ fn lset(s: &mut Session, args: &[Bytes]) -> Reply {
     let Some(at) = position(&Header::of(&meta), i) else { return Reply::error("ERR index out of range") };
     let mut b = lsm::WriteBatch::new();
     view.put_element(&mut b, meta.uid, &index_key(at), &args[3]);
-    commit(s, b, Reply::ok())
+    commit_event(s, b, Reply::ok(), (LIST, "lset"), &args[1], false)
 }
 
 /// Elements at positions `start..=end` (already clamped) of the list.
@@ -326,7 +345,7 @@ fn linsert(s: &mut Session, args: &[Bytes]) -> Reply {
     items.insert(if before { pivot } else { pivot + 1 }, args[4].clone());
     let mut b = lsm::WriteBatch::new();
     rewrite(&view, &mut b, &args[1], &meta, &Header::of(&meta), &items);
-    commit(s, b, Reply::Integer(items.len() as i64))
+    commit_event(s, b, Reply::Integer(items.len() as i64), (LIST, "linsert"), &args[1], false)
 }
 
 fn lrem(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -362,7 +381,7 @@ fn lrem(s: &mut Session, args: &[Bytes]) -> Reply {
     let kept: Vec<Bytes> = items.into_iter().zip(keep).filter_map(|(v, k)| k.then_some(v)).collect();
     let mut b = lsm::WriteBatch::new();
     rewrite(&view, &mut b, &args[1], &meta, &Header::of(&meta), &kept);
-    commit(s, b, Reply::Integer(removed as i64))
+    commit_event(s, b, Reply::Integer(removed as i64), (LIST, "lrem"), &args[1], kept.is_empty())
 }
 
 fn ltrim(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -388,7 +407,7 @@ fn ltrim(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let nh = Header { count: new_tail - new_head, head: new_head, tail: new_tail, removed: 0 };
     store(&view, &mut b, &args[1], &meta, nh);
-    commit(s, b, Reply::ok())
+    commit_event(s, b, Reply::ok(), (LIST, "ltrim"), &args[1], nh.count == 0)
 }
 
 /// `LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]`.

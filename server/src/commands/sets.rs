@@ -8,10 +8,11 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::collections::{
-    commit, fetch, fetch_or_create, pop_count, random_reply, scan_command, store, NOT_INTEGER, SYNTAX,
+    commit_event, fetch, fetch_or_create, pop_count, random_reply, scan_command, store, NOT_INTEGER, SYNTAX,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::{GENERIC, SET};
 use crate::storage::{Header, KeyType, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
@@ -74,8 +75,11 @@ fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     header.count += added.len() as u64;
+    if added.is_empty() {
+        return Reply::Integer(0);
+    }
     store(&view, &mut b, &args[1], &meta, header);
-    commit(s, b, Reply::Integer(added.len() as i64))
+    commit_event(s, b, Reply::Integer(added.len() as i64), (SET, "sadd"), &args[1], false)
 }
 
 /// Removes `targets` from the set at `key` in `batch`; returns how many were there.
@@ -127,7 +131,10 @@ fn srem(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let mut b = lsm::WriteBatch::new();
     match remove_members(&view, &mut b, &args[1], &meta, &args[2..]) {
-        Ok(n) => commit(s, b, Reply::Integer(n as i64)),
+        Ok(n) => {
+            let emptied = Header::of(&meta).count == n as u64;
+            commit_event(s, b, Reply::Integer(n as i64), (SET, "srem"), &args[1], emptied)
+        }
         Err(e) => e,
     }
 }
@@ -199,16 +206,31 @@ fn smove(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let dst_meta = dst_meta.unwrap_or_else(|| view.create(&mut b, dst, KeyType::Set));
     let mut header = Header::of(&dst_meta);
-    match is_member(&view, &Some(dst_meta.clone()), member) {
-        Ok(true) => {}
+    let added = match is_member(&view, &Some(dst_meta.clone()), member) {
+        Ok(true) => false,
         Ok(false) => {
             view.add_member(&mut b, dst_meta.uid, member, b"");
             header.count += 1;
             store(&view, &mut b, dst, &dst_meta, header);
+            true
         }
         Err(e) => return e,
+    };
+    let mark = s.exec.event_mark();
+    if let Err(e) = s.state.storage.write(&s.exec, b) {
+        return engine_error(e);
     }
-    commit(s, b, Reply::Integer(1))
+    // Redis's order: the source's events, then the destination's creation and `sadd`.
+    let created = s.exec.events_since(mark);
+    s.notify(SET, "srem", src);
+    if Header::of(&src_meta).count == 1 {
+        s.notify(GENERIC, "del", src);
+    }
+    s.exec.restore_events(created);
+    if added {
+        s.notify(SET, "sadd", dst);
+    }
+    Reply::Integer(1)
 }
 
 fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -234,11 +256,12 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
     // Picked members are members (and distinct): no need to look them up again.
     let mut b = lsm::WriteBatch::new();
     remove_known(&view, &mut b, &args[1], &meta, picked.iter());
+    let emptied = Header::of(&meta).count == picked.len() as u64;
     let reply = match count {
         Some(_) => set_reply(picked),
         None => picked.into_iter().next().map_or(Reply::Null, Reply::Bulk),
     };
-    commit(s, b, reply)
+    commit_event(s, b, reply, (SET, "spop"), &args[1], emptied)
 }
 
 fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -296,26 +319,36 @@ fn read_op(s: &Session, keys: &[Bytes], op: Op) -> Reply {
     combine(&s.state.storage.view(&s.exec, s.db), keys, op).map_or_else(|e| e, set_reply)
 }
 
-/// Replaces whatever `dest` holds with a set of `members` (deleting it if there are none).
-pub(super) fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>) -> Reply {
+/// Replaces whatever `dest` holds with a set of `members` (deleting it if there are none);
+/// keyspace event `event` for it, or `del` if it existed and is now gone.
+fn store_set(s: &Session, dest: &[u8], members: &BTreeSet<Bytes>, event: &'static str) -> Reply {
     let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     if members.is_empty() {
-        view.delete_meta(&mut b, dest);
-    } else {
-        let meta = view.create(&mut b, dest, KeyType::Set);
-        for m in members {
-            view.add_member(&mut b, meta.uid, m, b"");
+        match s.state.storage.get(&s.exec, s.db, dest) {
+            Ok(Some(_)) => view.delete_meta(&mut b, dest),
+            Ok(None) => return Reply::Integer(0),
+            Err(e) => return engine_error(e),
         }
-        store(&view, &mut b, dest, &meta, Header { count: members.len() as u64, ..Header::default() });
+        return commit_event(s, b, Reply::Integer(0), (GENERIC, "del"), dest, false);
     }
-    commit(s, b, Reply::Integer(members.len() as i64))
+    let meta = view.create(&mut b, dest, KeyType::Set);
+    for m in members {
+        view.add_member(&mut b, meta.uid, m, b"");
+    }
+    store(&view, &mut b, dest, &meta, Header { count: members.len() as u64, ..Header::default() });
+    commit_event(s, b, Reply::Integer(members.len() as i64), (SET, event), dest, false)
 }
 
 fn store_op(s: &Session, args: &[Bytes], op: Op) -> Reply {
     let _guard = s.state.storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
-    match combine(&s.state.storage.view(&s.exec, s.db), &args[2..], op) {
-        Ok(result) => store_set(s, &args[1], &result),
+    let event = match op {
+        Op::Inter => "sinterstore",
+        Op::Union => "sunionstore",
+        Op::Diff => "sdiffstore",
+    };
+    match s.exec.as_read(|| combine(&s.state.storage.view(&s.exec, s.db), &args[2..], op)) {
+        Ok(result) => store_set(s, &args[1], &result, event),
         Err(e) => e,
     }
 }

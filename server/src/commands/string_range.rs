@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 
-use super::strings::{done, string_at, WRONGTYPE};
+use super::strings::{done_event, string_at, WRONGTYPE};
 use super::{parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::STRING;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("getrange", 4, &["readonly"], ONE_KEY, getrange),
@@ -73,7 +74,8 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     body[offset as usize..end].copy_from_slice(value);
     let len = body.len() as i64;
-    done(storage.set_string(&s.exec, s.db, &args[1], Bytes::from(body), expire_at), Reply::Integer(len))
+    let r = storage.set_string(&s.exec, s.db, &args[1], Bytes::from(body), expire_at);
+    done_event(s, r, Reply::Integer(len), STRING, "setrange", &args[1])
 }
 
 /// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`, a port of Redis's dynamic

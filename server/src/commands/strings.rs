@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::{GENERIC, STRING};
 use crate::storage::{now_ms, KeyType, Meta};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
@@ -160,6 +161,21 @@ pub(super) fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
     r.map_or_else(engine_error, |_| ok)
 }
 
+/// [`done`], recording keyspace event `event` (of `class`) for `key` if the write succeeded.
+pub(super) fn done_event(
+    s: &Session,
+    r: lsm::Result<()>,
+    ok: Reply,
+    class: u32,
+    event: &'static str,
+    key: &[u8],
+) -> Reply {
+    if r.is_ok() {
+        s.notify(class, event, key);
+    }
+    done(r, ok)
+}
+
 fn get(s: &mut Session, args: &[Bytes]) -> Reply {
     let hit = |s: &Session, found: bool| {
         let c = if found { &s.state.keyspace_hits } else { &s.state.keyspace_misses };
@@ -198,7 +214,8 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
     if args.len() == 3 {
         // A plain SET replaces whatever was there: a blind write, no read.
         let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
-        return done(s.state.storage.set_string(&s.exec, s.db, key, value.clone(), 0), Reply::ok());
+        let r = s.state.storage.set_string(&s.exec, s.db, key, value.clone(), 0);
+        return done_event(s, r, Reply::ok(), STRING, "set", key);
     }
     let (mut nx, mut xx, mut get_old, mut keepttl) = (false, false, false, false);
     let mut expire: Option<u64> = None;
@@ -244,6 +261,10 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = storage.set_string(&s.exec, s.db, key, value.clone(), expire_at) {
         return engine_error(e);
     }
+    s.notify(STRING, "set", key);
+    if expire.is_some() {
+        s.notify(GENERIC, "expire", key);
+    }
     if get_old {
         old_reply()
     } else {
@@ -256,7 +277,10 @@ fn setnx(s: &mut Session, args: &[Bytes]) -> Reply {
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     match storage.get(&s.exec, s.db, &args[1]) {
         Ok(Some(_)) => Reply::Integer(0),
-        Ok(None) => done(storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0), Reply::Integer(1)),
+        Ok(None) => {
+            let r = storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0);
+            done_event(s, r, Reply::Integer(1), STRING, "set", &args[1])
+        }
         Err(e) => engine_error(e),
     }
 }
@@ -264,7 +288,13 @@ fn setnx(s: &mut Session, args: &[Bytes]) -> Reply {
 fn set_with_expiry(s: &mut Session, args: &[Bytes], unit_ms: u64, cmd: &str) -> Reply {
     let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     match expiry(&args[2], unit_ms, false, cmd) {
-        Ok(at) => done(s.state.storage.set_string(&s.exec, s.db, &args[1], args[3].clone(), at), Reply::ok()),
+        Ok(at) => {
+            let r = s.state.storage.set_string(&s.exec, s.db, &args[1], args[3].clone(), at);
+            if r.is_ok() {
+                s.notify(STRING, "set", &args[1]);
+            }
+            done_event(s, r, Reply::ok(), GENERIC, "expire", &args[1])
+        }
         Err(e) => e,
     }
 }
@@ -284,7 +314,7 @@ fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(Some(m)) => {
             let mut b = lsm::WriteBatch::new();
             storage.delete_into(&mut b, s.db, &args[1]);
-            done(storage.write(&s.exec, b), Reply::Bulk(m.body))
+            done_event(s, storage.write(&s.exec, b), Reply::Bulk(m.body), GENERIC, "del", &args[1])
         }
         Ok(None) => Reply::Null,
         Err(e) => e,
@@ -312,7 +342,12 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
     for pair in args[1..].chunks(2) {
         s.state.storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
     }
-    done(s.state.storage.write(&s.exec, b), Reply::ok())
+    let mark = s.exec.event_mark();
+    let r = s.state.storage.write(&s.exec, b);
+    if r.is_ok() {
+        s.exec.notify_each(mark, (STRING, "set"), s.db, args[1..].iter().step_by(2));
+    }
+    done(r, Reply::ok())
 }
 
 fn append(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -328,7 +363,8 @@ fn append(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     value.extend_from_slice(&args[2]);
     let len = value.len() as i64;
-    done(storage.set_string(&s.exec, s.db, &args[1], Bytes::from(value), expire_at), Reply::Integer(len))
+    let r = storage.set_string(&s.exec, s.db, &args[1], Bytes::from(value), expire_at);
+    done_event(s, r, Reply::Integer(len), STRING, "append", &args[1])
 }
 
 fn strlen(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -353,7 +389,8 @@ fn add(s: &mut Session, key: &[u8], delta: i64) -> Reply {
     let Some(next) = current.checked_add(delta) else {
         return Reply::error("ERR increment or decrement would overflow");
     };
-    done(storage.set_string(&s.exec, s.db, key, Bytes::from(next.to_string()), expire_at), Reply::Integer(next))
+    let r = storage.set_string(&s.exec, s.db, key, Bytes::from(next.to_string()), expire_at);
+    done_event(s, r, Reply::Integer(next), STRING, "incrby", key)
 }
 
 fn incr(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -384,10 +421,10 @@ fn getset(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
     match string_at(s, &args[1]) {
-        Ok(old) => done(
-            storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0),
-            old.map_or(Reply::Null, |m| Reply::Bulk(m.body)),
-        ),
+        Ok(old) => {
+            let r = storage.set_string(&s.exec, s.db, &args[1], args[2].clone(), 0);
+            done_event(s, r, old.map_or(Reply::Null, |m| Reply::Bulk(m.body)), STRING, "set", &args[1])
+        }
         Err(e) => e,
     }
 }
@@ -426,12 +463,18 @@ fn getex(s: &mut Session, args: &[Bytes]) -> Reply {
     match new_expiry {
         Some(at) if at != meta.expire_at_ms => {
             let mut b = lsm::WriteBatch::new();
-            if at != 0 && at <= now_ms() {
+            let event = if at != 0 && at <= now_ms() {
                 storage.delete_into(&mut b, s.db, &args[1]);
+                "del"
             } else {
                 storage.put_into(&mut b, s.db, &args[1], &Meta { expire_at_ms: at, ..meta });
-            }
-            done(storage.write(&s.exec, b), value)
+                if at == 0 {
+                    "persist"
+                } else {
+                    "expire"
+                }
+            };
+            done_event(s, storage.write(&s.exec, b), value, GENERIC, event, &args[1])
         }
         _ => value,
     }
@@ -455,7 +498,12 @@ fn msetnx(s: &mut Session, args: &[Bytes]) -> Reply {
     for pair in args[1..].chunks(2) {
         storage.put_into(&mut b, s.db, &pair[0], &Meta::string(pair[1].clone(), 0));
     }
-    done(storage.write(&s.exec, b), Reply::Integer(1))
+    let mark = s.exec.event_mark();
+    let r = storage.write(&s.exec, b);
+    if r.is_ok() {
+        s.exec.notify_each(mark, (STRING, "set"), s.db, args[1..].iter().step_by(2));
+    }
+    done(r, Reply::Integer(1))
 }
 
 /// `INCRBYFLOAT key increment`, printed as Redis prints long doubles.
@@ -470,7 +518,8 @@ fn incrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
     match crate::num::incr_by_float(&current, &args[2]) {
         Ok(text) => {
             let value = Bytes::from(text);
-            done(storage.set_string(&s.exec, s.db, &args[1], value.clone(), expire_at), Reply::Bulk(value))
+            let r = storage.set_string(&s.exec, s.db, &args[1], value.clone(), expire_at);
+            done_event(s, r, Reply::Bulk(value), STRING, "incrbyfloat", &args[1])
         }
         Err(e) => Reply::error(e.message()),
     }

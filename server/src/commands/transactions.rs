@@ -139,6 +139,11 @@ pub(crate) fn run_buffered(
     let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
     state.storage.end_exec(&s.exec);
     drop(guard);
+    // The queued commands' keyspace events, once their writes are visible (none if they failed).
+    let events = s.exec.take_events();
+    if committed.is_ok() {
+        crate::services::notifications::publish(&state, events);
+    }
     crate::exec::serve_signals(s);
     committed
 }

@@ -76,6 +76,8 @@ pub struct Config {
     pub client_query_buffer_limit: u64,
     /// Engine memtable size.
     pub write_buffer_size: u64,
+    /// `notify-keyspace-events` as flags ([`crate::services::notifications`]).
+    pub notify_keyspace_events: u32,
     /// Runtime threads doing network I/O (0: one per core).
     pub worker_threads: usize,
     /// Executor threads running commands (0: one per core).
@@ -119,6 +121,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             write_buffer_size: 16 << 20,
+            notify_keyspace_events: 0,
             worker_threads: 0,
             executor_threads: 0,
             level0_slowdown_writes_trigger: 20,
@@ -269,6 +272,13 @@ impl Config {
                 }
                 lower
             }
+            Kind::Str if param.name == "notify-keyspace-events" => {
+                // Kept as given (with `n` under `A`), shown as Redis shows it (without).
+                let flags = crate::services::notifications::parse(&value)
+                    .ok_or("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")?;
+                self.notify_keyspace_events = flags;
+                crate::services::notifications::format(flags)
+            }
             Kind::Str => value,
         };
         self.set_typed(param.name, &canonical)?;
@@ -362,9 +372,6 @@ impl Config {
                     "maxmemory is not supported: data lives on disk; bound memory with block-cache-size and write-buffer-size"
                         .into(),
                 )
-            }
-            "notify-keyspace-events" if !v.is_empty() => {
-                return Err("keyspace notifications are not supported yet".into())
             }
             "supervised" if v == "upstart" => return Err("supervised upstart is not supported (systemd is)".into()),
             "table-read-mode" => self.table_read_mode = v.parse().map_err(|e: lsm::Error| e.to_string())?,

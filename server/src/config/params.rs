@@ -43,16 +43,8 @@ impl Param {
 
 /// Parameters only their default value is accepted for: Shale cannot honour another, so
 /// setting one stops the server at startup (or fails `CONFIG SET`) with the reason.
-pub const DEFAULT_ONLY: &[&str] = &[
-    "cluster-enabled",
-    "daemonize",
-    "maxmemory",
-    "notify-keyspace-events",
-    "replica-read-only",
-    "syslog-enabled",
-    "tls-cluster",
-    "unixsocket",
-];
+pub const DEFAULT_ONLY: &[&str] =
+    &["cluster-enabled", "daemonize", "maxmemory", "replica-read-only", "syslog-enabled", "tls-cluster", "unixsocket"];
 
 /// Parameters Shale acts on (besides the TLS ones, [`crate::net::tls::DIRECTIVES`]).
 pub const EFFECTIVE: &[&str] = &[
@@ -81,6 +73,7 @@ pub const EFFECTIVE: &[&str] = &[
     "maxclients",
     "min-replicas-max-lag",
     "min-replicas-to-write",
+    "notify-keyspace-events",
     "pidfile",
     "port",
     "protected-mode",

@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use super::session::{BlockRequest, Session};
 use crate::commands::{engine_error, lookup, queued_keys, run_buffered, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
+use crate::services::notifications;
 
 /// Why [`run_batch`] returned.
 #[derive(Debug)]
@@ -132,14 +133,24 @@ pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     let multi_key_read =
         spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
     let took_snapshot = multi_key_read && s.exec.begin_snapshot(s.state.storage.engine());
+    s.exec.set_notify_flags(s.state.notify_flags(), spec.flags.contains(&"readonly"));
     let reply = (spec.handler)(s, args);
     if took_snapshot {
         s.exec.end_snapshot();
     }
     if !s.in_exec {
+        // A command's writes are committed when it returns (EXEC's and a write group's
+        // events were published by `run_buffered`, after their commit).
+        notifications::publish(&s.state, s.exec.take_events());
         serve_signals(s);
     }
     reply
+}
+
+/// True if plain SETs may skip their handler (blind batches): no keyspace notification asks
+/// for their events.
+pub(super) fn blind_sets_allowed(s: &Session) -> bool {
+    !notifications::enabled(s.state.notify_flags(), notifications::STRING | notifications::NEW)
 }
 
 /// Serves clients blocked on the keys the last command signalled.
@@ -197,7 +208,7 @@ pub fn run_batch(
                     return Some(reply);
                 }
             };
-            if spec.name == "set" && args.len() == 3 && !s.in_exec {
+            if spec.name == "set" && args.len() == 3 && !s.in_exec && blind_sets_allowed(s) {
                 // Fast path: a plain SET joins the pipeline's batch of blind writes.
                 if !sets.is_empty() && sets.db != s.db {
                     sets.commit(s, out);

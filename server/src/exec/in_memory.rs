@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
-use super::gate::{admit, panicked, run_command, SetBatch};
+use super::gate::{admit, blind_sets_allowed, panicked, run_command, SetBatch};
 use super::session::Session;
 use crate::commands::{engine_error, lookup};
 use crate::resp::Reply;
+use crate::services::notifications;
 use crate::storage::BlindWrite;
 
 /// Commands that may run on the connection's own thread when memory can answer them: reads of
@@ -89,6 +90,11 @@ pub fn run_in_memory(
         let Some(spec) = lookup(&args[0]) else { return InMemory::Stopped(false) };
         let plain_set = spec.name == "set" && args.len() == 3;
         if !(plain_set || MEMORY_READS.contains(&spec.name)) {
+            return InMemory::Stopped(false);
+        }
+        // Keyspace events a SET or a missed read would record go with the executor path (a
+        // voided read must not have published its `keymiss`).
+        if !blind_sets_allowed(s) || notifications::enabled(s.state.notify_flags(), notifications::KEY_MISS) {
             return InMemory::Stopped(false);
         }
         // Where the executor path has more to do (transactions, authentication, pauses), it

@@ -220,6 +220,12 @@ impl Session {
         }
     }
 
+    /// Records keyspace event `event` (of `class`, see [`crate::services::notifications`]) for
+    /// `key` of the selected database; published once the command's writes are committed.
+    pub fn notify(&self, class: u32, event: &'static str, key: &[u8]) {
+        self.exec.notify(class, event, self.db, key);
+    }
+
     /// Notes that `key` may have gained elements (pushes, moves, stores).
     pub fn signal(&mut self, key: &Bytes) {
         self.signals.push(key.clone());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::state::ServerState;
-use crate::storage::now_ms;
+use crate::storage::{now_ms, ExecContext};
 
 /// Index entries looked at per engine call.
 const BATCH: usize = 256;
@@ -40,8 +40,12 @@ pub fn run_tick(state: &ServerState) -> lsm::Result<u64> {
     }
     let started = Instant::now();
     let mut total = 0;
+    let cx = ExecContext::new();
+    cx.set_notify_flags(state.notify_flags(), false);
     loop {
-        let (expired, more) = state.storage.expire_cycle(now_ms(), BATCH)?;
+        let cycled = state.storage.expire_cycle(&cx, now_ms(), BATCH);
+        crate::services::notifications::publish(state, cx.take_events());
+        let (expired, more) = cycled?;
         total += expired;
         state.expired_keys.fetch_add(expired, Ordering::Relaxed);
         if !more || started.elapsed() >= TICK_BUDGET {

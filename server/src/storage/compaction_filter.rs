@@ -101,7 +101,7 @@ mod tests {
         assert_eq!(entries(&s), 100 + 50 + 1, "compaction keeps expired metadata and their index entries");
         assert_eq!(s.dbsize(0), 100, "as in Redis: expired until reclaimed");
         assert_eq!(s.get(&cx, 0, b"k0").unwrap(), None, "but never readable");
-        assert_eq!(s.expire_cycle(now_ms(), 1000).unwrap(), (50, false));
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now_ms(), 1000).unwrap(), (50, false));
         assert_eq!(s.dbsize(0), 50);
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         assert_eq!(entries(&s), 50 + 1, "the cycle's deletes reclaim the keys and their index entries");

@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use crate::services::notifications;
+
 pub use blind_writes::{BlindWrite, CountChanges};
 pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
@@ -236,9 +238,19 @@ impl Storage {
         } else {
             cx.get(&self.engine, &meta_key(pdb, key))?
         };
-        let Some(raw) = raw else { return Ok(None) };
-        let meta = decode(raw)?;
-        Ok((!meta.is_expired(now)).then_some(meta))
+        let meta = match raw {
+            Some(raw) => Some(decode(raw)?).filter(|m| !m.is_expired(now)),
+            None => None,
+        };
+        if meta.is_none() && cx.notifies(notifications::KEY_MISS) {
+            cx.note_miss(self.logical(pdb), key);
+        }
+        Ok(meta)
+    }
+
+    /// The logical database physical database `pdb` currently backs.
+    fn logical(&self, pdb: u16) -> u32 {
+        u32::from(self.inverse[usize::from(pdb)].load(Ordering::Acquire))
     }
 
     /// Adds writing `meta` for `key` to `batch` (and its expiry index entry).
@@ -258,8 +270,34 @@ impl Storage {
     /// Applies `batch` atomically (one command = one batch; inside EXEC it joins the
     /// transaction's batch). Watchers of the keys it writes are told.
     pub fn write(&self, cx: &ExecContext, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let Some(batch) = cx.buffer(batch) else { return Ok(()) };
-        self.commit(batch)
+        let created = if cx.notifies(notifications::NEW) { self.created_keys(cx, &batch)? } else { Vec::new() };
+        if let Some(batch) = cx.buffer(batch) {
+            self.commit(batch)?;
+        }
+        for (db, key) in created {
+            cx.notify(notifications::NEW, "new", db, &key);
+        }
+        Ok(())
+    }
+
+    /// The keys (logical database, key) whose metadata `batch` writes and that do not exist
+    /// now (or have expired): the keys it creates (keyspace event `new`).
+    fn created_keys(&self, cx: &ExecContext, batch: &lsm::WriteBatch) -> lsm::Result<Vec<(u32, Vec<u8>)>> {
+        let mut created: Vec<(u32, Vec<u8>)> = Vec::new();
+        for entry in batch.iter() {
+            let entry = entry?;
+            if entry.kind != lsm::key::ValueKind::Put || entry.key.len() < 3 || entry.key[0] != b'M' {
+                continue;
+            }
+            let pdb = u16::from_be_bytes([entry.key[1], entry.key[2]]);
+            let (db, key) = (self.logical(pdb), &entry.key[3..]);
+            if !created.iter().any(|(d, k)| *d == db && k == key)
+                && self.get_physical(cx, pdb, key, now_ms())?.is_none()
+            {
+                created.push((db, key.to_vec()));
+            }
+        }
+        Ok(created)
     }
 
     /// Commits `batch` to the engine now (EXEC's own commit goes here). The caller holds the
@@ -495,23 +533,23 @@ impl Storage {
 
     /// One step of the active expiry cycle: looks at up to `budget` index entries due by `now`,
     /// deletes the keys that really expired (under their key locks) and the entries. Returns
-    /// how many keys it deleted and whether due entries remain.
-    pub fn expire_cycle(&self, now: u64, budget: usize) -> lsm::Result<(u64, bool)> {
+    /// how many keys it deleted and whether due entries remain. Each deleted key is an
+    /// `expired` keyspace event in `cx`.
+    pub fn expire_cycle(&self, cx: &ExecContext, now: u64, budget: usize) -> lsm::Result<(u64, bool)> {
         let mut due = Vec::new();
         let end = expiry_key(now.saturating_add(1), 0, b"");
         for kv in self.engine.range(b"X".to_vec()..end) {
             let (k, _) = kv?;
             if due.len() == budget {
-                return self.expire_entries(due, now).map(|n| (n, true));
+                return self.expire_entries(cx, due, now).map(|n| (n, true));
             }
             due.push(k);
         }
-        self.expire_entries(due, now).map(|n| (n, false))
+        self.expire_entries(cx, due, now).map(|n| (n, false))
     }
 
-    fn expire_entries(&self, due: Vec<Bytes>, now: u64) -> lsm::Result<u64> {
+    fn expire_entries(&self, cx: &ExecContext, due: Vec<Bytes>, now: u64) -> lsm::Result<u64> {
         let mut expired = 0;
-        let cx = ExecContext::new();
         for entry in due {
             if entry.len() < 11 {
                 self.engine.delete(&entry)?;
@@ -524,16 +562,21 @@ impl Storage {
             let mut one = lsm::WriteBatch::new();
             one.delete(&entry);
             // Key locks are by logical database.
-            let logical = u32::from(self.inverse[usize::from(pdb)].load(Ordering::Acquire));
-            let _guard = self.lock(&cx, logical, [key]);
+            let logical = self.logical(pdb);
+            let _guard = self.lock(cx, logical, [key]);
+            let mut gone = false;
             if let Some(raw) = self.engine.get(&mk)? {
                 let meta = decode(raw)?;
                 if meta.expire_at_ms == at && meta.is_expired(now) {
                     one.delete(&mk);
                     expired += 1;
+                    gone = true;
                 }
             }
             self.commit(one)?;
+            if gone {
+                cx.notify(notifications::EXPIRED, "expired", logical, key);
+            }
         }
         Ok(expired)
     }

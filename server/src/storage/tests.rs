@@ -44,9 +44,9 @@ mod cycle {
         // A key whose TTL was replaced: its old index entry is stale and must not delete it.
         s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v"), now - 5).unwrap();
         s.set_string(&cx, 3, b"renewed", Bytes::from_static(b"v2"), 0).unwrap();
-        assert_eq!(s.expire_cycle(now, 4).unwrap(), (4, true), "a batch stops at its budget");
-        assert_eq!(s.expire_cycle(now, 100).unwrap(), (6, false));
-        assert_eq!(s.expire_cycle(now, 100).unwrap(), (0, false), "entries are consumed");
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now, 4).unwrap(), (4, true), "a batch stops at its budget");
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now, 100).unwrap(), (6, false));
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now, 100).unwrap(), (0, false), "entries are consumed");
         assert_eq!(s.get(&cx, 3, b"renewed").unwrap().unwrap().body, "v2");
         assert!(s.get(&cx, 3, b"later").unwrap().is_some());
         let raw_due = s.engine().get(meta_key(3, b"due0")).unwrap();
@@ -75,7 +75,11 @@ mod cycle {
         assert_eq!(s.get(&cx, 0, b"k").unwrap().unwrap().body, "one");
         assert_eq!(s.get(&cx, 1, b"k").unwrap(), None);
         assert_eq!(s.get(&cx, 2, b"k").unwrap().unwrap().body, "zero");
-        assert_eq!(s.expire_cycle(now_ms(), 10).unwrap().0, 1, "the expired key of (now) db 0 is found");
+        assert_eq!(
+            s.expire_cycle(&ExecContext::new(), now_ms(), 10).unwrap().0,
+            1,
+            "the expired key of (now) db 0 is found"
+        );
         s.flushdb(&cx, 0).unwrap();
         assert_eq!((s.dbsize(0), s.dbsize(2)), (0, 1));
     }

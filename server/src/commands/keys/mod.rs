@@ -7,8 +7,10 @@ pub(super) mod relocate;
 
 use bytes::Bytes;
 
+use super::strings::done_event;
 use super::{engine_error, parse_i64, CommandSpec, Session};
 use crate::resp::Reply;
+use crate::services::notifications::GENERIC;
 use crate::storage::{now_ms, Meta};
 
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -135,24 +137,27 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
     let mut b = lsm::WriteBatch::new();
-    let mut n = 0;
+    let mut deleted = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for key in &args[1..] {
         match storage.get(&s.exec, s.db, key) {
             Ok(Some(_)) if seen.insert(key) => {
                 storage.delete_into(&mut b, s.db, key);
-                n += 1;
+                deleted.push(key);
             }
             Ok(_) => {}
             Err(e) => return engine_error(e),
         }
     }
-    if n > 0 {
+    if !deleted.is_empty() {
         if let Err(e) = storage.write(&s.exec, b) {
             return engine_error(e);
         }
     }
-    Reply::Integer(n)
+    for key in &deleted {
+        s.notify(GENERIC, "del", key);
+    }
+    Reply::Integer(deleted.len() as i64)
 }
 
 fn exists(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -234,13 +239,15 @@ fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd
         return Reply::Integer(0);
     }
     let mut b = lsm::WriteBatch::new();
-    if at <= now_ms() as i64 {
+    let event = if at <= now_ms() as i64 {
         storage.delete_into(&mut b, s.db, &args[1]);
+        "del"
     } else {
         meta.expire_at_ms = at as u64;
         storage.put_into(&mut b, s.db, &args[1], &meta);
-    }
-    storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
+        "expire"
+    };
+    done_event(s, storage.write(&s.exec, b), Reply::Integer(1), GENERIC, event, &args[1])
 }
 
 fn expire(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -267,7 +274,7 @@ fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
             m.expire_at_ms = 0;
             let mut b = lsm::WriteBatch::new();
             storage.put_into(&mut b, s.db, &args[1], &m);
-            storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
+            done_event(s, storage.write(&s.exec, b), Reply::Integer(1), GENERIC, "persist", &args[1])
         }
         Ok(_) => Reply::Integer(0),
         Err(e) => engine_error(e),

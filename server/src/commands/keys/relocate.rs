@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::{get, NOT_INTEGER};
 use crate::commands::{engine_error, parse_i64, spec, CommandSpec, Session, NO_KEYS, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::GENERIC;
 use crate::storage::{KeyType, Meta};
 
 pub(in crate::commands) static COMMANDS: &[CommandSpec] = &[
@@ -76,7 +77,12 @@ fn rename_generic(s: &mut Session, args: &[Bytes], nx: bool) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (s.db, to), false) {
         return e;
     }
-    storage.write(&s.exec, b).map_or_else(engine_error, |_| done)
+    if let Err(e) = storage.write(&s.exec, b) {
+        return engine_error(e);
+    }
+    s.notify(GENERIC, "rename_from", from);
+    s.notify(GENERIC, "rename_to", to);
+    done
 }
 
 fn rename(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -116,7 +122,7 @@ fn copy(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let storage = &s.state.storage;
     let _guard = storage.lock_pairs(&s.exec, [(s.db, from), (to_db, to)]);
-    let meta = match get(s, s.db, from) {
+    let meta = match s.exec.as_read(|| get(s, s.db, from)) {
         Ok(Some(m)) => m,
         Ok(None) => return Reply::Integer(0),
         Err(e) => return e,
@@ -130,7 +136,11 @@ fn copy(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (to_db, to), true) {
         return e;
     }
-    let reply = storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1));
+    let written = storage.write(&s.exec, b);
+    if written.is_ok() {
+        s.exec.notify(GENERIC, "copy_to", to_db, to);
+    }
+    let reply = written.map_or_else(engine_error, |_| Reply::Integer(1));
     drop(_guard);
     if to_db == s.db {
         s.signal(&args[2]);
@@ -165,7 +175,12 @@ fn move_key(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = place(s, &mut b, (s.db, &meta), (to_db, key), false) {
         return e;
     }
-    storage.write(&s.exec, b).map_or_else(engine_error, |_| Reply::Integer(1))
+    if let Err(e) = storage.write(&s.exec, b) {
+        return engine_error(e);
+    }
+    s.notify(GENERIC, "move_from", key);
+    s.exec.notify(GENERIC, "move_to", to_db, key);
+    Reply::Integer(1)
 }
 
 /// `SWAPDB a b`: swaps the two databases' contents for every client at once.

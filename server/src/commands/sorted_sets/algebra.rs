@@ -175,21 +175,21 @@ fn read(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
     }
 }
 
-fn write(s: &mut Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
+fn write(s: &mut Session, args: &[Bytes], op: Op, cmd: &'static str) -> Reply {
     let reply = write_locked(s, args, op, cmd);
     s.signal(&args[1]);
     reply
 }
 
-fn write_locked(s: &Session, args: &[Bytes], op: Op, cmd: &str) -> Reply {
+fn write_locked(s: &Session, args: &[Bytes], op: Op, cmd: &'static str) -> Reply {
     let req = match parse(&args[2..], op, cmd, true) {
         Ok(r) => r,
         Err(e) => return e,
     };
     let _guard =
         s.state.storage.lock(&s.exec, s.db, std::iter::once(&args[1][..]).chain(req.keys.iter().map(|k| &k[..])));
-    match compute(s, &req, op) {
-        Ok(items) => store_zset(s, &args[1], &items),
+    match s.exec.as_read(|| compute(s, &req, op)) {
+        Ok(items) => store_zset(s, &args[1], &items, cmd),
         Err(e) => e,
     }
 }

@@ -8,9 +8,10 @@ mod range;
 
 use bytes::Bytes;
 
-use super::collections::{commit, fetch, pop_count, store, SYNTAX};
+use super::collections::{commit_event, fetch, pop_count, store, SYNTAX};
 use super::{engine_error, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
+use crate::services::notifications::{GENERIC, ZSET};
 use crate::storage::{decode_score, encode_score, Header, KeyType, Meta, ScoreBounds, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
@@ -120,13 +121,15 @@ impl<'a> ZWrite<'a> {
         store(&self.view, &mut self.batch, self.key, &meta, self.header);
     }
 
-    /// Commits the changes (deleting the key if it became empty) and answers `reply`.
-    pub fn commit(mut self, s: &Session, changed: bool, reply: Reply) -> Reply {
-        if changed {
-            self.store();
-            commit(s, self.batch, reply)
-        } else {
-            reply
+    /// Commits the changes, if there are any (`event`: the keyspace event they are), deleting
+    /// the key if it became empty, and answers `reply`.
+    pub fn commit(mut self, s: &Session, event: Option<&'static str>, reply: Reply) -> Reply {
+        match event {
+            Some(event) => {
+                self.store();
+                commit_event(s, self.batch, reply, (ZSET, event), self.key, self.header.count == 0)
+            }
+            None => reply,
         }
     }
 }
@@ -214,7 +217,8 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
     } else {
         Reply::Integer(if ch { added + updated } else { added })
     };
-    let reply = w.commit(s, added + updated > 0, reply);
+    let event = (added + updated > 0).then_some(if incr { "zincr" } else { "zadd" });
+    let reply = w.commit(s, event, reply);
     if added > 0 {
         s.signal(&args[1]);
     }
@@ -238,7 +242,7 @@ fn zincrby(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("ERR resulting score is not a number (NaN)");
     }
     w.set(&args[3], new, old);
-    let reply = w.commit(s, true, Reply::Double(new));
+    let reply = w.commit(s, Some("zincr"), Reply::Double(new));
     s.signal(&args[1]);
     reply
 }
@@ -270,7 +274,7 @@ fn zrem(s: &mut Session, args: &[Bytes]) -> Reply {
             Err(e) => return e,
         }
     }
-    w.commit(s, removed > 0, Reply::Integer(removed))
+    w.commit(s, (removed > 0).then_some("zrem"), Reply::Integer(removed))
 }
 
 fn zcard(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -401,7 +405,12 @@ fn pop_in(
             w.bounds.popped_low(*sc, m);
         }
         w.store();
+        let emptied = w.header.count == 0;
         state.storage.write(cx, w.batch).map_err(engine_error)?;
+        cx.notify(ZSET, if max { "zpopmax" } else { "zpopmin" }, db, key);
+        if emptied {
+            cx.notify(GENERIC, "del", db, key);
+        }
     }
     Ok(popped)
 }

@@ -4,9 +4,10 @@
 use bytes::Bytes;
 
 use super::{zset, ZWrite};
-use crate::commands::collections::{commit, store, NOT_INTEGER, SYNTAX};
+use crate::commands::collections::{commit_event, store, NOT_INTEGER, SYNTAX};
 use crate::commands::{engine_error, parse_i64, Session};
 use crate::resp::Reply;
+use crate::services::notifications::{GENERIC, ZSET};
 use crate::storage::{Header, KeyType, Meta, View};
 
 /// One end of a score range.
@@ -349,12 +350,18 @@ pub(super) fn zrevrangebylex(s: &mut Session, args: &[Bytes]) -> Reply {
     legacy(s, args, By::Lex, true)
 }
 
-/// Replaces whatever `dest` holds with a sorted set of `items` (deleting it if empty).
-pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Reply {
+/// Replaces whatever `dest` holds with a sorted set of `items` (deleting it if empty);
+/// keyspace event `event` for it, or `del` if it existed and is now gone.
+pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)], event: &'static str) -> Reply {
     let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     if items.is_empty() {
-        view.delete_meta(&mut b, dest);
+        match s.state.storage.get(&s.exec, s.db, dest) {
+            Ok(Some(_)) => view.delete_meta(&mut b, dest),
+            Ok(None) => return Reply::Integer(0),
+            Err(e) => return crate::commands::engine_error(e),
+        }
+        return commit_event(s, b, Reply::Integer(0), (GENERIC, "del"), dest, false);
     } else {
         let meta = view.create(&mut b, dest, KeyType::ZSet);
         for (m, sc) in items {
@@ -363,7 +370,7 @@ pub(super) fn store_zset(s: &Session, dest: &[u8], items: &[(Bytes, f64)]) -> Re
         }
         store(&view, &mut b, dest, &meta, Header { count: items.len() as u64, ..Header::default() });
     }
-    commit(s, b, Reply::Integer(items.len() as i64))
+    commit_event(s, b, Reply::Integer(items.len() as i64), (ZSET, event), dest, false)
 }
 
 pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -373,15 +380,15 @@ pub(super) fn zrangestore(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..], &args[2][..]]);
     let view = s.state.storage.view(&s.exec, s.db);
-    let items = match zset(&view, &args[2]) {
-        Ok(Some(meta)) => match select(&view, &meta, &q) {
-            Ok(i) => i,
-            Err(e) => return e,
-        },
-        Ok(None) => Vec::new(),
+    let source = s.exec.as_read(|| match zset(&view, &args[2])? {
+        Some(meta) => select(&view, &meta, &q),
+        None => Ok(Vec::new()),
+    });
+    let items = match source {
+        Ok(i) => i,
         Err(e) => return e,
     };
-    let reply = store_zset(s, &args[1], &items);
+    let reply = store_zset(s, &args[1], &items, "zrangestore");
     drop(_guard);
     s.signal(&args[1]);
     reply
@@ -440,7 +447,12 @@ fn remove_range(s: &Session, args: &[Bytes], by: By) -> Reply {
     for (m, sc) in &items {
         w.remove(m, *sc);
     }
-    w.commit(s, !items.is_empty(), Reply::Integer(items.len() as i64))
+    let event = match by {
+        By::Rank => "zremrangebyrank",
+        By::Score => "zremrangebyscore",
+        By::Lex => "zremrangebylex",
+    };
+    w.commit(s, (!items.is_empty()).then_some(event), Reply::Integer(items.len() as i64))
 }
 
 pub(super) fn zremrangebyrank(s: &mut Session, args: &[Bytes]) -> Reply {
