@@ -65,6 +65,8 @@ pub struct ServerState {
     pub blocking: crate::services::blocking::Registry,
     /// Channels, patterns and their subscribers.
     pub pubsub: crate::services::pubsub::Hub,
+    /// INFO commandstats, errorstats and latencystats.
+    pub command_stats: crate::services::command_stats::CommandStats,
     /// `notify-keyspace-events` as flags (read by every command, so kept apart from `config`).
     notify_flags: AtomicU32,
     /// LOCK / UNLOCK.
@@ -108,6 +110,12 @@ impl ServerState {
             replication,
             storage: Storage::new(db)?,
             notify_flags: AtomicU32::new(config.notify_keyspace_events),
+            command_stats: {
+                crate::services::command_stats::Stamp::calibrate();
+                let stats = crate::services::command_stats::CommandStats::default();
+                stats.set_latency_tracking(config.latency_tracking);
+                stats
+            },
             config: RwLock::new(config),
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
@@ -181,6 +189,7 @@ impl ServerState {
         }
         self.replication.configure(&new);
         self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
+        self.command_stats.set_latency_tracking(new.latency_tracking);
         if new.loglevel != cfg.loglevel {
             if let Some(hook) = self.log_hook.get() {
                 hook(new.loglevel);
@@ -202,6 +211,7 @@ impl ServerState {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+        self.command_stats.reset();
     }
 
     /// `CLIENT PAUSE` (merged with one in force: the longer and stricter wins, as in Redis)

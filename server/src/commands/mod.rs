@@ -9,6 +9,7 @@ mod collections;
 mod config;
 mod connection;
 mod hashes;
+mod info;
 mod keys;
 mod lists;
 pub mod meta;
@@ -77,6 +78,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
     [
         connection::COMMANDS,
         server::COMMANDS,
+        info::COMMANDS,
         client::COMMANDS,
         config::COMMANDS,
         strings::COMMANDS,

@@ -78,6 +78,10 @@ pub struct Config {
     pub write_buffer_size: u64,
     /// `notify-keyspace-events` as flags ([`crate::services::notifications`]).
     pub notify_keyspace_events: u32,
+    /// `latency-tracking`: per-command latency histograms (INFO latencystats).
+    pub latency_tracking: bool,
+    /// `latency-tracking-info-percentiles`.
+    pub latency_percentiles: Vec<f64>,
     /// Runtime threads doing network I/O (0: one per core).
     pub worker_threads: usize,
     /// Executor threads running commands (0: one per core).
@@ -122,6 +126,8 @@ impl Default for Config {
             client_query_buffer_limit: 1 << 30,
             write_buffer_size: 16 << 20,
             notify_keyspace_events: 0,
+            latency_tracking: true,
+            latency_percentiles: vec![50.0, 99.0, 99.9],
             worker_threads: 0,
             executor_threads: 0,
             level0_slowdown_writes_trigger: 20,
@@ -279,6 +285,13 @@ impl Config {
                 self.notify_keyspace_events = flags;
                 crate::services::notifications::format(flags)
             }
+            Kind::Str if param.name == "latency-tracking-info-percentiles" => {
+                let percentiles = crate::services::command_stats::parse_percentiles(&value)?;
+                let shown: Vec<String> =
+                    percentiles.iter().map(|&p| crate::services::command_stats::trim_float(p)).collect();
+                self.latency_percentiles = percentiles;
+                shown.join(" ")
+            }
             Kind::Str => value,
         };
         self.set_typed(param.name, &canonical)?;
@@ -347,6 +360,7 @@ impl Config {
             "level0-slowdown-writes-trigger" => self.level0_slowdown_writes_trigger = int(1, 1 << 20)? as usize,
             "level0-stop-writes-trigger" => self.level0_stop_writes_trigger = int(1, 1 << 20)? as usize,
             "disable-auto-compactions" => self.disable_auto_compactions = v.eq_ignore_ascii_case("yes"),
+            "latency-tracking" => self.latency_tracking = v == "yes",
             "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
             // Settings whose other values Shale cannot honour: refused, never stored and ignored.

@@ -64,6 +64,8 @@ pub const EFFECTIVE: &[&str] = &[
     "enable-protected-configs",
     "executor-threads",
     "full-sync-rate-limit",
+    "latency-tracking",
+    "latency-tracking-info-percentiles",
     "level0-slowdown-writes-trigger",
     "level0-stop-writes-trigger",
     "logfile",

@@ -20,8 +20,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::session::{BlockRequest, Session};
-use crate::commands::{engine_error, lookup, queued_keys, run_buffered, unknown_command, CommandSpec};
+use crate::commands::{engine_error, lookup, meta, queued_keys, run_buffered, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
+use crate::services::command_stats::Stamp;
 use crate::services::notifications;
 
 /// Why [`run_batch`] returned.
@@ -55,14 +56,19 @@ pub(super) fn admit(
     args: &[Bytes],
     spec: Option<&'static CommandSpec>,
 ) -> Result<&'static CommandSpec, Reply> {
-    let refused = match check(s, args, spec) {
-        Err(Reply::Error(why)) if spec.is_some_and(|c| c.name == "exec") => why,
-        other => return other,
+    let outcome = match check(s, args, spec) {
+        Err(Reply::Error(why)) if spec.is_some_and(|c| c.name == "exec") => {
+            s.multi = None;
+            s.multi_error = false;
+            crate::commands::clear_watches(s);
+            Err(Reply::error(format!("EXECABORT Transaction discarded because of: {why}")))
+        }
+        other => other,
     };
-    s.multi = None;
-    s.multi_error = false;
-    crate::commands::clear_watches(s);
-    Err(Reply::error(format!("EXECABORT Transaction discarded because of: {refused}")))
+    if let Err(Reply::Error(why)) = &outcome {
+        s.state.command_stats.rejected(spec.map(|c| stats_id(c, args)), s.id, why);
+    }
+    outcome
 }
 
 /// The gate's checks, in order.
@@ -134,7 +140,16 @@ pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
         spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
     let took_snapshot = multi_key_read && s.exec.begin_snapshot(s.state.storage.engine());
     s.exec.set_notify_flags(s.state.notify_flags(), spec.flags.contains(&"readonly"));
+    let started = Stamp::now();
     let reply = (spec.handler)(s, args);
+    // A memory-only attempt that needed the disk is void: its rerun is the call.
+    if !s.exec.voided() {
+        let error = match &reply {
+            Reply::Error(why) => Some(why.as_str()),
+            _ => None,
+        };
+        s.state.command_stats.called(stats_id(spec, args), s.id, started.elapsed(), error);
+    }
     if took_snapshot {
         s.exec.end_snapshot();
     }
@@ -143,6 +158,45 @@ pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
         // events were published by `run_buffered`, after their commit).
         notifications::publish(&s.state, s.exec.take_events());
         serve_signals(s);
+    }
+    reply
+}
+
+/// The command-stats id (ACL universe id) of a call: its subcommand's for a container
+/// command (`config|get`), else its command's — found without hashing for the latter.
+fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
+    // (table entry address, universe id, is a container), sorted by address.
+    static IDS: std::sync::LazyLock<Vec<(usize, usize, bool)>> = std::sync::LazyLock::new(|| {
+        let mut ids: Vec<(usize, usize, bool)> = crate::commands::all()
+            .into_iter()
+            .filter_map(|c| {
+                let entry = meta::acl_command(c.name)?;
+                Some((c as *const CommandSpec as usize, entry.id, !entry.subcommands.is_empty()))
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    });
+    let at = spec as *const CommandSpec as usize;
+    match IDS.binary_search_by_key(&at, |e| e.0) {
+        Ok(i) if !IDS[i].2 => IDS[i].1,
+        _ => meta::called(spec, args).id,
+    }
+}
+
+/// The command-stats id of SET (plain SETs batched without their handler are counted here).
+fn set_id() -> usize {
+    static ID: std::sync::LazyLock<usize> =
+        std::sync::LazyLock::new(|| meta::acl_command("set").map_or(usize::MAX, |c| c.id));
+    *ID
+}
+
+/// Counts `n` batched SETs as failed with `reply` (the commit's error), which is returned.
+pub(super) fn failed_sets(s: &Session, reply: Reply, n: usize) -> Reply {
+    if let Reply::Error(why) = &reply {
+        for _ in 0..n {
+            s.state.command_stats.failed(set_id(), s.id, why);
+        }
     }
     reply
 }
@@ -440,11 +494,14 @@ impl SetBatch {
 
     /// Adds a SET; returns whether its reply is sent.
     pub(super) fn add(&mut self, s: &mut Session, args: &[Bytes]) -> bool {
+        let started = Stamp::now();
         self.db = s.db;
         self.keys.push(args[1].clone());
         s.state.storage.put_into(&mut self.batch, s.db, &args[1], &crate::storage::Meta::string(args[2].clone(), 0));
         let send = s.take_reply_permission();
         self.replies.push(send);
+        // Its share of the commit is not timed: the batch commits once for all of them.
+        s.state.command_stats.called(set_id(), s.id, started.elapsed(), None);
         send
     }
 
@@ -456,7 +513,7 @@ impl SetBatch {
         let batch = std::mem::take(&mut self.batch);
         let reply = match s.state.storage.write_blind(&s.exec, self.db, &keys, batch) {
             Ok(()) => Reply::ok(),
-            Err(e) => engine_error(e),
+            Err(e) => failed_sets(s, engine_error(e), keys.len()),
         };
         for send in self.replies.drain(..) {
             if send {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
-use super::gate::{admit, blind_sets_allowed, panicked, run_command, SetBatch};
+use super::gate::{admit, blind_sets_allowed, failed_sets, panicked, run_command, SetBatch};
 use super::session::Session;
 use crate::commands::{engine_error, lookup};
 use crate::resp::Reply;
@@ -160,7 +160,7 @@ impl PendingSets {
     pub fn finish(self, s: &Session, committed: lsm::Result<()>, out: &mut BytesMut) {
         let outcome = match committed {
             Ok(()) => Reply::ok(),
-            Err(e) => engine_error(e),
+            Err(e) => failed_sets(s, engine_error(e), self.replies.iter().filter(|(r, _)| r.is_none()).count()),
         };
         for (reply, send) in self.replies {
             if send {

@@ -1,10 +1,11 @@
 //! Services that run beside command execution: the active expiry cycle, the registry of
 //! clients blocked on keys, the pub/sub hub, the client registry (`CLIENT LIST/KILL`), named
 //! LOCKs (user-visible, unlike the internal key stripes of [`crate::storage::KeyLocks`]),
-//! keyspace notifications and SCAN cursors.
+//! keyspace notifications, per-command statistics and SCAN cursors.
 
 pub mod blocking;
 pub mod clients;
+pub mod command_stats;
 pub mod cursors;
 pub mod expiry_cycle;
 pub mod named_locks;

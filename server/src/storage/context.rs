@@ -183,6 +183,11 @@ impl ExecContext {
         self.missed.set(false);
     }
 
+    /// True if the command running in memory-only mode needed the disk (its outcome is void).
+    pub fn voided(&self) -> bool {
+        self.memory_only.get() && self.missed.get()
+    }
+
     /// Ends memory-only mode; true if some read could not be answered from memory, so the
     /// command's outcome is void and it must run again where it may block.
     pub fn end_memory_only(&self) -> bool {
