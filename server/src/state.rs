@@ -65,6 +65,10 @@ pub struct ServerState {
     pub blocking: crate::services::blocking::Registry,
     /// Channels, patterns and their subscribers.
     pub pubsub: crate::services::pubsub::Hub,
+    /// SLOWLOG.
+    pub slowlog: crate::services::slowlog::SlowLog,
+    /// LATENCY.
+    pub latency: crate::services::slowlog::LatencyMonitor,
     /// INFO commandstats, errorstats and latencystats.
     pub command_stats: crate::services::command_stats::CommandStats,
     /// `notify-keyspace-events` as flags (read by every command, so kept apart from `config`).
@@ -110,6 +114,16 @@ impl ServerState {
             replication,
             storage: Storage::new(db)?,
             notify_flags: AtomicU32::new(config.notify_keyspace_events),
+            slowlog: {
+                let log = crate::services::slowlog::SlowLog::default();
+                log.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
+                log
+            },
+            latency: {
+                let monitor = crate::services::slowlog::LatencyMonitor::default();
+                monitor.set_threshold(config.latency_monitor_threshold);
+                monitor
+            },
             command_stats: {
                 crate::services::command_stats::Stamp::calibrate();
                 let stats = crate::services::command_stats::CommandStats::default();
@@ -190,6 +204,8 @@ impl ServerState {
         self.replication.configure(&new);
         self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
         self.command_stats.set_latency_tracking(new.latency_tracking);
+        self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len);
+        self.latency.set_threshold(new.latency_monitor_threshold);
         if new.loglevel != cfg.loglevel {
             if let Some(hook) = self.log_hook.get() {
                 hook(new.loglevel);

@@ -142,3 +142,150 @@ fn info_shows_the_sections_redis_shows_for_each_selection() {
     }
     assert_eq!(fields(&mut c, "cluster")["cluster_enabled"], "0");
 }
+
+/// Every MONITOR line received on `monitor` until the `ECHO end` marker, with the time and the
+/// client's address left out (`[db] "cmd" "arg" …`).
+fn monitored(monitor: &mut std::net::TcpStream) -> Vec<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("\"ECHO\" \"end\"") {
+        let n = monitor.read(&mut buf).unwrap_or_else(|e| panic!("no end marker ({e}) after: {text}"));
+        assert!(n > 0, "monitor closed: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix('+'))
+        .filter(|l| *l != "OK")
+        .map(|l| {
+            let (_, rest) = l.split_once(" [").unwrap();
+            let (client, args) = rest.split_once("] ").unwrap();
+            format!("[{}] {args}", client.split(' ').next().unwrap())
+        })
+        .collect()
+}
+
+/// Runs the MONITOR script on the server at `port`; returns what the monitor saw.
+fn monitor_script(port: u16) -> Vec<String> {
+    use std::io::Write;
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    monitor.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    monitor.write_all(b"MONITOR\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    std::io::Read::read_exact(&mut monitor, &mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    for words in [
+        &["SET", "foo", "bar baz\n\"q\""][..],
+        &["GET", "foo"],
+        &["SELECT", "3"],
+        &["LPUSH", "l", "\u{1}"],
+        &["MULTI"],
+        &["SET", "a", "1"],
+        &["EXEC"],
+        &["MULTI"],
+        &["NOSUCHCOMMAND"],
+        &["EXEC"],
+        &["AUTH", "not-real"],
+        &["AUTH", "user", "not-a-password"],
+        &["HELLO", "2", "AUTH", "user", "not-a-password"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CLIENT", "ID"],
+        &["ECHO", "end"],
+    ] {
+        let _ = cmd(words[0]).arg(&words[1..]).query::<redis::Value>(&mut c);
+    }
+    monitored(&mut monitor)
+}
+
+#[test]
+fn monitor_shows_commands_as_redis_shows_them() {
+    let Some((_redis, _r, redis_port)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let want = monitor_script(redis_port);
+    // The client library's CLIENT SETINFO (Redis 7.2) is refused by redis-server 7.0, so it
+    // shows only on Shale, which has it.
+    let got: Vec<String> = monitor_script(server.port).into_iter().filter(|l| !l.contains("SETINFO")).collect();
+    assert_eq!(got, want);
+    assert!(got.iter().any(|l| l == r#"[0] "SET" "foo" "bar baz\n\"q\"""#), "{got:?}");
+    assert!(got.iter().any(|l| l.contains(r#""AUTH" "(redacted)" "(redacted)""#)), "{got:?}");
+}
+
+#[test]
+fn slow_commands_are_logged_as_redis_logs_them() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let set = |c: &mut redis::Connection, name: &str, value: &str| {
+        cmd("CONFIG").arg("SET").arg(name).arg(value).query::<()>(c).unwrap();
+    };
+    cmd("CLIENT").arg("SETNAME").arg("logger").query::<()>(&mut c).unwrap();
+    set(&mut c, "slowlog-log-slower-than", "0");
+    set(&mut c, "slowlog-max-len", "100");
+    cmd("SLOWLOG").arg("RESET").query::<()>(&mut c).unwrap();
+    let many: Vec<String> = (0..35).map(|i| i.to_string()).collect();
+    cmd("SADD").arg("s").arg(&many).query::<i64>(&mut c).unwrap();
+    cmd("SET").arg("k").arg("A".repeat(130)).query::<()>(&mut c).unwrap();
+    cmd("CONFIG").arg("SET").arg("requirepass").arg("").arg("maxclients").arg("100").query::<()>(&mut c).unwrap();
+    redis::pipe().atomic().cmd("INCR").arg("n").cmd("INCR").arg("n").query::<()>(&mut c).unwrap();
+    type Entry = (i64, i64, i64, Vec<String>, String, String);
+    let entries: Vec<Entry> = cmd("SLOWLOG").arg("GET").arg(-1).query(&mut c).unwrap();
+    let args: Vec<Vec<String>> = entries.iter().map(|e| e.3.clone()).collect();
+    // Newest first; EXEC is not logged, the commands it ran are (MULTI too).
+    assert_eq!(args[0], ["INCR", "n"]);
+    assert_eq!(args[1], ["INCR", "n"]);
+    assert_eq!(args[2], ["MULTI"]);
+    assert_eq!(args[3], ["CONFIG", "SET", "requirepass", "(redacted)", "maxclients", "100"]);
+    assert_eq!(args[4][2], format!("{}... (2 more bytes)", "A".repeat(128)));
+    assert_eq!(args[5].len(), 32);
+    assert_eq!(args[5][31], "... (6 more arguments)");
+    assert_eq!(args[6], ["SLOWLOG", "RESET"]);
+    assert!(entries.windows(2).all(|w| w[0].0 == w[1].0 + 1), "ids count down");
+    assert!(entries.iter().all(|e| e.5 == "logger" && e.4.starts_with("127.0.0.1:")));
+    assert_eq!(cmd("SLOWLOG").arg("LEN").query::<i64>(&mut c).unwrap(), 8, "and the SLOWLOG GET itself");
+    assert_eq!(cmd("SLOWLOG").arg("GET").arg(2).query::<Vec<Entry>>(&mut c).unwrap().len(), 2);
+    let e = cmd("SLOWLOG").arg("GET").arg(-2).query::<()>(&mut c).unwrap_err();
+    assert!(e.to_string().contains("count should be greater than or equal to -1"), "{e}");
+    // A blocked command is logged when it is served.
+    cmd("SLOWLOG").arg("RESET").query::<()>(&mut c).unwrap();
+    let mut blocked = server.client();
+    let waiter = std::thread::spawn(move || cmd("BLPOP").arg("q").arg(5).query::<Vec<String>>(&mut blocked).unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cmd("CLIENT").arg("LIST").query::<String>(&mut c).unwrap().contains("cmd=blpop") {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    cmd("SLOWLOG").arg("RESET").query::<()>(&mut c).unwrap();
+    cmd("RPUSH").arg("q").arg("x").query::<i64>(&mut c).unwrap();
+    assert_eq!(waiter.join().unwrap(), ["q", "x"]);
+    let entries: Vec<Entry> = cmd("SLOWLOG").arg("GET").query(&mut c).unwrap();
+    assert!(entries.iter().any(|e| e.3 == ["BLPOP", "q", "5"]), "{entries:?}");
+    // Off: nothing is logged.
+    set(&mut c, "slowlog-log-slower-than", "-1");
+    cmd("SLOWLOG").arg("RESET").query::<()>(&mut c).unwrap();
+    cmd("PING").query::<String>(&mut c).unwrap();
+    assert_eq!(cmd("SLOWLOG").arg("LEN").query::<i64>(&mut c).unwrap(), 0);
+}
+
+#[test]
+fn the_latency_monitor_samples_slow_commands() {
+    let server = Server::start(&["--enable-debug-command", "yes"]);
+    let mut c = server.client();
+    let doctor: String = cmd("LATENCY").arg("DOCTOR").query(&mut c).unwrap();
+    assert!(doctor.contains("disabled"), "{doctor}");
+    cmd("CONFIG").arg("SET").arg("latency-monitor-threshold").arg("5").query::<()>(&mut c).unwrap();
+    cmd("PING").query::<String>(&mut c).unwrap();
+    assert_eq!(cmd("LATENCY").arg("LATEST").query::<Vec<redis::Value>>(&mut c).unwrap().len(), 0, "PING is fast");
+    cmd("DEBUG").arg("SLEEP").arg("0.02").query::<()>(&mut c).unwrap();
+    let latest: Vec<(String, i64, i64, i64)> = cmd("LATENCY").arg("LATEST").query(&mut c).unwrap();
+    assert_eq!(latest.len(), 1);
+    assert_eq!(latest[0].0, "command");
+    assert!(latest[0].2 >= 20 && latest[0].3 >= 20, "{latest:?}");
+    let history: Vec<(i64, i64)> = cmd("LATENCY").arg("HISTORY").arg("command").query(&mut c).unwrap();
+    assert_eq!(history.len(), 1);
+    let graph: String = cmd("LATENCY").arg("GRAPH").arg("command").query(&mut c).unwrap();
+    assert!(graph.starts_with("command - high") && graph.contains('#'), "{graph}");
+    let doctor: String = cmd("LATENCY").arg("DOCTOR").query(&mut c).unwrap();
+    assert!(doctor.contains("1. command: 1 latency spikes"), "{doctor}");
+    assert_eq!(cmd("LATENCY").arg("RESET").query::<i64>(&mut c).unwrap(), 1);
+    assert!(cmd("LATENCY").arg("GRAPH").arg("command").query::<String>(&mut c).is_err());
+}

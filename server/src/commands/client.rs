@@ -66,7 +66,10 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
         "kill" => kill(s, &args[2..]),
         "reply" => match lower(&args[2]).as_str() {
             "on" => {
+                // Also ends a SKIP given just before: this reply is sent.
                 s.reply_mode = ReplyMode::On;
+                s.skip_next = false;
+                s.suppress_current = false;
                 Reply::ok()
             }
             "off" => {

@@ -186,6 +186,14 @@ pub fn universe() -> &'static [AclCommand] {
     &UNIVERSE.0
 }
 
+/// The full name of universe entry `id` (`client|list`), as a static reference for
+/// [`crate::services::clients::ClientHandle::touch`].
+pub fn static_name(id: usize) -> &'static &'static str {
+    static NAMES: LazyLock<Vec<&'static str>> =
+        LazyLock::new(|| universe().iter().map(|c| &*Box::leak(c.name.clone().into_boxed_str())).collect());
+    NAMES.get(id).unwrap_or(&"")
+}
+
 /// A command of the universe by full lower-case name.
 pub fn acl_command(name: &str) -> Option<&'static AclCommand> {
     UNIVERSE.1.get(name).map(|&id| &UNIVERSE.0[id])

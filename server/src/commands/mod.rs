@@ -10,6 +10,7 @@ mod config;
 mod connection;
 mod hashes;
 mod info;
+pub(crate) mod introspection;
 mod keys;
 mod lists;
 pub mod meta;
@@ -79,6 +80,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         connection::COMMANDS,
         server::COMMANDS,
         info::COMMANDS,
+        introspection::COMMANDS,
         client::COMMANDS,
         config::COMMANDS,
         strings::COMMANDS,

@@ -82,6 +82,12 @@ pub struct Config {
     pub latency_tracking: bool,
     /// `latency-tracking-info-percentiles`.
     pub latency_percentiles: Vec<f64>,
+    /// `slowlog-log-slower-than` (µs; negative: off).
+    pub slowlog_log_slower_than: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: u64,
+    /// `latency-monitor-threshold` (ms; 0: off).
+    pub latency_monitor_threshold: u64,
     /// Runtime threads doing network I/O (0: one per core).
     pub worker_threads: usize,
     /// Executor threads running commands (0: one per core).
@@ -128,6 +134,9 @@ impl Default for Config {
             notify_keyspace_events: 0,
             latency_tracking: true,
             latency_percentiles: vec![50.0, 99.0, 99.9],
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
             worker_threads: 0,
             executor_threads: 0,
             level0_slowdown_writes_trigger: 20,
@@ -361,6 +370,9 @@ impl Config {
             "level0-stop-writes-trigger" => self.level0_stop_writes_trigger = int(1, 1 << 20)? as usize,
             "disable-auto-compactions" => self.disable_auto_compactions = v.eq_ignore_ascii_case("yes"),
             "latency-tracking" => self.latency_tracking = v == "yes",
+            "slowlog-log-slower-than" => self.slowlog_log_slower_than = int(-1, i64::MAX)?,
+            "slowlog-max-len" => self.slowlog_max_len = int(0, i64::from(u32::MAX))? as u64,
+            "latency-monitor-threshold" => self.latency_monitor_threshold = int(0, i64::MAX)? as u64,
             "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
             // Settings whose other values Shale cannot honour: refused, never stored and ignored.

@@ -121,7 +121,8 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
         }
         return Err(Reply::Simple("QUEUED".into()));
     }
-    s.handle.touch(&spec.name);
+    // CLIENT LIST's `cmd=`: the subcommand of a container (`client|list`), as in Redis 7.
+    s.handle.touch(meta::static_name(stats_id(spec, args)));
     Ok(spec)
 }
 
@@ -144,11 +145,7 @@ pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     let reply = (spec.handler)(s, args);
     // A memory-only attempt that needed the disk is void: its rerun is the call.
     if !s.exec.voided() {
-        let error = match &reply {
-            Reply::Error(why) => Some(why.as_str()),
-            _ => None,
-        };
-        s.state.command_stats.called(stats_id(spec, args), s.id, started.elapsed(), error);
+        observe(s, spec, args, &reply, started.elapsed());
     }
     if took_snapshot {
         s.exec.end_snapshot();
@@ -205,6 +202,38 @@ pub(super) fn failed_sets(s: &Session, reply: Reply, n: usize) -> Reply {
 /// for their events.
 pub(super) fn blind_sets_allowed(s: &Session) -> bool {
     !notifications::enabled(s.state.notify_flags(), notifications::STRING | notifications::NEW)
+        && !s.state.pubsub.has_monitors()
+        && !s.state.slowlog.wants(0)
+}
+
+/// What the server records about a command that ran: its statistics, the slow log, the
+/// latency monitor, and the MONITOR clients.
+fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes], reply: &Reply, took: Duration) {
+    let error = match reply {
+        Reply::Error(why) => Some(why.as_str()),
+        _ => None,
+    };
+    s.state.command_stats.called(stats_id(spec, args), s.id, took, error);
+    let micros = took.as_micros() as u64;
+    // EXEC is not logged: the commands it ran are.
+    if spec.name != "exec" && s.state.slowlog.wants(micros) {
+        if s.blocked.is_some() {
+            s.blocked_log = Some((args.to_vec(), micros));
+        } else {
+            log_slow(s, args, micros);
+        }
+    }
+    let event = if spec.flags.contains(&"fast") { "fast-command" } else { "command" };
+    s.state.latency.sample(event, micros / 1000);
+    if s.state.pubsub.has_monitors() {
+        crate::commands::introspection::feed_monitors(s, spec, args);
+    }
+}
+
+/// Adds a command that ran `micros` to the slow log.
+pub fn log_slow(s: &Session, args: &[Bytes], micros: u64) {
+    let name = s.handle.name.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+    s.state.slowlog.push(args, micros, &s.handle.addr, &String::from_utf8_lossy(&name));
 }
 
 /// Serves clients blocked on the keys the last command signalled.

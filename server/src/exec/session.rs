@@ -67,6 +67,9 @@ pub struct Session {
     pub handle: Arc<ClientHandle>,
     /// Set by a blocking command that found nothing: the connection waits on it.
     pub blocked: Option<BlockRequest>,
+    /// A blocked command's arguments and run time (µs), for the slow log once it is served
+    /// or times out (as Redis logs blocked commands).
+    pub blocked_log: Option<(Vec<Bytes>, u64)>,
     /// Keys (of `db`) the command just run may have given elements (blocked clients are
     /// served once it has finished).
     pub signals: Vec<Bytes>,
@@ -128,6 +131,7 @@ impl Session {
             handle,
             blocked: None,
             signals: Vec::new(),
+            blocked_log: None,
             multi: None,
             multi_error: false,
             in_exec: false,
@@ -210,9 +214,10 @@ impl Session {
         self.subscription_count() + self.shard_channels.len() > 0
     }
 
-    /// Drops every subscription.
+    /// Drops every subscription (and MONITOR mode).
     pub fn unsubscribe_all(&mut self) {
         use crate::services::pubsub::Kind;
+        self.state.pubsub.remove_monitor(self.id);
         for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
             for name in std::mem::take(self.subscriptions(kind)) {
                 self.state.pubsub.unsubscribe(kind, &name, self.id);

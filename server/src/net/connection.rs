@@ -136,6 +136,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                         None => return,
                     };
                     more = true; // input read while blocked
+                    if let Some((args, micros)) = session.blocked_log.take() {
+                        crate::exec::log_slow(&session, &args, micros);
+                    }
                     if session.take_reply_permission() {
                         reply.encode(session.protocol, &mut output);
                     }

@@ -53,11 +53,27 @@ pub struct Limits {
 impl Limits {
     /// Parses the `pubsub` class out of a `client-output-buffer-limit` value.
     pub fn from_config(value: &str) -> Limits {
+        Limits::of_class(value, "pubsub", Limits { hard: 32 << 20, soft: 8 << 20, soft_secs: 60 })
+    }
+
+    /// Limits for MONITOR clients: Redis gives them the `normal` class, unlimited by default;
+    /// Shale then caps them at the `replica` class's default (256 MB hard, 64 MB for 60 s), so a
+    /// monitor that stops reading cannot grow the server's memory without bound.
+    pub fn for_monitors(value: &str) -> Limits {
+        let capped = Limits { hard: 256 << 20, soft: 64 << 20, soft_secs: 60 };
+        match Limits::of_class(value, "normal", capped) {
+            Limits { hard: 0, soft: 0, .. } => capped,
+            set => set,
+        }
+    }
+
+    /// The limits of `class` in a `client-output-buffer-limit` value (`default` if absent).
+    fn of_class(value: &str, wanted: &str, default: Limits) -> Limits {
         let words: Vec<&str> = value.split_whitespace().collect();
-        let mut limits = Limits { hard: 32 << 20, soft: 8 << 20, soft_secs: 60 };
+        let mut limits = default;
         for w in words.chunks(4) {
             if let [class, hard, soft, secs] = w {
-                if *class == "pubsub" {
+                if *class == wanted {
                     let mem = |v: &str| crate::config::parse_memory(v).unwrap_or(0) as usize;
                     limits = Limits { hard: mem(hard), soft: mem(soft), soft_secs: secs.parse().unwrap_or(0) };
                 }
@@ -75,6 +91,10 @@ pub struct Hub {
     channels: Mutex<Subscribers>,
     patterns: Mutex<Subscribers>,
     shard_channels: Mutex<Subscribers>,
+    /// MONITOR clients, by client id.
+    monitors: Mutex<HashMap<u64, Arc<Subscriber>>>,
+    /// How many there are (every command checks this, not the mutex).
+    monitor_count: AtomicUsize,
 }
 
 /// Which namespace a subscription is in.
@@ -98,6 +118,39 @@ impl Hub {
             Kind::Channel => &self.channels,
             Kind::Pattern => &self.patterns,
             Kind::Shard => &self.shard_channels,
+        }
+    }
+
+    /// Makes client `id` a MONITOR client.
+    pub fn add_monitor(&self, id: u64, sub: &Arc<Subscriber>) {
+        let mut monitors = self.monitors.lock().unwrap_or_else(|e| e.into_inner());
+        monitors.insert(id, Arc::clone(sub));
+        self.monitor_count.store(monitors.len(), Ordering::Release);
+    }
+
+    /// Client `id` no longer monitors (if it did).
+    pub fn remove_monitor(&self, id: u64) {
+        if self.monitor_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut monitors = self.monitors.lock().unwrap_or_else(|e| e.into_inner());
+        monitors.remove(&id);
+        self.monitor_count.store(monitors.len(), Ordering::Release);
+    }
+
+    /// True if any client monitors.
+    pub fn has_monitors(&self) -> bool {
+        self.monitor_count.load(Ordering::Acquire) > 0
+    }
+
+    /// Sends `line` (one command, MONITOR's format) to every monitor.
+    pub fn feed_monitors(&self, line: &str, limits: Limits) {
+        let monitors: Vec<Arc<Subscriber>> =
+            self.monitors.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for m in monitors {
+            let msg = Reply::Simple(line.to_string());
+            let size = message_size(&msg);
+            deliver(&m, msg, size, limits);
         }
     }
 
@@ -190,6 +243,7 @@ pub fn message_size(msg: &Reply) -> usize {
     match msg {
         Reply::Push(items) | Reply::Array(items) => 8 + items.iter().map(message_size).sum::<usize>(),
         Reply::Bulk(b) => 8 + b.len(),
+        Reply::Simple(s) => 8 + s.len(),
         _ => 8,
     }
 }
