@@ -289,3 +289,47 @@ fn the_latency_monitor_samples_slow_commands() {
     assert_eq!(cmd("LATENCY").arg("RESET").query::<i64>(&mut c).unwrap(), 1);
     assert!(cmd("LATENCY").arg("GRAPH").arg("command").query::<String>(&mut c).is_err());
 }
+
+#[test]
+fn command_getkeys_and_list_answer_as_redis_does() {
+    let Some((_redis, mut r, _)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let ask = |conn: &mut redis::Connection, words: &[&str]| -> String {
+        match cmd(words[0]).arg(&words[1..]).query::<redis::Value>(conn) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("error {e}"),
+        }
+    };
+    for words in [
+        &["COMMAND", "GETKEYS", "get", "key"][..],
+        &["COMMAND", "GETKEYSANDFLAGS", "set", "k1", "v1"],
+        &["COMMAND", "GETKEYSANDFLAGS", "set", "k1", "v1", "GET"],
+        &["COMMAND", "GETKEYSANDFLAGS", "mset", "k1", "v1", "k2", "v2"],
+        &["COMMAND", "GETKEYSANDFLAGS", "LMOVE", "k1", "k2", "left", "right"],
+        &["COMMAND", "GETKEYSANDFLAGS", "zunionstore", "d", "2", "a", "b", "WEIGHTS", "1", "2"],
+        &["COMMAND", "GETKEYS", "lcs", "a", "b"],
+        &["COMMAND", "GETKEYS", "memory", "usage", "key"],
+        &["COMMAND", "GETKEYS", "blmpop", "0", "2", "a", "b", "LEFT"],
+        &["COMMAND", "GETKEYS", "nosuchcommand", "a"],
+        &["COMMAND", "GETKEYS", "ping"],
+        &["COMMAND", "GETKEYS", "get"],
+        &["COMMAND", "GETKEYS", "zunionstore", "d", "5", "a"],
+        &["COMMAND", "LIST", "bad_arg"],
+        &["COMMAND", "LIST", "FILTERBY", "bad_arg", "x"],
+        &["COMMAND", "LIST", "FILTERBY", "aclcat", "non_existing_category"],
+        &["COMMAND", "LIST", "FILTERBY", "module", "x"],
+        &["COMMAND", "LIST", "FILTERBY", "pattern", "set"],
+    ] {
+        assert_eq!(ask(&mut c, words), ask(&mut r, words), "{words:?}");
+    }
+    // Patterns over commands and subcommands, as sets.
+    for pattern in ["config*", "config|*re*", "client|*"] {
+        let list = |conn: &mut redis::Connection| -> std::collections::BTreeSet<String> {
+            cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("PATTERN").arg(pattern).query(conn).unwrap()
+        };
+        assert_eq!(list(&mut c), list(&mut r), "{pattern}");
+    }
+    let hash: Vec<String> = cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("ACLCAT").arg("hash").query(&mut c).unwrap();
+    assert!(hash.contains(&"hset".to_string()) && !hash.contains(&"set".to_string()), "{hash:?}");
+}

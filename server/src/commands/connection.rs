@@ -163,12 +163,103 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
     let Some(sub) = args.get(1) else { return Reply::Array(all().into_iter().map(command_entry).collect()) };
     match String::from_utf8_lossy(sub).to_ascii_lowercase().as_str() {
         "count" if args.len() == 2 => Reply::Integer(all().len() as i64),
-        "list" if args.len() == 2 => Reply::Array(all().into_iter().map(|c| Reply::bulk(c.name.as_bytes())).collect()),
+        "list" => command_list(&args[2..]),
+        "getkeys" | "getkeysandflags" if args.len() >= 3 => {
+            command_getkeys(&args[2..], args[1].eq_ignore_ascii_case(b"getkeysandflags"))
+        }
         "info" => Reply::Array(args[2..].iter().map(|n| lookup(n).map_or(Reply::NullArray, command_entry)).collect()),
         // Documentation is not kept yet: an empty map is what clients expect for "no docs".
         "docs" => Reply::Map(Vec::new()),
         _ => Reply::error(format!("ERR unknown subcommand '{}'. Try COMMAND HELP.", String::from_utf8_lossy(sub))),
     }
+}
+
+/// Every command name and subcommand (`config|get`) the server has.
+fn command_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for spec in all() {
+        names.push(spec.name.to_string());
+        if let Some(entry) = super::meta::acl_command(spec.name) {
+            let universe = super::meta::universe();
+            names.extend(entry.subcommands.iter().map(|&id| universe[id].name.clone()));
+        }
+    }
+    names
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`.
+fn command_list(rest: &[Bytes]) -> Reply {
+    let names = command_names();
+    let kept: Vec<String> = match rest {
+        [] => names,
+        [by, how, arg] if by.eq_ignore_ascii_case(b"filterby") => {
+            match String::from_utf8_lossy(how).to_ascii_lowercase().as_str() {
+                // Shale loads no modules.
+                "module" => Vec::new(),
+                "aclcat" => match super::meta::category(&String::from_utf8_lossy(arg).to_ascii_lowercase()) {
+                    Some(bit) => names
+                        .into_iter()
+                        .filter(|n| super::meta::acl_command(n).is_some_and(|c| c.categories & bit != 0))
+                        .collect(),
+                    None => Vec::new(),
+                },
+                "pattern" => names.into_iter().filter(|n| crate::glob::matches(arg, n.as_bytes(), true)).collect(),
+                _ => return Reply::error("ERR syntax error"),
+            }
+        }
+        _ => return Reply::error("ERR syntax error"),
+    };
+    Reply::Array(kept.into_iter().map(|n| Reply::bulk(Bytes::from(n))).collect())
+}
+
+/// The names `COMMAND GETKEYSANDFLAGS` gives key-spec flags.
+const KEY_FLAG_NAMES: &[(u16, &str)] = &[
+    (super::meta::K_RO, "RO"),
+    (super::meta::K_RW, "RW"),
+    (super::meta::K_OW, "OW"),
+    (super::meta::K_RM, "RM"),
+    (super::meta::K_ACCESS, "access"),
+    (super::meta::K_UPDATE, "update"),
+    (super::meta::K_INSERT, "insert"),
+    (super::meta::K_DELETE, "delete"),
+    (super::meta::K_NOT_KEY, "not_key"),
+    (super::meta::K_INCOMPLETE, "incomplete"),
+    (super::meta::K_VARIABLE_FLAGS, "variable_flags"),
+];
+
+/// `COMMAND GETKEYS command arg…` / `GETKEYSANDFLAGS`: the keys a call names, found with the
+/// command's key specs (and their flags), with Redis's errors.
+fn command_getkeys(call: &[Bytes], with_flags: bool) -> Reply {
+    let Some(spec) = lookup(&call[0]) else { return Reply::error("ERR Invalid command specified") };
+    let has_keys = spec.first_key > 0
+        || super::meta::redis_command(spec.name).is_some_and(|m| !m.key_specs.is_empty() || !m.subcommands.is_empty());
+    if !has_keys {
+        return Reply::error("ERR The command has no key arguments");
+    }
+    let n = call.len() as i32;
+    if (spec.arity > 0 && spec.arity != n) || n < -spec.arity {
+        return Reply::error("ERR Invalid number of arguments specified for command");
+    }
+    let keys = match super::meta::keys_checked(spec, call, true) {
+        Some(keys) if !keys.is_empty() => keys,
+        _ => return Reply::error("ERR Invalid arguments specified for command"),
+    };
+    Reply::Array(
+        keys.into_iter()
+            .map(|k| {
+                let key = Reply::Bulk(call[k.pos].clone());
+                if !with_flags {
+                    return key;
+                }
+                let flags = KEY_FLAG_NAMES
+                    .iter()
+                    .filter(|(bit, _)| k.flags & bit != 0)
+                    .map(|(_, name)| Reply::Simple((*name).into()))
+                    .collect();
+                Reply::Array(vec![key, Reply::Set(flags)])
+            })
+            .collect(),
+    )
 }
 
 /// `RESET`: the connection as it was when it opened (database 0, RESP2, no name, replies on,

@@ -272,6 +272,13 @@ pub struct KeyRef {
 /// commands Redis does not have use the table's key positions (read for `readonly`, read and
 /// write otherwise).
 pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
+    keys_checked(spec, args, false).unwrap_or_default()
+}
+
+/// [`keys`]; with `strict`, None as soon as a key spec cannot be followed (a key count past
+/// the arguments, a range out of bounds), as `COMMAND GETKEYS` answers such a call with an
+/// error where ACL checks take the keys the other specs found.
+pub fn keys_checked(spec: &CommandSpec, args: &[Bytes], strict: bool) -> Option<Vec<KeyRef>> {
     let mut out = Vec::new();
     let meta = match redis_command(&called(spec, args).name) {
         Some(m) => m,
@@ -285,14 +292,14 @@ pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
                     i += spec.step.max(1);
                 }
             }
-            return out;
+            return Some(out);
         }
     };
     if meta.name == "set" {
         // SET's flags depend on GET (Redis's setGetKeys).
         let get = args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get"));
         let flags = if get { K_RW | K_ACCESS | K_UPDATE } else { K_OW | K_UPDATE };
-        return vec![KeyRef { pos: 1, flags }];
+        return Some(vec![KeyRef { pos: 1, flags }]);
     }
     let argc = args.len() as i32;
     for ks in meta.key_specs {
@@ -338,9 +345,15 @@ pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
             }
             Find::Keynum(index, firstkey, step) => {
                 let Some(n) = args.get((first + index) as usize).and_then(|a| crate::resp::parse_int(a)) else {
+                    if strict {
+                        return None;
+                    }
                     continue;
                 };
                 if n < 0 || n > i64::from(argc) {
+                    if strict {
+                        return None;
+                    }
                     continue;
                 }
                 let first = first + firstkey;
@@ -349,6 +362,9 @@ pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
             Find::Unknown => continue,
         };
         if last >= argc || last < first || first >= argc {
+            if strict && (last >= argc || first >= argc) {
+                return None;
+            }
             continue;
         }
         let mut i = first;
@@ -357,7 +373,7 @@ pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
             i += step.max(1);
         }
     }
-    out
+    Some(out)
 }
 
 /// The categories of a table command, as `@name` strings (`COMMAND INFO`).

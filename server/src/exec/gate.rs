@@ -97,6 +97,11 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
         s.multi_error |= queuing;
         return Err(Reply::error(format!("ERR wrong number of arguments for '{}' command", spec.name)));
     }
+    // A container's subcommand has an arity of its own (`command|getkeys`), as in Redis 7.
+    if let Some(arity) = subcommand_arity(spec, args).filter(|&(_, a)| (a > 0 && n != a) || (a < 0 && n < -a)) {
+        s.multi_error |= queuing;
+        return Err(Reply::error(format!("ERR wrong number of arguments for '{}' command", arity.0)));
+    }
     if spec.name == "debug" && !s.allowed_by("enable-debug-command") {
         s.multi_error |= queuing;
         return Err(Reply::error(
@@ -124,6 +129,16 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
     // CLIENT LIST's `cmd=`: the subcommand of a container (`client|list`), as in Redis 7.
     s.handle.touch(meta::static_name(stats_id(spec, args)));
     Ok(spec)
+}
+
+/// The full name and arity of the subcommand a call of a container command names, if Redis
+/// 7.0 has it.
+fn subcommand_arity(spec: &'static CommandSpec, args: &[Bytes]) -> Option<(&'static str, i32)> {
+    let called = &meta::universe()[stats_id(spec, args)];
+    if !called.is_sub {
+        return None;
+    }
+    meta::redis_command(&called.name).map(|m| (m.name, m.arity))
 }
 
 /// Runs one request through the gate (EXEC runs its queue through here).

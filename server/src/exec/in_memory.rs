@@ -17,7 +17,10 @@ use crate::storage::BlindWrite;
 
 /// Commands that may run on the connection's own thread when memory can answer them: reads of
 /// one record per key (metadata, a field, a member) that never wait, never write and never
-/// walk a range — plus PING and ECHO, which touch no data.
+/// walk a range — plus PING and ECHO, which touch no data, and the pub/sub commands, which
+/// touch only the hub: a SUBSCRIBE or UNSUBSCRIBE takes effect as soon as its connection reads
+/// it, so a PUBLISH another client sends just after counts it as on Redis's single thread
+/// (run on an executor, an UNSUBSCRIBE could lose that race by a thread hand-off).
 const MEMORY_READS: &[&str] = &[
     "echo",
     "exists",
@@ -32,13 +35,21 @@ const MEMORY_READS: &[&str] = &[
     "mget",
     "pexpiretime",
     "ping",
+    "psubscribe",
     "pttl",
+    "publish",
+    "punsubscribe",
     "scard",
     "sismember",
     "smismember",
+    "spublish",
+    "ssubscribe",
     "strlen",
+    "subscribe",
+    "sunsubscribe",
     "ttl",
     "type",
+    "unsubscribe",
     "zcard",
     "zmscore",
     "zscore",
@@ -126,7 +137,7 @@ pub fn run_in_memory(
         let reply = outcome.unwrap_or_else(|panic| panicked(s, &args[0], &*panic));
         s.exec.reset();
         requests.pop_front();
-        if s.take_reply_permission() {
+        if s.take_reply_permission() || reply.is_push() {
             reply.encode(s.protocol, out);
         }
         if out.len() >= output_bound {
