@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
+use super::observe::{failed_sets, observe, set_id, stats_id};
 use super::session::{BlockRequest, Session};
 use crate::commands::{engine_error, lookup, meta, queued_keys, run_buffered, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
@@ -174,81 +175,13 @@ pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     reply
 }
 
-/// The command-stats id (ACL universe id) of a call: its subcommand's for a container
-/// command (`config|get`), else its command's — found without hashing for the latter.
-fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
-    // (table entry address, universe id, is a container), sorted by address.
-    static IDS: std::sync::LazyLock<Vec<(usize, usize, bool)>> = std::sync::LazyLock::new(|| {
-        let mut ids: Vec<(usize, usize, bool)> = crate::commands::all()
-            .into_iter()
-            .filter_map(|c| {
-                let entry = meta::acl_command(c.name)?;
-                Some((c as *const CommandSpec as usize, entry.id, !entry.subcommands.is_empty()))
-            })
-            .collect();
-        ids.sort_unstable();
-        ids
-    });
-    let at = spec as *const CommandSpec as usize;
-    match IDS.binary_search_by_key(&at, |e| e.0) {
-        Ok(i) if !IDS[i].2 => IDS[i].1,
-        _ => meta::called(spec, args).id,
-    }
-}
-
-/// The command-stats id of SET (plain SETs batched without their handler are counted here).
-fn set_id() -> usize {
-    static ID: std::sync::LazyLock<usize> =
-        std::sync::LazyLock::new(|| meta::acl_command("set").map_or(usize::MAX, |c| c.id));
-    *ID
-}
-
-/// Counts `n` batched SETs as failed with `reply` (the commit's error), which is returned.
-pub(super) fn failed_sets(s: &Session, reply: Reply, n: usize) -> Reply {
-    if let Reply::Error(why) = &reply {
-        for _ in 0..n {
-            s.state.command_stats.failed(set_id(), s.id, why);
-        }
-    }
-    reply
-}
-
 /// True if plain SETs may skip their handler (blind batches): no keyspace notification asks
-/// for their events.
+/// for their events, no MONITOR client waits for them and the slow log does not log every
+/// command.
 pub(super) fn blind_sets_allowed(s: &Session) -> bool {
     !notifications::enabled(s.state.notify_flags(), notifications::STRING | notifications::NEW)
         && !s.state.pubsub.has_monitors()
         && !s.state.slowlog.wants(0)
-}
-
-/// What the server records about a command that ran: its statistics, the slow log, the
-/// latency monitor, and the MONITOR clients.
-fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes], reply: &Reply, took: Duration) {
-    let error = match reply {
-        Reply::Error(why) => Some(why.as_str()),
-        _ => None,
-    };
-    s.state.command_stats.called(stats_id(spec, args), s.id, took, error);
-    let micros = took.as_micros() as u64;
-    // EXEC is not logged: the commands it ran are.
-    if spec.name != "exec" && s.state.slowlog.wants(micros) {
-        if s.blocked.is_some() {
-            s.blocked_log = Some((args.to_vec(), micros));
-        } else {
-            log_slow(s, args, micros);
-        }
-    }
-    let event = if spec.flags.contains(&"fast") { "fast-command" } else { "command" };
-    s.state.latency.sample(event, micros / 1000);
-    if s.state.pubsub.has_monitors() {
-        crate::commands::introspection::feed_monitors(s, spec, args);
-    }
-}
-
-/// Adds a command that ran `micros` to the slow log.
-pub fn log_slow(s: &Session, args: &[Bytes], micros: u64) {
-    let name = s.handle.name.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
-    s.state.slowlog.push(args, micros, &s.handle.addr, &String::from_utf8_lossy(&name));
 }
 
 /// Serves clients blocked on the keys the last command signalled.

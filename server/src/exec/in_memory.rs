@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
-use super::gate::{admit, blind_sets_allowed, failed_sets, panicked, run_command, SetBatch};
+use super::gate::{admit, blind_sets_allowed, panicked, run_command, SetBatch};
+use super::observe::failed_sets;
 use super::session::Session;
 use crate::commands::{engine_error, lookup};
 use crate::resp::Reply;

@@ -15,10 +15,12 @@
 
 pub mod gate;
 pub mod in_memory;
+pub mod observe;
 pub mod pool;
 pub mod session;
 
-pub use gate::{dispatch, gate, log_slow, run_batch, serve_signals, BatchEnd};
+pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
 pub use in_memory::{run_in_memory, InMemory, InMemoryCounters};
+pub use observe::log_slow;
 pub use pool::{Executor, JobPanicked};
 pub use session::{BlockRequest, ReplyMode, Session};

@@ -67,6 +67,9 @@ pub struct Session {
     pub handle: Arc<ClientHandle>,
     /// Set by a blocking command that found nothing: the connection waits on it.
     pub blocked: Option<BlockRequest>,
+    /// When the requests being run arrived, in the order connections read them (see
+    /// [`crate::services::blocking::Registry::next_arrival`]).
+    pub arrival: u64,
     /// A blocked command's arguments and run time (µs), for the slow log once it is served
     /// or times out (as Redis logs blocked commands).
     pub blocked_log: Option<(Vec<Bytes>, u64)>,
@@ -132,6 +135,7 @@ impl Session {
             blocked: None,
             signals: Vec::new(),
             blocked_log: None,
+            arrival: 0,
             multi: None,
             multi_error: false,
             in_exec: false,

@@ -178,7 +178,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         tokio::select! {
             read = socket.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(_) => session.arrival = state.blocking.next_arrival(),
             },
             _ = handle.kill_signal.notified() => {}
             msg = next_message(&mut session.messages) => {
@@ -267,7 +267,8 @@ async fn wait_blocked(
     }
     let keys = req.keys.clone();
     let db = session.db;
-    let (registration, mut rx) = state.blocking.block(session.id, db, req.keys, req.attempt, req.timeout_reply.clone());
+    let (registration, mut rx) =
+        state.blocking.block(session.id, session.arrival, db, req.keys, req.attempt, req.timeout_reply.clone());
     // An element pushed between the command's own attempt and the registration would otherwise
     // wake nobody: serve our keys once now that we are registered (on an executor: it reads).
     let serving = Arc::clone(&state);
@@ -299,7 +300,7 @@ async fn wait_blocked(
             }
             read = socket.read_buf(input) => match read {
                 Ok(0) | Err(_) => return None,
-                Ok(_) => {}
+                Ok(_) => session.arrival = session.state.blocking.next_arrival(),
             },
             _ = handle.kill_signal.notified() => return None,
             _ = stop.changed() => return None,
@@ -336,7 +337,7 @@ async fn wait_replicas(
             _ = timeout => return Some(Reply::Integer(state.replication.acked_count(seq) as i64)),
             read = socket.read_buf(input) => match read {
                 Ok(0) | Err(_) => return None,
-                Ok(_) => {}
+                Ok(_) => session.arrival = session.state.blocking.next_arrival(),
             },
             _ = handle.kill_signal.notified() => return None,
             _ = stop.changed() => return None,
@@ -386,7 +387,7 @@ async fn wait_lock(
             }
             read = socket.read_buf(input) => match read {
                 Ok(0) | Err(_) => return None,
-                Ok(_) => {}
+                Ok(_) => session.arrival = session.state.blocking.next_arrival(),
             },
             _ = handle.kill_signal.notified() => return None,
             _ = stop.changed() => return None,

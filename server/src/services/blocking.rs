@@ -24,6 +24,8 @@ pub type Attempt = Box<dyn Fn(&Bytes) -> Option<Reply> + Send + Sync>;
 /// One blocked client.
 pub struct Waiter {
     id: u64,
+    /// When its command arrived (see [`Registry::next_arrival`]).
+    arrival: u64,
     /// The blocked client's id (`CLIENT UNBLOCK`).
     pub client: u64,
     db: u32,
@@ -61,6 +63,8 @@ pub struct Registry {
     queues: Mutex<Queues>,
     by_client: Mutex<HashMap<u64, Arc<Waiter>>>,
     next_id: AtomicU64,
+    /// Source of [`Registry::next_arrival`].
+    arrivals: AtomicU64,
     /// Keys to serve, served by one thread at a time (see [`Registry::serve`]).
     serving: Mutex<Serving>,
 }
@@ -115,6 +119,7 @@ impl Registry {
     pub fn block(
         &self,
         client: u64,
+        arrival: u64,
         db: u32,
         keys: Vec<Bytes>,
         attempt: Attempt,
@@ -122,15 +127,26 @@ impl Registry {
     ) -> (Registration<'_>, oneshot::Receiver<Reply>) {
         let (tx, rx) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let waiter = Arc::new(Waiter { id, client, db, keys, attempt, timeout_reply, reply: Mutex::new(Some(tx)) });
+        let waiter =
+            Arc::new(Waiter { id, arrival, client, db, keys, attempt, timeout_reply, reply: Mutex::new(Some(tx)) });
         {
             let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             for k in &waiter.keys {
-                queues.entry((db, k.clone())).or_default().push_back(Arc::clone(&waiter));
+                let queue = queues.entry((db, k.clone())).or_default();
+                // In arrival order, not registration order: two clients' blocking commands run
+                // on different threads and may register the other way round.
+                let at = queue.iter().rposition(|w| w.arrival <= arrival).map_or(0, |i| i + 1);
+                queue.insert(at, Arc::clone(&waiter));
             }
         }
         self.by_client.lock().unwrap_or_else(|e| e.into_inner()).insert(client, Arc::clone(&waiter));
         (Registration { registry: self, waiter }, rx)
+    }
+
+    /// A stamp for requests a connection has just read: blocked clients of one key are served
+    /// in the order their commands arrived, as Redis's single thread serves them.
+    pub fn next_arrival(&self) -> u64 {
+        self.arrivals.fetch_add(1, Ordering::Relaxed)
     }
 
     fn withdraw(&self, waiter: &Arc<Waiter>) {
@@ -269,4 +285,30 @@ pub fn parse_timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, Reply> {
         return Err(Reply::error("ERR timeout is out of range"));
     }
     Ok((ms > 0.0).then(|| std::time::Duration::from_millis(ms as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    #[test]
+    fn waiters_are_served_in_the_order_their_commands_arrived() {
+        let registry = Registry::default();
+        let key = Bytes::from_static(b"k");
+        let taken = Arc::new(AtomicBool::new(false));
+        // One element: the first attempt to run takes it, later ones find nothing.
+        let attempt = |name: &'static str| -> Attempt {
+            let taken = Arc::clone(&taken);
+            Box::new(move |_: &Bytes| (!taken.swap(true, Ordering::SeqCst)).then(|| Reply::bulk(name.as_bytes())))
+        };
+        let (early, late) = (registry.next_arrival(), registry.next_arrival());
+        // The later command registers first (its thread was faster).
+        let (_r2, mut rx2) = registry.block(2, late, 0, vec![key.clone()], attempt("late"), Reply::Null);
+        let (_r1, mut rx1) = registry.block(1, early, 0, vec![key.clone()], attempt("early"), Reply::Null);
+        registry.serve(0, &key);
+        assert_eq!(rx1.try_recv().ok(), Some(Reply::bulk(&b"early"[..])));
+        assert!(rx2.try_recv().is_err(), "the later one still waits");
+    }
 }

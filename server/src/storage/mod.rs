@@ -25,6 +25,7 @@ mod compaction_filter;
 mod context;
 mod counts;
 mod digest;
+mod expiry;
 mod key_locks;
 mod meta;
 mod picks;
@@ -529,56 +530,6 @@ impl Storage {
         self.inverse[usize::from(pb)].store(a as u16, Ordering::Release);
         self.inverse[usize::from(pa)].store(b as u16, Ordering::Release);
         Ok(())
-    }
-
-    /// One step of the active expiry cycle: looks at up to `budget` index entries due by `now`,
-    /// deletes the keys that really expired (under their key locks) and the entries. Returns
-    /// how many keys it deleted and whether due entries remain. Each deleted key is an
-    /// `expired` keyspace event in `cx`.
-    pub fn expire_cycle(&self, cx: &ExecContext, now: u64, budget: usize) -> lsm::Result<(u64, bool)> {
-        let mut due = Vec::new();
-        let end = expiry_key(now.saturating_add(1), 0, b"");
-        for kv in self.engine.range(b"X".to_vec()..end) {
-            let (k, _) = kv?;
-            if due.len() == budget {
-                return self.expire_entries(cx, due, now).map(|n| (n, true));
-            }
-            due.push(k);
-        }
-        self.expire_entries(cx, due, now).map(|n| (n, false))
-    }
-
-    fn expire_entries(&self, cx: &ExecContext, due: Vec<Bytes>, now: u64) -> lsm::Result<u64> {
-        let mut expired = 0;
-        for entry in due {
-            if entry.len() < 11 {
-                self.engine.delete(&entry)?;
-                continue;
-            }
-            let at = u64::from_be_bytes(entry[1..9].try_into().unwrap_or_default());
-            let pdb = u16::from_be_bytes([entry[9], entry[10]]);
-            let key = &entry[11..];
-            let mk = meta_key(pdb, key);
-            let mut one = lsm::WriteBatch::new();
-            one.delete(&entry);
-            // Key locks are by logical database.
-            let logical = self.logical(pdb);
-            let _guard = self.lock(cx, logical, [key]);
-            let mut gone = false;
-            if let Some(raw) = self.engine.get(&mk)? {
-                let meta = decode(raw)?;
-                if meta.expire_at_ms == at && meta.is_expired(now) {
-                    one.delete(&mk);
-                    expired += 1;
-                    gone = true;
-                }
-            }
-            self.commit(one)?;
-            if gone {
-                cx.notify(notifications::EXPIRED, "expired", logical, key);
-            }
-        }
-        Ok(expired)
     }
 }
 
