@@ -404,14 +404,28 @@ impl Storage {
         Ok(())
     }
 
-    /// A key of `db` picked at random (RANDOMKEY): the first live key at or after a random point
-    /// of the database's key range, wrapping around once.
+    /// A key of `db` picked at random (RANDOMKEY): uniformly among all keys of a database of
+    /// up to 128 keys; in a larger one, uniformly among the page of live keys at or after a
+    /// random point of the key range (wrapping around once).
     pub fn random_key(&self, cx: &ExecContext, db: u32) -> lsm::Result<Option<Bytes>> {
+        // A database that fits in one page: a uniform pick among all its keys. (A seek to a
+        // random key alone favours the keys after the widest gaps: of `bar` and `foo`, `foo`
+        // came up 1.6 % of the time.)
+        let mut first = self.scan(cx, db, b"", 128)?;
+        if first.next.is_none() {
+            if first.keys.is_empty() {
+                return Ok(None);
+            }
+            let i = rand::random_range(0..first.keys.len());
+            return Ok(Some(first.keys.swap_remove(i).0));
+        }
+        // Larger: a seek to a random key, then a uniform pick among the page found there.
         let target: [u8; 8] = rand::random();
         for start in [&target[..], b""] {
-            let page = self.scan(cx, db, start, 64)?;
-            if let Some((k, _)) = page.keys.into_iter().next() {
-                return Ok(Some(k));
+            let mut page = self.scan(cx, db, start, 64)?;
+            if !page.keys.is_empty() {
+                let i = rand::random_range(0..page.keys.len());
+                return Ok(Some(page.keys.swap_remove(i).0));
             }
         }
         // Everything near the start was expired; walk on until a live key appears.

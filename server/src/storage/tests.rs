@@ -24,6 +24,24 @@ mod basics {
     }
 }
 
+mod random_keys {
+    use super::super::*;
+
+    #[test]
+    fn randomkey_picks_every_key_of_a_small_database_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        assert_eq!(s.random_key(&cx, 0).unwrap(), None);
+        // `foo` follows the narrow gap after `bar`: a seek to a random point alone hardly
+        // ever lands on it.
+        s.set_string(&cx, 0, b"bar", Bytes::from_static(b"1"), 0).unwrap();
+        s.set_string(&cx, 0, b"foo", Bytes::from_static(b"2"), 0).unwrap();
+        let foo = (0..400).filter(|_| s.random_key(&cx, 0).unwrap().unwrap() == "foo").count();
+        assert!((120..=280).contains(&foo), "foo picked {foo} times of 400");
+    }
+}
+
 mod cycle {
     use super::super::*;
 
