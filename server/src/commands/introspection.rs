@@ -4,13 +4,12 @@
 //! pub/sub hub's MONITOR clients.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{parse_i64, spec, CommandSpec, Session, NO_KEYS};
 use crate::resp::Reply;
-use crate::services::pubsub::{Limits, Subscriber};
+use crate::services::pubsub::Limits;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("monitor", 1, &["admin", "noscript", "loading", "stale"], NO_KEYS, monitor),
@@ -60,16 +59,7 @@ fn monitor(s: &mut Session, _: &[Bytes]) -> Reply {
     if s.in_exec {
         return Reply::error("ERR MONITOR isn't allowed for DENY BLOCKING client");
     }
-    let sub = match &s.subscriber {
-        Some(sub) => Arc::clone(sub),
-        None => {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let sub = Arc::new(Subscriber::new(tx, Arc::clone(&s.handle)));
-            s.subscriber = Some(Arc::clone(&sub));
-            s.messages = Some(rx);
-            sub
-        }
-    };
+    let sub = super::pubsub::subscriber(s);
     s.state.pubsub.add_monitor(s.id, &sub);
     Reply::ok()
 }

@@ -41,8 +41,8 @@ fn limits(s: &Session) -> Limits {
     Limits::from_config(s.state.config().get("client-output-buffer-limit").unwrap_or_default())
 }
 
-/// This connection's subscriber (created on its first subscription).
-fn subscriber(s: &mut Session) -> Arc<Subscriber> {
+/// This connection's subscriber (created on its first subscription or MONITOR).
+pub(super) fn subscriber(s: &mut Session) -> Arc<Subscriber> {
     if let Some(sub) = &s.subscriber {
         return Arc::clone(sub);
     }
