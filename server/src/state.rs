@@ -53,6 +53,8 @@ pub struct ServerState {
     pub expired_keys: AtomicU64,
     /// Unix time of the last successful `SAVE`/`BGSAVE` (engine flush), or of startup.
     pub lastsave: AtomicU64,
+    /// `Storage::changes` when the last save (engine flush) began.
+    pub changes_at_save: AtomicU64,
     /// Set by `SHUTDOWN`; the binary waits on it beside the signals.
     pub shutdown: Notify,
     /// `CLIENT PAUSE` in force (change it with [`ServerState::set_pause`]).
@@ -144,6 +146,7 @@ impl ServerState {
             keyspace_misses: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
             lastsave: AtomicU64::new(now_s),
+            changes_at_save: AtomicU64::new(0),
             shutdown: Notify::new(),
             pause: Mutex::new(None),
             paused: std::sync::atomic::AtomicBool::new(false),

@@ -179,6 +179,10 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
             vec![
                 ("loading", "0".into()),
                 ("async_loading", "0".into()),
+                (
+                    "rdb_changes_since_last_save",
+                    st.storage.changes().saturating_sub(st.changes_at_save.load(Ordering::Relaxed)).to_string(),
+                ),
                 ("rdb_bgsave_in_progress", "0".into()),
                 ("rdb_last_save_time", st.lastsave.load(Ordering::Relaxed).to_string()),
                 ("rdb_last_bgsave_status", "ok".into()),

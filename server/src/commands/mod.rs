@@ -3,6 +3,8 @@
 //! `COMMAND`, EXEC's key locking and WATCH all read it.
 
 pub(crate) mod acl;
+mod bitfield;
+mod bitmaps;
 mod blocking_pops;
 mod client;
 mod collections;
@@ -86,6 +88,8 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         strings::COMMANDS,
         strings::MORE,
         string_range::COMMANDS,
+        bitmaps::COMMANDS,
+        bitfield::COMMANDS,
         keys::COMMANDS,
         keys::relocate::COMMANDS,
         keys::inspect::COMMANDS,

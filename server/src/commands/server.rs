@@ -159,7 +159,9 @@ fn shutdown(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn flush_engine(s: &Session) -> Result<(), Reply> {
+    let changes = s.state.storage.changes();
     s.state.storage.engine().flush().map_err(engine_error)?;
+    s.state.changes_at_save.store(changes, Ordering::Relaxed);
     s.state.lastsave.store(now_ms() / 1000, Ordering::Relaxed);
     Ok(())
 }
@@ -178,8 +180,12 @@ fn bgsave(s: &mut Session, args: &[Bytes]) -> Reply {
         _ => return Reply::error("ERR syntax error"),
     }
     let state = std::sync::Arc::clone(&s.state);
+    let changes = state.storage.changes();
     std::thread::spawn(move || match state.storage.engine().flush() {
-        Ok(()) => state.lastsave.store(now_ms() / 1000, Ordering::Relaxed),
+        Ok(()) => {
+            state.changes_at_save.store(changes, Ordering::Relaxed);
+            state.lastsave.store(now_ms() / 1000, Ordering::Relaxed);
+        }
         Err(e) => tracing::error!(target: "shale::storage", error = %e, "BGSAVE (engine flush) failed"),
     });
     Reply::Simple("Background saving started".into())
@@ -199,7 +205,11 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
             }
             match s.state.storage.get(&s.exec, s.db, &args[2]) {
                 // What the key costs on disk before compression: its record key and value.
-                Ok(Some(m)) => Reply::Integer((3 + args[2].len() + 17 + m.body.len()) as i64),
+                Ok(Some(m)) => {
+                    let value =
+                        if m.kind == crate::storage::KeyType::String { m.string_len() } else { m.body.len() as u64 };
+                    Reply::Integer((3 + args[2].len() + 17) as i64 + value as i64)
+                }
                 Ok(None) => Reply::Null,
                 Err(e) => engine_error(e),
             }

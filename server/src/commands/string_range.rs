@@ -3,10 +3,11 @@
 
 use bytes::Bytes;
 
-use super::strings::{done_event, string_at, WRONGTYPE};
-use super::{parse_i64, spec, CommandSpec, Session, ONE_KEY};
+use super::strings::{done_event, string_at, string_meta_at, WRONGTYPE};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::STRING;
+use crate::storage::{Meta, StringEdit};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("getrange", 4, &["readonly"], ONE_KEY, getrange),
@@ -34,9 +35,12 @@ fn getrange(s: &mut Session, args: &[Bytes]) -> Reply {
     let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
         return Reply::error(NOT_INTEGER);
     };
-    match string_at(s, &args[1]) {
-        Ok(Some(m)) => match clamp_range(start, end, m.body.len()) {
-            Some((a, b)) => Reply::Bulk(m.body.slice(a..=b)),
+    match string_meta_at(s, &args[1]) {
+        Ok(Some(m)) => match clamp_range(start, end, m.string_len() as usize) {
+            Some((a, b)) => match s.state.storage.view(&s.exec, s.db).string_range(&m, a as u64, b as u64 + 1) {
+                Ok(v) => Reply::Bulk(v),
+                Err(e) => engine_error(e),
+            },
             None => Reply::bulk(Bytes::new()),
         },
         Ok(None) => Reply::bulk(Bytes::new()),
@@ -53,11 +57,11 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     let value = &args[3];
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
-    let existing = match string_at(s, &args[1]) {
+    let existing = match string_meta_at(s, &args[1]) {
         Ok(m) => m,
         Err(e) => return e,
     };
-    let current_len = existing.as_ref().map_or(0, |m| m.body.len()) as i64;
+    let current_len = existing.as_ref().map_or(0, Meta::string_len) as i64;
     if value.is_empty() {
         // Nothing to write: no key is created, and an existing one is left alone.
         return Reply::Integer(current_len);
@@ -67,14 +71,15 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     if offset.saturating_add(value.len() as u64) > max {
         return Reply::error(TOO_BIG);
     }
-    let (mut body, expire_at) = existing.map_or((Vec::new(), 0), |m| (m.body.to_vec(), m.expire_at_ms));
-    let end = offset as usize + value.len();
-    if body.len() < end {
-        body.resize(end, 0);
+    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
+    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
+    if let Err(e) = edit.write(offset, value) {
+        return engine_error(e);
     }
-    body[offset as usize..end].copy_from_slice(value);
-    let len = body.len() as i64;
-    let r = storage.set_string(&s.exec, s.db, &args[1], Bytes::from(body), expire_at);
+    let len = edit.len() as i64;
+    let mut b = lsm::WriteBatch::new();
+    edit.finish(&mut b, &args[1], expire_at);
+    let r = storage.write(&s.exec, b);
     done_event(s, r, Reply::Integer(len), STRING, "setrange", &args[1])
 }
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::{GENERIC, STRING};
-use crate::storage::{now_ms, KeyType, Meta};
+use crate::storage::{now_ms, KeyType, Meta, StringEdit};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
@@ -148,8 +148,20 @@ pub(super) static MORE: &[CommandSpec] = &[
 pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 
-/// The live string at `key`: `Ok(None)` if absent, `Err(reply)` if another type.
+/// The live string at `key` with its whole value in `body` (a segmented value is assembled):
+/// `Ok(None)` if absent, `Err(reply)` if another type.
 pub(super) fn string_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
+    match string_meta_at(s, key)? {
+        Some(m) if m.is_segmented() => {
+            s.state.storage.view(&s.exec, s.db).inline_string(m).map(Some).map_err(engine_error)
+        }
+        m => Ok(m),
+    }
+}
+
+/// The live string at `key` as stored (a segmented value's `body` is only its length: read it
+/// through the storage view): `Ok(None)` if absent, `Err(reply)` if another type.
+pub(super) fn string_meta_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Reply> {
     match s.state.storage.get(&s.exec, s.db, key) {
         Ok(Some(m)) if m.kind != KeyType::String => Err(Reply::error(WRONGTYPE)),
         Ok(m) => Ok(m),
@@ -324,10 +336,11 @@ fn getdel(s: &mut Session, args: &[Bytes]) -> Reply {
 fn mget(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut out = Vec::with_capacity(args.len() - 1);
     for key in &args[1..] {
-        out.push(match s.state.storage.get(&s.exec, s.db, key) {
-            Ok(Some(m)) if m.kind == KeyType::String => Reply::Bulk(m.body),
-            Ok(_) => Reply::Null,
-            Err(e) => return engine_error(e),
+        out.push(match string_at(s, key) {
+            Ok(Some(m)) => Reply::Bulk(m.body),
+            Ok(None) => Reply::Null,
+            Err(e) if e == Reply::error(WRONGTYPE) => Reply::Null,
+            Err(e) => return e,
         });
     }
     Reply::Array(out)
@@ -353,23 +366,28 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
 fn append(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
-    let (mut value, expire_at) = match string_at(s, &args[1]) {
-        Ok(Some(m)) => (m.body.to_vec(), m.expire_at_ms),
-        Ok(None) => (Vec::new(), 0),
+    let existing = match string_meta_at(s, &args[1]) {
+        Ok(m) => m,
         Err(e) => return e,
     };
-    if value.len() + args[2].len() > s.state.config().proto_max_bulk_len as usize {
+    let current = existing.as_ref().map_or(0, Meta::string_len);
+    if current + args[2].len() as u64 > s.state.config().proto_max_bulk_len {
         return Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
-    value.extend_from_slice(&args[2]);
-    let len = value.len() as i64;
-    let r = storage.set_string(&s.exec, s.db, &args[1], Bytes::from(value), expire_at);
-    done_event(s, r, Reply::Integer(len), STRING, "append", &args[1])
+    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
+    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
+    let mut b = lsm::WriteBatch::new();
+    if let Err(e) = edit.write(current, &args[2]) {
+        return engine_error(e);
+    }
+    let len = edit.len() as i64;
+    edit.finish(&mut b, &args[1], expire_at);
+    done_event(s, storage.write(&s.exec, b), Reply::Integer(len), STRING, "append", &args[1])
 }
 
 fn strlen(s: &mut Session, args: &[Bytes]) -> Reply {
-    match string_at(s, &args[1]) {
-        Ok(m) => Reply::Integer(m.map_or(0, |m| m.body.len() as i64)),
+    match string_meta_at(s, &args[1]) {
+        Ok(m) => Reply::Integer(m.map_or(0, |m| m.string_len() as i64)),
         Err(e) => e,
     }
 }

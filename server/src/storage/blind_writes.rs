@@ -62,6 +62,7 @@ impl Storage {
         };
         guard.queued(commit.ticket());
         drop(guard);
+        self.changes.fetch_add(keys.len() as u64, Ordering::Relaxed);
         // Counted now, not when the commit is seen: the write commits even if nobody awaits it
         // (a connection dropped at shutdown); a failed commit is taken back (`revert_counts`).
         for (pdb, d) in &deltas {

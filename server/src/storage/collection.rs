@@ -208,7 +208,7 @@ fn score_suffix(score: f64, member: &[u8]) -> Vec<u8> {
 /// Reads and writes go through the command's execution context.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
-    storage: &'a Storage,
+    pub(super) storage: &'a Storage,
     cx: &'a ExecContext,
     pdb: u16,
 }
@@ -503,7 +503,7 @@ pub(super) fn is_live(snap: &lsm::WeakSnapshot, pdb: u16, uid: u64) -> lsm::Resu
     }
     let Some(raw) = snap.get(meta_key(pdb, &owner[2..]))? else { return Ok(false) };
     let meta = decode(raw)?;
-    Ok(meta.uid == uid && meta.kind != KeyType::String && !meta.is_expired(now_ms()))
+    Ok(meta.uid == uid && !meta.is_expired(now_ms()))
 }
 
 #[cfg(test)]

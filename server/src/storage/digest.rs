@@ -29,7 +29,7 @@ impl Storage {
                     h.update(&[meta.kind as u8]);
                     h.update(&meta.expire_at_ms.to_be_bytes());
                     if meta.kind == KeyType::String {
-                        h.update(&meta.body);
+                        h.update(&self.view(cx, db).inline_string(meta.clone())?.body);
                     } else {
                         let prefix = element_prefix(b'E', self.phys(db), meta.uid);
                         let end = super::collection::prefix_end(&prefix);

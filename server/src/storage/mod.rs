@@ -6,7 +6,8 @@
 //! db map        "S:dbmap"                                  ->  (logical u16 BE, physical u16 BE)*
 //! layout        "S:layout"                                 ->  version u8 (2) | pick seed u64 LE
 //! ```
-//! A string's value is the body. Collections keep elements under `'E' | db | uid | field`, so
+//! A string's value is the body, or segments once it grows long by partial writes (see
+//! `strings.rs`). Collections keep elements under `'E' | db | uid | field`, so
 //! deleting or overwriting one is a single metadata write. An expired key is never returned:
 //! reads treat it as absent (lazy expiry), the active cycle deletes keys whose time has come
 //! (found through the expiry index), and compaction drops expired records it meets.
@@ -30,6 +31,7 @@ mod key_locks;
 mod meta;
 mod picks;
 mod replicated;
+mod strings;
 mod watch;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -45,6 +47,7 @@ pub use context::{ExecContext, RawRange};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
+pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};
 pub use watch::{Watched, Watches};
 
 /// Milliseconds since the Unix epoch.
@@ -115,6 +118,9 @@ pub struct Storage {
     /// Secret seed of the pick index's member hash (see `picks.rs`); replaced only when a
     /// replica loads its primary's data.
     pick_seed: AtomicU64,
+    /// Writes committed since start (a command's batch, EXEC's batch, each queued SET): what
+    /// `INFO persistence` reports changes since the last save from.
+    changes: AtomicU64,
 }
 
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
@@ -155,6 +161,7 @@ impl Storage {
             counts,
             next_uid,
             pick_seed,
+            changes: AtomicU64::new(0),
         };
         storage.load_map(storage.engine.get(DB_MAP_KEY)?.as_deref())?;
         Ok(storage)
@@ -308,6 +315,7 @@ impl Storage {
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         self.engine.write(batch, &lsm::WriteOptions::default())?;
+        self.changes.fetch_add(1, Ordering::Relaxed);
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
         }
@@ -370,6 +378,11 @@ impl Storage {
             deltas.entry(pdb).or_default().record(before, after);
         }
         Ok(deltas.into_iter().collect())
+    }
+
+    /// Writes committed since start (see the field).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// A fresh incarnation id for a new collection.

@@ -136,6 +136,7 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
         view.elements(meta.uid, std::ops::Bound::Unbounded).collect::<lsm::Result<_>>().map_err(engine_error)
     };
     Ok(match meta.kind {
+        KeyType::String if meta.is_segmented() => "raw",
         KeyType::String => string_encoding(&meta.body),
         KeyType::List => "quicklist",
         KeyType::Hash => {
@@ -224,6 +225,7 @@ fn object(s: &mut Session, args: &[Bytes]) -> Reply {
         // Redis shares the integers 0..9999 (refcount INT_MAX); anything else has one owner.
         "refcount" => {
             let shared = meta.kind == KeyType::String
+                && !meta.is_segmented()
                 && meta.body.len() <= 20
                 && parse_i64(&meta.body).is_some_and(|n| (0..10_000).contains(&n));
             Reply::Integer(if shared { i64::from(i32::MAX) } else { 1 })

@@ -10,7 +10,7 @@ use super::{get, NOT_INTEGER};
 use crate::commands::{engine_error, parse_i64, spec, CommandSpec, Session, NO_KEYS, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::GENERIC;
-use crate::storage::{KeyType, Meta};
+use crate::storage::Meta;
 
 pub(in crate::commands) static COMMANDS: &[CommandSpec] = &[
     spec("rename", 3, &["write"], (1, 2, 1), rename),
@@ -40,7 +40,8 @@ fn place(
 ) -> Result<(), Reply> {
     let storage = &s.state.storage;
     let mut placed = meta.clone();
-    if meta.kind != KeyType::String {
+    // Collections and segmented strings keep records under their incarnation.
+    if meta.uid != 0 {
         if fresh_uid || from_db != to_db {
             placed.uid = storage.new_uid();
             storage.copy_elements_into(&s.exec, batch, from_db, meta.uid, to_db, placed.uid).map_err(engine_error)?;

@@ -1,0 +1,433 @@
+//! String values: inline in the metadata record, or in segments once written in part.
+//!
+//! ```text
+//! inline     metadata uid = 0,  body = the value
+//! segmented  metadata uid != 0, body = length u64 LE
+//!            'E' | db u16 BE | uid u64 BE | segment index u64 BE  ->  up to SEGMENT bytes
+//! ```
+//! `SET` and every command that replaces a whole value write it inline, whatever its size: one
+//! record, read back with one lookup. Commands that change part of a value (`SETRANGE`,
+//! `APPEND`, `SETBIT`, `BITFIELD`) keep a value of up to [`INLINE_MAX`] bytes inline and turn a
+//! longer one into segments of [`SEGMENT`] bytes under a fresh incarnation, so from then on
+//! they read and write only the segments they touch: a `SETBIT` at bit 2^32-1 writes one
+//! segment, not 512 MB. A segment holds bytes `index * SEGMENT ..` of the value; one that is
+//! absent, or shorter than `SEGMENT`, reads as zero bytes up to the value's length (a sparse
+//! bitmap stores only its non-zero segments). Segments are element records of the incarnation:
+//! COPY, MOVE and RENAME carry them like a collection's elements, and once the key is deleted
+//! or overwritten compaction drops them as orphans.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Bound, ControlFlow};
+
+use bytes::Bytes;
+
+use super::{KeyType, Meta, View};
+
+/// Bytes per segment of a segmented string.
+pub const SEGMENT: u64 = 4096;
+/// The longest value a partial write keeps inline.
+pub const INLINE_MAX: u64 = 4096;
+
+/// A piece of a string value, in order (see [`View::string_chunks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk<'a> {
+    /// Stored bytes.
+    Bytes(&'a [u8]),
+    /// This many zero bytes (never stored).
+    Zeros(u64),
+}
+
+impl Meta {
+    /// The length of a string value (inline or segmented).
+    pub fn string_len(&self) -> u64 {
+        if self.uid == 0 {
+            self.body.len() as u64
+        } else {
+            self.body.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        }
+    }
+
+    /// Whether this string keeps its value in segments.
+    pub fn is_segmented(&self) -> bool {
+        self.kind == KeyType::String && self.uid != 0
+    }
+}
+
+fn segment_field(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+impl View<'_> {
+    /// The whole value of string `meta`, as a string whose value is inline (a segmented one
+    /// is assembled; its metadata otherwise unchanged).
+    pub fn inline_string(&self, meta: Meta) -> lsm::Result<Meta> {
+        if !meta.is_segmented() {
+            return Ok(meta);
+        }
+        let body = self.string_range(&meta, 0, meta.string_len())?;
+        Ok(Meta { uid: 0, body, ..meta })
+    }
+
+    /// Bytes `start..end` of string `meta` (clamped to its length).
+    pub fn string_range(&self, meta: &Meta, start: u64, end: u64) -> lsm::Result<Bytes> {
+        let end = end.min(meta.string_len());
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        if !meta.is_segmented() {
+            return Ok(meta.body.slice(start as usize..end as usize));
+        }
+        let mut out = Vec::with_capacity((end - start) as usize);
+        self.string_chunks(meta, start, end, |c| {
+            match c {
+                Chunk::Bytes(b) => out.extend_from_slice(b),
+                Chunk::Zeros(n) => out.resize(out.len() + n as usize, 0),
+            }
+            ControlFlow::Continue(())
+        })?;
+        Ok(Bytes::from(out))
+    }
+
+    /// Calls `f` with the pieces of bytes `start..end` of string `meta` (clamped to its
+    /// length), in order, until it breaks. Absent parts of a segmented value come as
+    /// [`Chunk::Zeros`], so a walk over a sparse value costs what it stores.
+    pub fn string_chunks(
+        &self,
+        meta: &Meta,
+        start: u64,
+        end: u64,
+        mut f: impl FnMut(Chunk<'_>) -> ControlFlow<()>,
+    ) -> lsm::Result<()> {
+        let end = end.min(meta.string_len());
+        if start >= end {
+            return Ok(());
+        }
+        if !meta.is_segmented() {
+            let _ = f(Chunk::Bytes(&meta.body[start as usize..end as usize]));
+            return Ok(());
+        }
+        let mut at = start;
+        let first = segment_field(start / SEGMENT);
+        let last = segment_field((end - 1) / SEGMENT);
+        for kv in self.elements(meta.uid, Bound::Included(&first[..])) {
+            let (field, value) = kv?;
+            let Ok(index) = <[u8; 8]>::try_from(&field[..]).map(u64::from_be_bytes) else { continue };
+            if field[..] > last[..] {
+                break;
+            }
+            let seg_start = index * SEGMENT;
+            if seg_start > at && f(Chunk::Zeros(seg_start - at)).is_break() {
+                return Ok(());
+            }
+            at = at.max(seg_start);
+            let stored_end = (seg_start + value.len() as u64).min(end);
+            if stored_end > at {
+                let piece = &value[(at - seg_start) as usize..(stored_end - seg_start) as usize];
+                if f(Chunk::Bytes(piece)).is_break() {
+                    return Ok(());
+                }
+                at = stored_end;
+            }
+        }
+        if end > at {
+            let _ = f(Chunk::Zeros(end - at));
+        }
+        Ok(())
+    }
+}
+
+/// A change to part of a string value: reads see the change so far; [`StringEdit::finish`]
+/// writes the touched segments (or the inline value) and the metadata into one batch.
+#[derive(Debug)]
+pub struct StringEdit<'v> {
+    view: View<'v>,
+    /// The value before the edit (a segmented one reads its segments on demand).
+    before: Option<Meta>,
+    len: u64,
+    /// The whole value while it stays inline.
+    inline: Option<Vec<u8>>,
+    /// Segments read or written so far (segmented mode).
+    segments: BTreeMap<u64, Vec<u8>>,
+    dirty: BTreeSet<u64>,
+    /// The incarnation of the segmented value (0 while inline).
+    uid: u64,
+}
+
+impl<'v> StringEdit<'v> {
+    /// An edit of the string `before` (`None`: the key does not exist yet).
+    pub fn new(view: View<'v>, before: Option<Meta>) -> Self {
+        let len = before.as_ref().map_or(0, Meta::string_len);
+        let (inline, uid) = match &before {
+            Some(m) if m.is_segmented() => (None, m.uid),
+            Some(m) => (Some(m.body.to_vec()), 0),
+            None => (Some(Vec::new()), 0),
+        };
+        StringEdit { view, before, len, inline, segments: BTreeMap::new(), dirty: BTreeSet::new(), uid }
+    }
+
+    /// The value's length so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the value is empty so far.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fills `buf` with bytes from `offset` (zeros past the end).
+    pub fn read(&mut self, offset: u64, buf: &mut [u8]) -> lsm::Result<()> {
+        buf.fill(0);
+        if let Some(v) = &self.inline {
+            let from = (offset as usize).min(v.len());
+            let to = (offset as usize).saturating_add(buf.len()).min(v.len());
+            buf[..to - from].copy_from_slice(&v[from..to]);
+            return Ok(());
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let (index, within) = (at / SEGMENT, (at % SEGMENT) as usize);
+            let n = (buf.len() - done).min(SEGMENT as usize - within);
+            let seg = self.segment(index)?;
+            if within < seg.len() {
+                let m = n.min(seg.len() - within);
+                buf[done..done + m].copy_from_slice(&seg[within..within + m]);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, zero-filling any gap after the current end.
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> lsm::Result<()> {
+        let end = offset + data.len() as u64;
+        self.extend_to(end)?;
+        self.segment_if_long();
+        if let Some(v) = &mut self.inline {
+            v[offset as usize..end as usize].copy_from_slice(data);
+            return Ok(());
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let at = offset + done as u64;
+            let (index, within) = (at / SEGMENT, (at % SEGMENT) as usize);
+            let n = (data.len() - done).min(SEGMENT as usize - within);
+            if within == 0 && n == SEGMENT as usize {
+                self.segments.insert(index, data[done..done + n].to_vec());
+            } else {
+                let seg = self.segment(index)?;
+                if seg.len() < within + n {
+                    seg.resize(within + n, 0);
+                }
+                seg[within..within + n].copy_from_slice(&data[done..done + n]);
+            }
+            self.dirty.insert(index);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Makes the value at least `len` bytes long (zero bytes added at the end).
+    pub fn extend_to(&mut self, len: u64) -> lsm::Result<()> {
+        if len <= self.len {
+            return Ok(());
+        }
+        self.len = len;
+        self.segment_if_long();
+        if let Some(v) = &mut self.inline {
+            v.resize(len as usize, 0);
+        }
+        Ok(())
+    }
+
+    /// Turns an inline value longer than [`INLINE_MAX`] into segments of a new incarnation
+    /// (only its non-zero segments become records). Only a write calls this: reading a long
+    /// inline value changes nothing.
+    fn segment_if_long(&mut self) {
+        if self.len <= INLINE_MAX {
+            return;
+        }
+        let Some(v) = self.inline.take() else { return };
+        self.uid = self.view.storage.new_uid();
+        for (index, chunk) in v.chunks(SEGMENT as usize).enumerate() {
+            if chunk.iter().any(|&b| b != 0) {
+                self.segments.insert(index as u64, chunk.to_vec());
+                self.dirty.insert(index as u64);
+            }
+        }
+    }
+
+    /// Segment `index` as the edit sees it, read from the stored value on first use.
+    fn segment(&mut self, index: u64) -> lsm::Result<&mut Vec<u8>> {
+        if !self.segments.contains_key(&index) {
+            let stored = match &self.before {
+                Some(m) if m.is_segmented() && m.uid == self.uid => {
+                    self.view.element(m.uid, &segment_field(index))?.map(|b| b.to_vec())
+                }
+                _ => None,
+            };
+            self.segments.insert(index, stored.unwrap_or_default());
+        }
+        Ok(self.segments.entry(index).or_default())
+    }
+
+    /// Adds the edited value for `key` (with expiry `expire_at_ms`) to `batch`; returns the
+    /// metadata written.
+    pub fn finish(self, batch: &mut lsm::WriteBatch, key: &[u8], expire_at_ms: u64) -> Meta {
+        let meta = match self.inline {
+            Some(v) => Meta::string(Bytes::from(v), expire_at_ms),
+            None => {
+                let fresh = self.before.as_ref().is_none_or(|m| m.uid != self.uid);
+                if fresh {
+                    self.view.claim(batch, self.uid, key);
+                }
+                for index in &self.dirty {
+                    let seg = &self.segments[index];
+                    // Trailing zeros are implicit.
+                    let used = seg.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                    if used == 0 {
+                        self.view.delete_element(batch, self.uid, &segment_field(*index));
+                    } else {
+                        self.view.put_element(batch, self.uid, &segment_field(*index), &seg[..used]);
+                    }
+                }
+                Meta {
+                    kind: KeyType::String,
+                    expire_at_ms,
+                    uid: self.uid,
+                    body: Bytes::copy_from_slice(&self.len.to_le_bytes()),
+                }
+            }
+        };
+        self.view.put_meta(batch, key, &meta);
+        meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+    use std::sync::Arc;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::storage::{ExecContext, ShaleFilter, Storage};
+
+    fn storage(dir: &std::path::Path) -> Storage {
+        let filter = Arc::new(ShaleFilter::default());
+        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+        let db = lsm::Db::open(dir, opts).unwrap();
+        filter.attach(&db);
+        Storage::new(db).unwrap()
+    }
+
+    fn segments(s: &Storage, meta: &Meta) -> Vec<(Bytes, Bytes)> {
+        let cx = ExecContext::new();
+        s.view(&cx, 0).elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<_>>().unwrap()
+    }
+
+    /// One edit: `f` changes the value, then it is written.
+    fn edit(s: &Storage, key: &[u8], f: impl FnOnce(&mut StringEdit<'_>)) -> Meta {
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        let mut e = StringEdit::new(v, v.get(key).unwrap());
+        f(&mut e);
+        let mut b = lsm::WriteBatch::new();
+        let meta = e.finish(&mut b, key, 0);
+        s.write(&cx, b).unwrap();
+        meta
+    }
+
+    #[test]
+    fn a_bit_at_the_end_of_512_mb_writes_one_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let last = (1u64 << 29) - 1;
+        let meta = edit(&s, b"bits", |e| e.write(last, &[0x01]).unwrap());
+        assert!(meta.is_segmented());
+        assert_eq!(meta.string_len(), 1 << 29);
+        let segs = segments(&s, &meta);
+        assert_eq!(segs.len(), 1, "only the segment that holds the byte");
+        assert_eq!(segs[0].0[..], (last / SEGMENT).to_be_bytes());
+        assert_eq!(segs[0].1.len(), SEGMENT as usize, "zeros before the byte, none after");
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        assert_eq!(&v.string_range(&meta, last - 1, last + 5).unwrap()[..], &[0, 1]);
+        let mut pieces = Vec::new();
+        v.string_chunks(&meta, 0, u64::MAX, |c| {
+            pieces.push(match c {
+                Chunk::Bytes(b) => (false, b.len() as u64, b.iter().map(|&x| u64::from(x)).sum::<u64>()),
+                Chunk::Zeros(n) => (true, n, 0),
+            });
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        assert_eq!(total, 1 << 29);
+        assert_eq!(pieces.iter().map(|p| p.2).sum::<u64>(), 1);
+        assert!(pieces.len() <= 3, "{pieces:?}");
+    }
+
+    #[test]
+    fn edits_match_a_byte_vector_and_orphans_are_compacted_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut model: Vec<u8> = Vec::new();
+        for round in 0..300 {
+            let offset = if rng.random_bool(0.8) { rng.random_range(0..20_000) } else { model.len() as u64 };
+            let data: Vec<u8> = (0..rng.random_range(1..6000)).map(|_| rng.random()).collect();
+            let grow = rng.random_range(0..30_000u64);
+            let meta = edit(&s, b"k", |e| {
+                // Reads through the edit see the value as it stands.
+                let mut buf = vec![0u8; 64];
+                e.read(offset, &mut buf).unwrap();
+                let want: Vec<u8> = (0..64).map(|i| model.get(offset as usize + i).copied().unwrap_or(0)).collect();
+                assert_eq!(buf, want, "round {round}");
+                e.write(offset, &data).unwrap();
+                if round % 7 == 0 {
+                    e.extend_to(grow).unwrap();
+                }
+            });
+            let end = offset as usize + data.len();
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[offset as usize..end].copy_from_slice(&data);
+            if round % 7 == 0 && (model.len() as u64) < grow {
+                model.resize(grow as usize, 0);
+            }
+            assert_eq!(meta.string_len(), model.len() as u64);
+            let cx = ExecContext::new();
+            let v = s.view(&cx, 0);
+            let whole = v.inline_string(v.get(b"k").unwrap().unwrap()).unwrap();
+            assert!(whole.body[..] == model[..], "round {round}");
+            let (a, b) = (rng.random_range(0..model.len() as u64), rng.random_range(0..30_000u64));
+            let part = v.string_range(&meta, a, a + b).unwrap();
+            assert!(part[..] == model[a as usize..(a + b).min(model.len() as u64) as usize]);
+        }
+        let meta = s.view(&ExecContext::new(), 0).get(b"k").unwrap().unwrap();
+        assert!(meta.is_segmented() && !segments(&s, &meta).is_empty());
+        // Overwritten whole (SET): the segments are orphans, and compaction drops them.
+        s.set_string(&ExecContext::new(), 0, b"k", Bytes::from_static(b"short"), 0).unwrap();
+        s.engine().compact_range::<&[u8], _>(..).unwrap();
+        assert!(segments(&s, &meta).is_empty());
+        let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
+        assert_eq!(entries, 2, "the string's metadata and the layout record");
+    }
+
+    #[test]
+    fn short_values_stay_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let meta = edit(&s, b"k", |e| e.write(10, b"abc").unwrap());
+        assert!(!meta.is_segmented());
+        assert_eq!(&meta.body[..], b"\0\0\0\0\0\0\0\0\0\0abc");
+        let meta = edit(&s, b"k", |e| e.write(INLINE_MAX, b"x").unwrap());
+        assert!(meta.is_segmented(), "one byte past INLINE_MAX");
+        assert_eq!(meta.string_len(), INLINE_MAX + 1);
+    }
+}
