@@ -19,6 +19,7 @@ pub mod commands;
 pub mod config;
 pub mod exec;
 pub mod glob;
+pub mod hyperloglog;
 pub mod net;
 pub mod num;
 pub mod replication;

@@ -11,6 +11,7 @@ mod collections;
 mod config;
 mod connection;
 mod hashes;
+mod hyperloglog;
 mod info;
 pub(crate) mod introspection;
 mod keys;
@@ -90,6 +91,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         string_range::COMMANDS,
         bitmaps::COMMANDS,
         bitfield::COMMANDS,
+        hyperloglog::COMMANDS,
         keys::COMMANDS,
         keys::relocate::COMMANDS,
         keys::inspect::COMMANDS,

@@ -1,0 +1,193 @@
+//! HyperLogLog commands: PFADD, PFCOUNT, PFMERGE, PFDEBUG, PFSELFTEST. The value is a string
+//! in Redis's own HLL layout (`crate::hyperloglog`), so GET/SET move it between servers.
+
+use bytes::Bytes;
+
+use super::strings::{done_event, string_at};
+use super::{engine_error, spec, CommandSpec, Session, NO_KEYS, ONE_KEY};
+use crate::hyperloglog::{self, Corrupt, Hll, NotHll, REGISTERS};
+use crate::resp::Reply;
+use crate::services::notifications::STRING;
+use crate::storage::Meta;
+
+pub(super) static COMMANDS: &[CommandSpec] = &[
+    spec("pfadd", -2, &["write", "denyoom", "fast"], ONE_KEY, pfadd),
+    spec("pfcount", -2, &["readonly"], (1, -1, 1), pfcount),
+    spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), pfmerge),
+    spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), pfdebug),
+    spec("pfselftest", 1, &["admin"], NO_KEYS, pfselftest),
+];
+
+const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
+const CORRUPT: &str = "INVALIDOBJ Corrupted HLL object detected";
+
+impl From<NotHll> for Reply {
+    fn from(_: NotHll) -> Reply {
+        Reply::error(NOT_HLL)
+    }
+}
+
+impl From<Corrupt> for Reply {
+    fn from(_: Corrupt) -> Reply {
+        Reply::error(CORRUPT)
+    }
+}
+
+/// The HLL at `key` with its expiry: `Ok(None)` if absent.
+fn hll_at(s: &Session, key: &[u8]) -> Result<Option<(Hll, u64)>, Reply> {
+    match string_at(s, key)? {
+        Some(m) => Ok(Some((Hll::from_bytes(m.body.to_vec())?, m.expire_at_ms))),
+        None => Ok(None),
+    }
+}
+
+fn sparse_max(s: &Session) -> usize {
+    s.state.config().get("hll-sparse-max-bytes").and_then(|v| v.parse().ok()).unwrap_or(3000)
+}
+
+/// Adds writing `hll` at `key` (keeping `expire_at`) to a batch and commits it.
+fn store(s: &Session, key: &[u8], hll: Hll, expire_at: u64) -> lsm::Result<()> {
+    let mut b = lsm::WriteBatch::new();
+    s.state.storage.put_into(&mut b, s.db, key, &Meta::string(Bytes::from(hll.into_bytes()), expire_at));
+    s.state.storage.write(&s.exec, b)
+}
+
+fn pfadd(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let (mut hll, expire_at, mut updated) = match hll_at(s, &args[1]) {
+        Ok(Some((h, at))) => (h, at, false),
+        Ok(None) => (Hll::new(), 0, true),
+        Err(e) => return e,
+    };
+    let max = sparse_max(s);
+    for element in &args[2..] {
+        match hll.add(element, max) {
+            Ok(changed) => updated |= changed,
+            Err(e) => return e.into(),
+        }
+    }
+    if !updated {
+        return Reply::Integer(0);
+    }
+    hll.invalidate();
+    done_event(s, store(s, &args[1], hll, expire_at), Reply::Integer(1), STRING, "pfadd", &args[1])
+}
+
+fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
+    if args.len() > 2 {
+        // The union of several: merge their registers, count that.
+        let mut max = Box::new([0u8; REGISTERS]);
+        for key in &args[1..] {
+            match hll_at(s, key) {
+                Ok(Some((h, _))) => {
+                    if let Err(e) = h.merge_into(&mut max) {
+                        return e.into();
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return e,
+            }
+        }
+        return Reply::Integer(hyperloglog::count_registers(&max) as i64);
+    }
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    let (mut hll, expire_at) = match hll_at(s, &args[1]) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Reply::Integer(0),
+        Err(e) => return e,
+    };
+    let (card, refreshed) = match hll.count() {
+        Ok(c) => c,
+        Err(e) => return e.into(),
+    };
+    // The cached cardinality is part of the value, as in Redis; a replica leaves its copy
+    // alone (it applies its primary's writes only).
+    if refreshed && !s.state.replication.is_replica() {
+        if let Err(e) = store(s, &args[1], hll, expire_at) {
+            return engine_error(e);
+        }
+    }
+    Reply::Integer(card as i64)
+}
+
+fn pfmerge(s: &mut Session, args: &[Bytes]) -> Reply {
+    let _guard = s.state.storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
+    let mut max = Box::new([0u8; REGISTERS]);
+    let mut dense = false;
+    // The destination's own registers count too.
+    for key in &args[1..] {
+        match s.exec.as_read(|| hll_at(s, key)) {
+            Ok(Some((h, _))) => {
+                dense |= !h.is_sparse();
+                if let Err(e) = h.merge_into(&mut max) {
+                    return e.into();
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return e,
+        }
+    }
+    let (mut hll, expire_at) = match hll_at(s, &args[1]) {
+        Ok(Some(found)) => found,
+        Ok(None) => (Hll::new(), 0),
+        Err(e) => return e,
+    };
+    let sparse_max = sparse_max(s);
+    let r: Result<(), Corrupt> = (|| {
+        if dense {
+            hll.to_dense()?;
+        }
+        for (i, &v) in max.iter().enumerate() {
+            if v != 0 {
+                hll.set_max(i, v, sparse_max)?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        return e.into();
+    }
+    hll.invalidate();
+    done_event(s, store(s, &args[1], hll, expire_at), Reply::ok(), STRING, "pfadd", &args[1])
+}
+
+/// `PFDEBUG GETREG|DECODE|ENCODING|TODENSE key`.
+fn pfdebug(s: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = String::from_utf8_lossy(&args[1]).into_owned();
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&args[2][..]]);
+    let (mut hll, expire_at) = match hll_at(s, &args[2]) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Reply::error("ERR The specified key does not exist"),
+        Err(e) => return e,
+    };
+    match sub.to_ascii_lowercase().as_str() {
+        "getreg" | "todense" => {
+            let converted = match hll.to_dense() {
+                Ok(c) => c,
+                Err(e) => return e.into(),
+            };
+            let reply = if sub.eq_ignore_ascii_case("getreg") {
+                Reply::Array(hll.registers().into_iter().map(|r| Reply::Integer(i64::from(r))).collect())
+            } else {
+                Reply::Integer(i64::from(converted))
+            };
+            if converted {
+                if let Err(e) = store(s, &args[2], hll, expire_at) {
+                    return engine_error(e);
+                }
+            }
+            reply
+        }
+        "decode" if hll.is_sparse() => Reply::bulk(Bytes::from(hll.decode_sparse())),
+        "decode" => Reply::error("ERR HLL encoding is not sparse"),
+        "encoding" => Reply::Simple(if hll.is_sparse() { "sparse" } else { "dense" }.into()),
+        _ => Reply::error(format!("ERR Unknown PFDEBUG subcommand '{sub}'")),
+    }
+}
+
+fn pfselftest(s: &mut Session, _args: &[Bytes]) -> Reply {
+    match hyperloglog::self_test(sparse_max(s)) {
+        Ok(()) => Reply::ok(),
+        Err(e) => Reply::error(format!("ERR {e}")),
+    }
+}
