@@ -18,6 +18,7 @@ pub mod acl;
 pub mod commands;
 pub mod config;
 pub mod exec;
+pub mod geohash;
 pub mod glob;
 pub mod hyperloglog;
 pub mod net;

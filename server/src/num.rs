@@ -99,8 +99,9 @@ fn format_decimal(d: Decimal) -> String {
     }
 }
 
-/// `%.17Lf`-style text of an `f64`, trailing zeros removed (the fallback for huge magnitudes).
-fn format_f64(v: f64) -> String {
+/// `%.17Lf`-style text of an `f64`, trailing zeros removed: Redis's "human" long double
+/// (INCRBYFLOAT's fallback for huge magnitudes, GEOPOS coordinates).
+pub fn human_double(v: f64) -> String {
     let s = format!("{v:.17}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" {
@@ -142,7 +143,7 @@ pub fn incr_by_float(current: &[u8], incr: &[u8]) -> Result<String, FloatError> 
         .and_then(parse_decimal)
         .zip(std::str::from_utf8(incr).ok().and_then(parse_decimal))
         .and_then(|(x, y)| add_decimal(x, y));
-    Ok(exact.map_or_else(|| format_f64(sum), format_decimal))
+    Ok(exact.map_or_else(|| human_double(sum), format_decimal))
 }
 
 #[cfg(test)]

@@ -301,12 +301,24 @@ fn lrange(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// Every element of the list, in order.
-fn all(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
+pub(super) fn all(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
     let n = Header::of(meta).count;
     if n == 0 {
         return Ok(Vec::new());
     }
     slice(view, meta, 0, n - 1)
+}
+
+/// Adds writing a new list of `items` at `key` (replacing whatever it held, its TTL too) to
+/// `b`; `items` must not be empty.
+pub(super) fn create_list(view: &View, b: &mut lsm::WriteBatch, key: &[u8], items: &[Bytes]) {
+    let meta = view.create(b, key, KeyType::List);
+    let head = Header::of(&meta).head;
+    for (i, v) in items.iter().enumerate() {
+        view.put_element(b, meta.uid, &index_key(head + i as u64), v);
+    }
+    let h = Header { count: items.len() as u64, head, tail: head + items.len() as u64, removed: 0 };
+    store(view, b, key, &meta, h);
 }
 
 /// Replaces the list at `key` with `items` in place (same incarnation, indexes from `head`).

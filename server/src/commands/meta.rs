@@ -301,6 +301,9 @@ pub fn keys_checked(spec: &CommandSpec, args: &[Bytes], strict: bool) -> Option<
         let flags = if get { K_RW | K_ACCESS | K_UPDATE } else { K_OW | K_UPDATE };
         return Some(vec![KeyRef { pos: 1, flags }]);
     }
+    if meta.name == "sort" {
+        return Some(sort_keys(args));
+    }
     let argc = args.len() as i32;
     for ks in meta.key_specs {
         if ks.flags & K_NOT_KEY != 0 {
@@ -374,6 +377,27 @@ pub fn keys_checked(spec: &CommandSpec, args: &[Bytes], strict: bool) -> Option<
         }
     }
     Some(out)
+}
+
+/// The keys of SORT: the source, and the destination of the last STORE option, found by
+/// skipping the other options' arguments as Redis's `sortGetKeys` does.
+fn sort_keys(args: &[Bytes]) -> Vec<KeyRef> {
+    let mut out = vec![KeyRef { pos: 1, flags: K_RO | K_ACCESS }];
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"limit" => i += 2,
+            b"get" | b"by" => i += 1,
+            b"store" if i + 1 < args.len() => store = Some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    if let Some(pos) = store {
+        out.push(KeyRef { pos, flags: K_OW | K_UPDATE });
+    }
+    out
 }
 
 /// The categories of a table command, as `@name` strings (`COMMAND INFO`).

@@ -23,6 +23,7 @@ mod redis_meta;
 pub(crate) mod replication;
 mod server;
 mod sets;
+mod sort;
 mod sorted_sets;
 mod string_range;
 mod strings;
@@ -98,7 +99,9 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         hashes::COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,
+        sorted_sets::geo::COMMANDS,
         lists::COMMANDS,
+        sort::COMMANDS,
         blocking_pops::COMMANDS,
         transactions::COMMANDS,
         pubsub::COMMANDS,

@@ -35,6 +35,9 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// `,1.5` in RESP3; a bulk string in RESP2.
     Double(f64),
+    /// A double printed in Redis's "human" form (`%.17Lf`, trailing zeros cut: GEOPOS
+    /// coordinates): `,` in RESP3, a bulk string in RESP2.
+    HumanDouble(f64),
     /// `#t` in RESP3; `:1` / `:0` in RESP2.
     Boolean(bool),
     /// `=15\r\ntxt:Some string` in RESP3; a bulk string in RESP2.
@@ -113,6 +116,8 @@ impl Reply {
             Reply::Many(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
             Reply::Double(d) if resp3 => line(out, b',', format_double(*d).as_bytes()),
             Reply::Double(d) => bulk(out, b'$', format_double(*d).as_bytes()),
+            Reply::HumanDouble(d) if resp3 => line(out, b',', crate::num::human_double(*d).as_bytes()),
+            Reply::HumanDouble(d) => bulk(out, b'$', crate::num::human_double(*d).as_bytes()),
             Reply::Boolean(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
             Reply::Boolean(b) => header(out, b':', i64::from(*b)),
             Reply::Verbatim(text) if resp3 => {

@@ -4,6 +4,7 @@
 //! multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms) in `algebra`.
 
 mod algebra;
+pub(super) mod geo;
 mod range;
 
 use bytes::Bytes;
