@@ -143,7 +143,10 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// The 10-element `COMMAND` entry Redis 7 returns for `spec`.
 fn command_entry(spec: &CommandSpec) -> Reply {
-    let flags = spec.flags.iter().map(|f| Reply::Simple((*f).into())).collect();
+    let mut flags: Vec<Reply> = spec.flags.iter().map(|f| Reply::Simple((*f).into())).collect();
+    if super::meta::movable_keys(spec.name) {
+        flags.push(Reply::Simple("movablekeys".into()));
+    }
     Reply::Array(vec![
         Reply::bulk(spec.name.as_bytes()),
         Reply::Integer(i64::from(spec.arity)),

@@ -400,6 +400,33 @@ fn sort_keys(args: &[Bytes]) -> Vec<KeyRef> {
     out
 }
 
+/// Whether Redis flags a command `movablekeys`: its key specs are not one plain run of
+/// consecutive `Index` + `Range` specs of step 1 (or one of them is incomplete), so the
+/// legacy (first, last, step) triple cannot name all its keys (Redis's
+/// `populateCommandLegacyRangeSpec`).
+pub fn movable_keys(name: &str) -> bool {
+    let Some(meta) = redis_command(name) else { return false };
+    let specs = meta.key_specs;
+    if let [only] = specs {
+        if matches!((only.begin, only.find), (Begin::Index(_), Find::Range(..))) {
+            return only.flags & K_INCOMPLETE != 0;
+        }
+    }
+    let mut prev_last = 0;
+    let mut plain = 0;
+    for ks in specs {
+        let (Begin::Index(pos), Find::Range(last, step, _)) = (ks.begin, ks.find) else { return true };
+        if step != 1 || (prev_last != 0 && prev_last != pos - 1) || ks.flags & K_INCOMPLETE != 0 {
+            return true;
+        }
+        let last_abs = if last >= 0 { last + pos } else { last };
+        // Redis compares as unsigned: a negative (from the end) last key is the largest.
+        prev_last = if last_abs < 0 || prev_last < 0 { -1 } else { prev_last.max(last_abs) };
+        plain += 1;
+    }
+    !specs.is_empty() && plain == 0
+}
+
 /// The categories of a table command, as `@name` strings (`COMMAND INFO`).
 pub fn category_names(spec: &CommandSpec) -> Vec<&'static str> {
     let bits = acl_command(spec.name).map_or(0, |c| c.categories);
@@ -443,6 +470,16 @@ mod tests {
         assert_eq!(positions("blpop a b 0").len(), 2, "the timeout is not a key");
         assert_eq!(positions("lmpop x a left"), Vec::new(), "a bad key count finds nothing");
         assert_eq!(positions("ping"), Vec::new());
+    }
+
+    #[test]
+    fn movable_keys_as_redis_flags_them() {
+        for name in ["set", "get", "mset", "bitfield", "lmove", "lpop", "blpop", "ping", "rename", "georadius_ro"] {
+            assert!(!movable_keys(name), "{name}");
+        }
+        for name in ["zunionstore", "xread", "eval", "sort", "sort_ro", "migrate", "georadius"] {
+            assert!(movable_keys(name), "{name}");
+        }
     }
 
     #[test]

@@ -399,19 +399,23 @@ fn run(s: &mut Session, args: &[Bytes], form: Form) -> Reply {
 
 /// The store forms write: the keys they touch are locked first.
 fn run_locked(s: &mut Session, args: &[Bytes], form: Form) -> Reply {
-    let mut keys: Vec<&[u8]> = vec![&args[1][..]];
-    let store_at = args.iter().position(|a| a.eq_ignore_ascii_case(b"store") || a.eq_ignore_ascii_case(b"storedist"));
-    match form {
-        Form::SearchStore => keys.push(&args[2][..]),
-        _ => {
-            if let Some(i) = store_at.filter(|&i| i + 1 < args.len()) {
-                keys.push(&args[i + 1][..]);
-            }
-        }
-    }
+    let store_at = args.iter().rposition(|a| a.eq_ignore_ascii_case(b"store") || a.eq_ignore_ascii_case(b"storedist"));
+    let dest = match form {
+        Form::SearchStore => Some(&args[1]),
+        _ => store_at.filter(|&i| i > 1 && i + 1 < args.len()).map(|i| &args[i + 1]),
+    };
+    let source = if form == Form::SearchStore { &args[2] } else { &args[1] };
+    let mut keys: Vec<&[u8]> = vec![&source[..]];
+    keys.extend(dest.map(|d| &d[..]));
     let state = std::sync::Arc::clone(&s.state);
-    let _guard = state.storage.lock(&s.exec, s.db, keys);
-    run(s, args, form)
+    let guard = state.storage.lock(&s.exec, s.db, keys);
+    let reply = run(s, args, form);
+    drop(guard);
+    if let Some(dest) = dest {
+        // Clients blocked on the destination (BZPOPMIN…) get their chance.
+        s.signal(dest);
+    }
+    reply
 }
 
 fn georadius(s: &mut Session, args: &[Bytes]) -> Reply {
