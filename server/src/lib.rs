@@ -23,6 +23,7 @@ pub mod glob;
 pub mod hyperloglog;
 pub mod net;
 pub mod num;
+pub mod rdb;
 pub mod replication;
 pub mod resp;
 pub mod services;

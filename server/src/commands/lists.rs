@@ -309,10 +309,11 @@ pub(super) fn all(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
     slice(view, meta, 0, n - 1)
 }
 
-/// Adds writing a new list of `items` at `key` (replacing whatever it held, its TTL too) to
-/// `b`; `items` must not be empty.
-pub(super) fn create_list(view: &View, b: &mut lsm::WriteBatch, key: &[u8], items: &[Bytes]) {
-    let meta = view.create(b, key, KeyType::List);
+/// Adds writing a new list of `items` at `key` (replacing whatever it held) with expiry
+/// `expire_at` (0: none) to `b`; `items` must not be empty.
+pub(super) fn create_list(view: &View, b: &mut lsm::WriteBatch, key: &[u8], items: &[Bytes], expire_at: u64) {
+    let mut meta = view.create(b, key, KeyType::List);
+    meta.expire_at_ms = expire_at;
     let head = Header::of(&meta).head;
     for (i, v) in items.iter().enumerate() {
         view.put_element(b, meta.uid, &index_key(head + i as u64), v);

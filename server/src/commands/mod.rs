@@ -96,6 +96,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         keys::COMMANDS,
         keys::relocate::COMMANDS,
         keys::inspect::COMMANDS,
+        keys::dump::COMMANDS,
         hashes::COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,

@@ -255,7 +255,7 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
         }
         return commit_event(s, b, n, (GENERIC, "del"), &dest, false);
     }
-    create_list(&view, &mut b, &dest, &stored);
+    create_list(&view, &mut b, &dest, &stored, 0);
     let reply = commit_event(s, b, n, (LIST, "sortstore"), &dest, false);
     drop(_guard);
     // Clients blocked on the destination (BLPOP…) get their chance.

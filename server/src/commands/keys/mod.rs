@@ -1,7 +1,8 @@
 //! Generic key commands: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, EXPIRE, PEXPIRE, EXPIREAT,
 //! PEXPIREAT (NX XX GT LT), PERSIST, DBSIZE, FLUSHDB, FLUSHALL here; moving keys in
-//! [`relocate`], walking and inspecting them in [`inspect`].
+//! [`relocate`], walking and inspecting them in [`inspect`], DUMP and RESTORE in [`dump`].
 
+pub(super) mod dump;
 pub(super) mod inspect;
 pub(super) mod relocate;
 
