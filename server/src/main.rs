@@ -1,4 +1,6 @@
-//! `shale-server [config-file] [--directive value …]`, started like `redis-server`.
+//! `shale-server [config-file] [--directive value …]`, started like `redis-server`;
+//! `shale-server [config-file] [--directive value …] --import-rdb dump.rdb` loads a Redis RDB
+//! file into the data directory and exits.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,16 +13,30 @@ use shale_server::state::{sync_mode, LogHook, ServerState};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help" || a == "-v" || a == "--version") {
         eprintln!(
             "shale-server {} (Redis-protocol server on the lsm engine)\n\
              Usage: shale-server [/path/to/shale.conf] [--directive value …]\n\
-             Examples: shale-server --port 7777 --dir /var/lib/shale",
+             \x20      shale-server [/path/to/shale.conf] [--directive value …] --import-rdb dump.rdb\n\
+             Examples: shale-server --port 7777 --dir /var/lib/shale\n\
+             \x20         shale-server --dir /var/lib/shale --import-rdb /var/lib/redis/dump.rdb",
             env!("CARGO_PKG_VERSION")
         );
         return ExitCode::SUCCESS;
     }
+    let import = match args.iter().position(|a| a == "--import-rdb") {
+        Some(i) if i + 1 < args.len() => {
+            let path = args.remove(i + 1);
+            args.remove(i);
+            Some(std::path::PathBuf::from(path))
+        }
+        Some(_) => {
+            eprintln!("--import-rdb needs the path of an RDB file");
+            return ExitCode::from(1);
+        }
+        None => None,
+    };
     let config = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -67,6 +83,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(path) = import {
+        return import_rdb(&path, state, db);
+    }
     state.set_tls_config(tls);
     let runtime = match runtime(state.config().worker_threads) {
         Ok(r) => r,
@@ -93,6 +112,53 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             tracing::error!(error = %e, "fatal");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--import-rdb`: loads the RDB file into the opened data directory, logs what it did, closes.
+fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> ExitCode {
+    let started = std::time::Instant::now();
+    let databases = state.config().databases;
+    tracing::info!(file = %path.display(), dir = %state.config().dir.display(), "importing an RDB file");
+    let result = shale_server::rdb::file::import(&state.storage, path, databases, |done, total, keys| {
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        tracing::info!(
+            percent = format!("{:.1}", 100.0 * done as f64 / total.max(1) as f64),
+            keys,
+            mb_per_s = format!("{:.1}", done as f64 / secs / 1e6),
+            "importing"
+        );
+    });
+    let closed = state.storage.close().and_then(|()| {
+        drop(state);
+        db.close()
+    });
+    match (result, closed) {
+        (Ok(done), Ok(())) => {
+            tracing::info!(
+                keys = done.keys,
+                expired_skipped = done.expired,
+                databases = ?done.databases,
+                rdb_version = done.version,
+                seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+                "RDB import done"
+            );
+            if done.functions > 0 {
+                tracing::warn!(
+                    libraries = done.functions,
+                    "the file has function libraries; this server runs no scripts yet, so they were not imported"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        (Err(e), _) => {
+            tracing::error!(error = %e, "RDB import failed; keys before the failure were written");
+            ExitCode::from(1)
+        }
+        (_, Err(e)) => {
+            tracing::error!(error = %e, "closing the data directory after the import failed");
             ExitCode::from(1)
         }
     }

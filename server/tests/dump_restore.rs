@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{start_redis, Server};
+use common::{have_tool, start_redis, start_redis_with, Server};
 use redis::{cmd, Connection, Value};
 
 /// Fills `c` with one key per type and encoding.
@@ -121,4 +121,91 @@ fn restore_errors_as_redis_words_them() {
     assert_eq!(r, "OK");
     assert_eq!(cmd("EXISTS").arg("k").query::<i64>(&mut c).unwrap(), 0);
     assert_eq!(cmd("DUMP").arg("k").query::<Option<Vec<u8>>>(&mut c).unwrap(), None);
+}
+
+/// [`contents`] of databases 0 and 3.
+fn all_contents(c: &mut Connection) -> Vec<String> {
+    let mut out = Vec::new();
+    for db in [0, 3] {
+        cmd("SELECT").arg(db).query::<()>(c).unwrap();
+        out.extend(contents(c).into_iter().map(|l| format!("db{db} {l}")));
+    }
+    cmd("SELECT").arg(0).query::<()>(c).unwrap();
+    out
+}
+
+/// Fills databases 0 and 3 of `c`.
+fn fill_two_databases(c: &mut Connection) {
+    fill(c);
+    cmd("SELECT").arg(3).query::<()>(c).unwrap();
+    cmd("HSET").arg("db3:hash").arg("a").arg("1").query::<()>(c).unwrap();
+    cmd("SET").arg("db3:str").arg("three").arg("EX").arg(1000).query::<()>(c).unwrap();
+    cmd("SELECT").arg(0).query::<()>(c).unwrap();
+}
+
+#[test]
+fn an_rdb_file_saved_by_redis_imports_key_by_key() {
+    let rdb_dir = tempfile::tempdir().unwrap();
+    let dir = rdb_dir.path().display().to_string();
+    let Some((_redis, mut redis, _)) = start_redis_with(&["--dir", &dir, "--dbfilename", "dump.rdb"]) else { return };
+    fill_two_databases(&mut redis);
+    cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("#!lua name=lib\nredis.register_function('f', function() return 1 end)")
+        .query::<()>(&mut redis)
+        .unwrap();
+    cmd("SAVE").query::<()>(&mut redis).unwrap();
+    let want = all_contents(&mut redis);
+
+    let data = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shale-server"))
+        .args(["--dir", &data.path().join("data").display().to_string(), "--import-rdb"])
+        .arg(rdb_dir.path().join("dump.rdb"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "import failed: {log}");
+    assert!(log.contains("RDB import done") && log.contains("keys=18"), "{log}");
+    assert!(log.contains("function libraries"), "the skipped library is reported: {log}");
+    let server = Server::start_in(data, None, &[]);
+    assert_eq!(all_contents(&mut server.client()), want);
+
+    // A damaged file is refused before anything is written.
+    let mut bytes = std::fs::read(rdb_dir.path().join("dump.rdb")).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    let damaged = rdb_dir.path().join("damaged.rdb");
+    std::fs::write(&damaged, bytes).unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shale-server"))
+        .args(["--dir", &fresh.path().join("data").display().to_string(), "--import-rdb"])
+        .arg(&damaged)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && log.contains("CRC-64"), "{log}");
+    let server = Server::start_in(fresh, None, &[]);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut server.client()).unwrap(), 0);
+}
+
+#[test]
+fn redis_cli_rdb_of_shale_loads_in_redis() {
+    if !have_tool("redis-cli") {
+        return;
+    }
+    let server = Server::start(&[]);
+    let mut shale = server.client();
+    fill_two_databases(&mut shale);
+    let want = all_contents(&mut shale);
+    let rdb_dir = tempfile::tempdir().unwrap();
+    let file = rdb_dir.path().join("dump.rdb");
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "--rdb"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "redis-cli --rdb: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = rdb_dir.path().display().to_string();
+    let Some((_redis, mut redis, _)) = start_redis_with(&["--dir", &dir, "--dbfilename", "dump.rdb"]) else { return };
+    assert_eq!(all_contents(&mut redis), want);
 }

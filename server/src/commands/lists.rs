@@ -309,19 +309,6 @@ pub(super) fn all(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
     slice(view, meta, 0, n - 1)
 }
 
-/// Adds writing a new list of `items` at `key` (replacing whatever it held) with expiry
-/// `expire_at` (0: none) to `b`; `items` must not be empty.
-pub(super) fn create_list(view: &View, b: &mut lsm::WriteBatch, key: &[u8], items: &[Bytes], expire_at: u64) {
-    let mut meta = view.create(b, key, KeyType::List);
-    meta.expire_at_ms = expire_at;
-    let head = Header::of(&meta).head;
-    for (i, v) in items.iter().enumerate() {
-        view.put_element(b, meta.uid, &index_key(head + i as u64), v);
-    }
-    let h = Header { count: items.len() as u64, head, tail: head + items.len() as u64, removed: 0 };
-    store(view, b, key, &meta, h);
-}
-
 /// Replaces the list at `key` with `items` in place (same incarnation, indexes from `head`).
 fn rewrite(view: &View, b: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, old: &Header, items: &[Bytes]) {
     for i in old.head..old.tail {

@@ -136,8 +136,24 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-fn sync(_s: &mut Session, _args: &[Bytes]) -> Reply {
-    Reply::error("ERR SYNC is not supported: Shale replicas are shale-server instances and use PSYNC")
+/// `SYNC`: an RDB snapshot of the whole keyspace (what `redis-cli --rdb` asks for), then the
+/// connection closes. Shale replicas use PSYNC and the WAL stream instead. The snapshot is
+/// one point in time, built in memory before it is sent.
+fn sync(s: &mut Session, _args: &[Bytes]) -> Reply {
+    let started = s.exec.begin_snapshot(s.state.storage.engine());
+    let databases = s.state.config().databases;
+    let rdb = crate::rdb::file::snapshot(&s.state.storage, &s.exec, databases);
+    if started {
+        s.exec.end_snapshot();
+    }
+    s.closing = true;
+    match rdb {
+        Ok(bytes) => {
+            tracing::info!(target: "shale::repl", bytes = bytes.len(), "sent an RDB snapshot (SYNC)");
+            Reply::Bulk(Bytes::from(bytes))
+        }
+        Err(e) => super::engine_error(e),
+    }
 }
 
 fn role(s: &mut Session, _args: &[Bytes]) -> Reply {

@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use bytes::Bytes;
 
 use super::collections::commit_event;
-use super::lists::{all as list_all, create_list};
+use super::lists::all as list_all;
 use super::strings::string_at;
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
@@ -255,7 +255,7 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
         }
         return commit_event(s, b, n, (GENERIC, "del"), &dest, false);
     }
-    create_list(&view, &mut b, &dest, &stored, 0);
+    view.write_value(&mut b, &dest, crate::rdb::Value::List(stored), 0);
     let reply = commit_event(s, b, n, (LIST, "sortstore"), &dest, false);
     drop(_guard);
     // Clients blocked on the destination (BLPOP…) get their chance.

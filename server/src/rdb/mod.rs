@@ -25,6 +25,7 @@
 
 pub mod codec;
 pub mod crc64;
+pub mod file;
 pub mod lzf;
 pub mod packed;
 

@@ -32,6 +32,7 @@ mod meta;
 mod picks;
 mod replicated;
 mod strings;
+mod values;
 mod watch;
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};

@@ -1,71 +1,18 @@
 //! DUMP and RESTORE (REPLACE, ABSTTL, IDLETIME, FREQ) with Redis's serialization (`crate::rdb`):
 //! a payload from Redis 7.0's DUMP restores here, and Shale's restores in Redis.
 
-use std::ops::Bound;
-
 use bytes::Bytes;
 
-use super::super::collections::{commit_event, store};
-use super::super::lists::{all as list_all, create_list};
-use super::super::strings::string_at;
+use super::super::collections::commit_event;
 use super::{engine_error, get, parse_i64, NOT_INTEGER};
 use crate::commands::{spec, CommandSpec, Session, ONE_KEY};
-use crate::rdb::{self, Value};
+use crate::rdb;
 use crate::resp::Reply;
 use crate::services::notifications::GENERIC;
-use crate::storage::{decode_score, encode_score, now_ms, Header, KeyType, Meta, View};
+use crate::storage::now_ms;
 
 pub(in crate::commands) static COMMANDS: &[CommandSpec] =
     &[spec("dump", 2, &["readonly"], ONE_KEY, dump), spec("restore", -4, &["write", "denyoom"], ONE_KEY, restore)];
-
-/// The value of the key `meta` describes, as RDB carries it.
-pub(in crate::commands) fn read_value(s: &Session, view: &View, key: &[u8], meta: &Meta) -> Result<Value, Reply> {
-    let elements = || -> Result<Vec<(Bytes, Bytes)>, Reply> {
-        view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<_>>().map_err(engine_error)
-    };
-    Ok(match meta.kind {
-        KeyType::String => Value::String(string_at(s, key)?.map(|m| m.body).unwrap_or_default()),
-        KeyType::List => Value::List(list_all(view, meta)?),
-        KeyType::Set => Value::Set(elements()?.into_iter().map(|(m, _)| m).collect()),
-        KeyType::Hash => Value::Hash(elements()?),
-        KeyType::ZSet => Value::ZSet(elements()?.into_iter().map(|(m, sc)| (m, decode_score(&sc))).collect()),
-    })
-}
-
-/// Adds writing `value` at `key` (replacing whatever it held) with expiry `expire_at` to `b`.
-pub(in crate::commands) fn write_value(view: &View, b: &mut lsm::WriteBatch, key: &[u8], value: Value, expire_at: u64) {
-    let collection = |b: &mut lsm::WriteBatch, kind: KeyType| {
-        let mut meta = view.create(b, key, kind);
-        meta.expire_at_ms = expire_at;
-        meta
-    };
-    match value {
-        Value::String(body) => view.put_meta(b, key, &Meta::string(body, expire_at)),
-        Value::List(items) => create_list(view, b, key, &items, expire_at),
-        Value::Set(members) => {
-            let meta = collection(b, KeyType::Set);
-            for m in &members {
-                view.add_member(b, meta.uid, m, b"");
-            }
-            store(view, b, key, &meta, Header { count: members.len() as u64, ..Header::default() });
-        }
-        Value::Hash(fields) => {
-            let meta = collection(b, KeyType::Hash);
-            for (f, v) in &fields {
-                view.add_member(b, meta.uid, f, v);
-            }
-            store(view, b, key, &meta, Header { count: fields.len() as u64, ..Header::default() });
-        }
-        Value::ZSet(items) => {
-            let meta = collection(b, KeyType::ZSet);
-            for (m, sc) in &items {
-                view.add_member(b, meta.uid, m, &encode_score(*sc));
-                view.put_score(b, meta.uid, *sc, m);
-            }
-            store(view, b, key, &meta, Header { count: items.len() as u64, ..Header::default() });
-        }
-    }
-}
 
 fn dump(s: &mut Session, args: &[Bytes]) -> Reply {
     let view = s.state.storage.view(&s.exec, s.db);
@@ -74,9 +21,9 @@ fn dump(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return Reply::Null,
         Err(e) => return e,
     };
-    match read_value(s, &view, &args[1], &meta) {
+    match view.read_value(&meta) {
         Ok(v) => Reply::Bulk(Bytes::from(rdb::dump(&v))),
-        Err(e) => e,
+        Err(e) => engine_error(e),
     }
 }
 
@@ -141,7 +88,7 @@ fn restore(s: &mut Session, args: &[Bytes]) -> Reply {
         view.delete_meta(&mut b, key);
         return commit_event(s, b, Reply::ok(), (GENERIC, "del"), key, false);
     }
-    write_value(&view, &mut b, key, value, expire_at as u64);
+    view.write_value(&mut b, key, value, expire_at as u64);
     let reply = commit_event(s, b, Reply::ok(), (GENERIC, "restore"), key, false);
     drop(guard);
     s.signal(key);
