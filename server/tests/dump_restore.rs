@@ -209,3 +209,44 @@ fn redis_cli_rdb_of_shale_loads_in_redis() {
     let Some((_redis, mut redis, _)) = start_redis_with(&["--dir", &dir, "--dbfilename", "dump.rdb"]) else { return };
     assert_eq!(all_contents(&mut redis), want);
 }
+
+#[test]
+fn migrate_moves_keys_between_redis_and_shale() {
+    let Some((_redis, mut redis, redis_port)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let mut shale = server.client();
+    fill(&mut shale);
+    let want = contents(&mut shale);
+    let migrate = |c: &mut Connection, port: u16, args: &[&str]| -> String {
+        let r: redis::RedisResult<String> = cmd("MIGRATE").arg("127.0.0.1").arg(port).arg(args).query(c);
+        r.unwrap_or_else(|e| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")))
+    };
+    // One key, then the rest with KEYS; COPY keeps the source.
+    assert_eq!(migrate(&mut shale, redis_port, &["str:short", "0", "5000"]), "OK");
+    assert_eq!(cmd("EXISTS").arg("str:short").query::<i64>(&mut shale).unwrap(), 0);
+    let mut rest: Vec<String> = cmd("KEYS").arg("*").query(&mut shale).unwrap();
+    rest.sort();
+    let mut a = vec!["", "0", "5000", "COPY", "KEYS"];
+    a.extend(rest.iter().map(String::as_str));
+    a.push("no-such-key");
+    assert_eq!(migrate(&mut shale, redis_port, &a), "OK");
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut shale).unwrap(), 15, "COPY leaves the keys");
+    assert_eq!(contents(&mut redis), want, "what arrived equals what left, TTLs included");
+    // The target's errors, Redis's words.
+    assert_eq!(
+        migrate(&mut shale, redis_port, &["list:small", "0", "5000"]),
+        "ERR Target instance replied with error: BUSYKEY Target key name already exists."
+    );
+    assert_eq!(migrate(&mut shale, redis_port, &["list:small", "0", "5000", "REPLACE"]), "OK");
+    assert_eq!(migrate(&mut shale, redis_port, &["gone", "0", "5000"]), "NOKEY");
+    assert_eq!(migrate(&mut shale, redis_port, &["x", "0", "5000", "KEYS", "a"]).split(' ').next(), Some("ERR"));
+    let closed = common::free_port();
+    assert_eq!(
+        migrate(&mut shale, closed, &["set:big", "0", "100"]),
+        "IOERR error or timeout connecting to the client"
+    );
+    // And from Redis into Shale (Redis sends RESTORE … REPLACE).
+    assert_eq!(migrate(&mut redis, server.port, &["hash:big", "0", "5000", "REPLACE"]), "OK");
+    assert_eq!(cmd("HLEN").arg("hash:big").query::<i64>(&mut shale).unwrap(), 400);
+    assert_eq!(cmd("EXISTS").arg("hash:big").query::<i64>(&mut redis).unwrap(), 0);
+}

@@ -97,6 +97,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         keys::relocate::COMMANDS,
         keys::inspect::COMMANDS,
         keys::dump::COMMANDS,
+        keys::migrate::COMMANDS,
         hashes::COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,

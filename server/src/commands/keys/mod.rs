@@ -4,6 +4,7 @@
 
 pub(super) mod dump;
 pub(super) mod inspect;
+pub(super) mod migrate;
 pub(super) mod relocate;
 
 use bytes::Bytes;
