@@ -4,11 +4,10 @@
 use bytes::Bytes;
 
 use super::bitmaps::bit_offset;
-use super::strings::{done_event, string_meta_at};
+use super::strings::{done_event, string_edit};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::STRING;
-use crate::storage::StringEdit;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("bitfield", -2, &["write", "denyoom"], ONE_KEY, bitfield),
@@ -204,13 +203,11 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
     }
     let storage = &s.state.storage;
     let _guard = writes.then(|| storage.lock(&s.exec, s.db, [&args[1][..]]));
-    let existing = match string_meta_at(s, &args[1]) {
-        Ok(m) => m,
+    let mut edit = match string_edit(s, &args[1]) {
+        Ok(e) => e,
         Err(e) => return e,
     };
-    let created = existing.is_none();
-    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
-    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
+    let created = edit.is_new();
     let before = edit.len();
     let mut replies = Vec::with_capacity(ops.len());
     let mut changes = 0;
@@ -253,7 +250,7 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
         return Reply::Array(replies);
     }
     let mut b = lsm::WriteBatch::new();
-    edit.finish(&mut b, &args[1], expire_at);
+    edit.finish(&mut b, &args[1]);
     let r = storage.write(&s.exec, b);
     if changes == 0 {
         // The string only grew: Redis sends no event for that.

@@ -6,11 +6,11 @@ use std::ops::ControlFlow;
 
 use bytes::Bytes;
 
-use super::strings::{done_event, string_at, string_meta_at};
+use super::strings::{done_event, string_at, string_edit, string_meta_at};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::{GENERIC, STRING};
-use crate::storage::{Chunk, Meta, StringEdit};
+use crate::storage::{Chunk, Meta};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("setbit", 4, &["write", "denyoom"], ONE_KEY, setbit),
@@ -49,13 +49,11 @@ fn setbit(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
-    let existing = match string_meta_at(s, &args[1]) {
-        Ok(m) => m,
+    let mut edit = match string_edit(s, &args[1]) {
+        Ok(e) => e,
         Err(e) => return e,
     };
-    let created = existing.is_none();
-    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
-    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
+    let created = edit.is_new();
     let (byte, shift) = (offset >> 3, 7 - (offset & 7) as u8);
     let mut cell = [0u8];
     let r = edit.read(byte, &mut cell).and_then(|_| {
@@ -71,7 +69,7 @@ fn setbit(s: &mut Session, args: &[Bytes]) -> Reply {
     match r {
         Ok((old, true)) => {
             let mut b = lsm::WriteBatch::new();
-            edit.finish(&mut b, &args[1], expire_at);
+            edit.finish(&mut b, &args[1]);
             done_event(s, storage.write(&s.exec, b), Reply::Integer(i64::from(old)), STRING, "setbit", &args[1])
         }
         Ok((old, false)) => Reply::Integer(i64::from(old)),

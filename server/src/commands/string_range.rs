@@ -3,11 +3,10 @@
 
 use bytes::Bytes;
 
-use super::strings::{done_event, string_at, string_meta_at, WRONGTYPE};
+use super::strings::{done_event, string_at, string_edit, string_meta_at, WRONGTYPE};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::STRING;
-use crate::storage::{Meta, StringEdit};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("getrange", 4, &["readonly"], ONE_KEY, getrange),
@@ -57,11 +56,11 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     let value = &args[3];
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
-    let existing = match string_meta_at(s, &args[1]) {
-        Ok(m) => m,
+    let mut edit = match string_edit(s, &args[1]) {
+        Ok(e) => e,
         Err(e) => return e,
     };
-    let current_len = existing.as_ref().map_or(0, Meta::string_len) as i64;
+    let current_len = edit.len() as i64;
     if value.is_empty() {
         // Nothing to write: no key is created, and an existing one is left alone.
         return Reply::Integer(current_len);
@@ -71,14 +70,12 @@ fn setrange(s: &mut Session, args: &[Bytes]) -> Reply {
     if offset.saturating_add(value.len() as u64) > max {
         return Reply::error(TOO_BIG);
     }
-    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
-    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
     if let Err(e) = edit.write(offset, value) {
         return engine_error(e);
     }
     let len = edit.len() as i64;
     let mut b = lsm::WriteBatch::new();
-    edit.finish(&mut b, &args[1], expire_at);
+    edit.finish(&mut b, &args[1]);
     let r = storage.write(&s.exec, b);
     done_event(s, r, Reply::Integer(len), STRING, "setrange", &args[1])
 }

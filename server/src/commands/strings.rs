@@ -169,6 +169,13 @@ pub(super) fn string_meta_at(s: &Session, key: &[u8]) -> Result<Option<Meta>, Re
     }
 }
 
+/// An edit of part of the string at `key` (created if absent; its TTL kept), for a command that
+/// holds the key's lock: `Err(reply)` if the key holds another type.
+pub(super) fn string_edit<'a>(s: &'a Session, key: &[u8]) -> Result<StringEdit<'a>, Reply> {
+    let existing = string_meta_at(s, key)?;
+    Ok(StringEdit::new(s.state.storage.view(&s.exec, s.db), existing))
+}
+
 pub(super) fn done(r: lsm::Result<()>, ok: Reply) -> Reply {
     r.map_or_else(engine_error, |_| ok)
 }
@@ -366,22 +373,20 @@ fn mset(s: &mut Session, args: &[Bytes]) -> Reply {
 fn append(s: &mut Session, args: &[Bytes]) -> Reply {
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, [&args[1][..]]);
-    let existing = match string_meta_at(s, &args[1]) {
-        Ok(m) => m,
+    let mut edit = match string_edit(s, &args[1]) {
+        Ok(e) => e,
         Err(e) => return e,
     };
-    let current = existing.as_ref().map_or(0, Meta::string_len);
+    let current = edit.len();
     if current + args[2].len() as u64 > s.state.config().proto_max_bulk_len {
         return Reply::error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
-    let expire_at = existing.as_ref().map_or(0, |m| m.expire_at_ms);
-    let mut edit = StringEdit::new(storage.view(&s.exec, s.db), existing);
     let mut b = lsm::WriteBatch::new();
     if let Err(e) = edit.write(current, &args[2]) {
         return engine_error(e);
     }
     let len = edit.len() as i64;
-    edit.finish(&mut b, &args[1], expire_at);
+    edit.finish(&mut b, &args[1]);
     done_event(s, storage.write(&s.exec, b), Reply::Integer(len), STRING, "append", &args[1])
 }
 

@@ -70,21 +70,10 @@ impl lsm::CompactionFilter for ShaleFilter {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use bytes::Bytes;
 
-    use super::*;
+    use crate::storage::tests::filtered_storage;
     use crate::storage::{now_ms, ExecContext, KeyType, Storage};
-
-    /// Storage over an engine whose compaction runs the filter.
-    fn filtered_storage(dir: &std::path::Path) -> Storage {
-        let filter = Arc::new(ShaleFilter::default());
-        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
-        let db = lsm::Db::open(dir, opts).unwrap();
-        filter.attach(&db);
-        Storage::new(db).unwrap()
-    }
 
     #[test]
     fn expired_keys_stay_counted_until_the_expiry_cycle_deletes_them() {

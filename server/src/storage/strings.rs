@@ -151,18 +151,26 @@ pub struct StringEdit<'v> {
     dirty: BTreeSet<u64>,
     /// The incarnation of the segmented value (0 while inline).
     uid: u64,
+    /// The value's expiry, kept by the edit.
+    expire_at_ms: u64,
 }
 
 impl<'v> StringEdit<'v> {
     /// An edit of the string `before` (`None`: the key does not exist yet).
     pub fn new(view: View<'v>, before: Option<Meta>) -> Self {
         let len = before.as_ref().map_or(0, Meta::string_len);
+        let expire_at_ms = before.as_ref().map_or(0, |m| m.expire_at_ms);
         let (inline, uid) = match &before {
             Some(m) if m.is_segmented() => (None, m.uid),
             Some(m) => (Some(m.body.to_vec()), 0),
             None => (Some(Vec::new()), 0),
         };
-        StringEdit { view, before, len, inline, segments: BTreeMap::new(), dirty: BTreeSet::new(), uid }
+        StringEdit { view, before, len, inline, segments: BTreeMap::new(), dirty: BTreeSet::new(), uid, expire_at_ms }
+    }
+
+    /// Whether the key did not exist before the edit.
+    pub fn is_new(&self) -> bool {
+        self.before.is_none()
     }
 
     /// The value's length so far.
@@ -272,9 +280,10 @@ impl<'v> StringEdit<'v> {
         Ok(self.segments.entry(index).or_default())
     }
 
-    /// Adds the edited value for `key` (with expiry `expire_at_ms`) to `batch`; returns the
-    /// metadata written.
-    pub fn finish(self, batch: &mut lsm::WriteBatch, key: &[u8], expire_at_ms: u64) -> Meta {
+    /// Adds the edited value for `key` (keeping its expiry) to `batch`; returns the metadata
+    /// written.
+    pub fn finish(self, batch: &mut lsm::WriteBatch, key: &[u8]) -> Meta {
+        let expire_at_ms = self.expire_at_ms;
         let meta = match self.inline {
             Some(v) => Meta::string(Bytes::from(v), expire_at_ms),
             None => {
@@ -308,21 +317,13 @@ impl<'v> StringEdit<'v> {
 #[cfg(test)]
 mod tests {
     use std::ops::ControlFlow;
-    use std::sync::Arc;
 
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
     use super::*;
-    use crate::storage::{ExecContext, ShaleFilter, Storage};
-
-    fn storage(dir: &std::path::Path) -> Storage {
-        let filter = Arc::new(ShaleFilter::default());
-        let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
-        let db = lsm::Db::open(dir, opts).unwrap();
-        filter.attach(&db);
-        Storage::new(db).unwrap()
-    }
+    use crate::storage::tests::filtered_storage as storage;
+    use crate::storage::{ExecContext, Storage};
 
     fn segments(s: &Storage, meta: &Meta) -> Vec<(Bytes, Bytes)> {
         let cx = ExecContext::new();
@@ -336,7 +337,7 @@ mod tests {
         let mut e = StringEdit::new(v, v.get(key).unwrap());
         f(&mut e);
         let mut b = lsm::WriteBatch::new();
-        let meta = e.finish(&mut b, key, 0);
+        let meta = e.finish(&mut b, key);
         s.write(&cx, b).unwrap();
         meta
     }

@@ -1,4 +1,18 @@
-//! Storage unit tests: strings, databases, the expiry cycle, SWAPDB across restarts.
+//! Storage unit tests: strings, databases, the expiry cycle, SWAPDB across restarts; and
+//! [`filtered_storage`] for the other modules' tests.
+
+use std::sync::Arc;
+
+use super::{ShaleFilter, Storage};
+
+/// Storage over an engine whose compaction runs the Shale filter.
+pub(super) fn filtered_storage(dir: &std::path::Path) -> Storage {
+    let filter = Arc::new(ShaleFilter::default());
+    let opts = lsm::Options::default().compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+    let db = lsm::Db::open(dir, opts).unwrap();
+    filter.attach(&db);
+    Storage::new(db).unwrap()
+}
 
 mod basics {
     use super::super::*;
