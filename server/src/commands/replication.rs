@@ -149,7 +149,7 @@ fn sync(s: &mut Session, _args: &[Bytes]) -> Reply {
     s.closing = true;
     match rdb {
         Ok(bytes) => {
-            tracing::info!(target: "shale::repl", bytes = bytes.len(), "sent an RDB snapshot (SYNC)");
+            tracing::info!(target: "shale::replication", bytes = bytes.len(), "sent an RDB snapshot (SYNC)");
             Reply::Bulk(Bytes::from(bytes))
         }
         Err(e) => super::engine_error(e),
