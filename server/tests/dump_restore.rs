@@ -205,6 +205,14 @@ fn redis_cli_rdb_of_shale_loads_in_redis() {
         .output()
         .unwrap();
     assert!(out.status.success(), "redis-cli --rdb: {}", String::from_utf8_lossy(&out.stderr));
+    // The snapshot was streamed from a file in the data directory, deleted once sent.
+    let leftovers: Vec<_> = std::fs::read_dir(server.dir.path().join("data"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sync-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(all_contents(&mut server.client()), want, "SYNC changed nothing");
     let dir = rdb_dir.path().display().to_string();
     let Some((_redis, mut redis, _)) = start_redis_with(&["--dir", &dir, "--dbfilename", "dump.rdb"]) else { return };
     assert_eq!(all_contents(&mut redis), want);

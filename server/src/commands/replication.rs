@@ -137,22 +137,30 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// `SYNC`: an RDB snapshot of the whole keyspace (what `redis-cli --rdb` asks for), then the
-/// connection closes. Shale replicas use PSYNC and the WAL stream instead. The snapshot is
-/// one point in time, built in memory before it is sent.
+/// connection closes. Shale replicas use PSYNC and the WAL stream instead. The snapshot is one
+/// point in time, written to a file in the data directory here (an executor thread) and
+/// streamed from it by the connection's task, so its size is bounded by the disk, not memory.
 fn sync(s: &mut Session, _args: &[Bytes]) -> Reply {
+    let path = s.state.config().dir.join(format!("sync-{}-{}.rdb", std::process::id(), s.id));
     let started = s.exec.begin_snapshot(s.state.storage.engine());
     let databases = s.state.config().databases;
-    let rdb = crate::rdb::file::snapshot(&s.state.storage, &s.exec, databases);
+    let written = std::fs::File::create(&path).map_err(crate::rdb::file::SnapshotError::from).and_then(|f| {
+        crate::rdb::file::write_snapshot(&s.state.storage, &s.exec, databases, std::io::BufWriter::new(f))
+    });
     if started {
         s.exec.end_snapshot();
     }
-    s.closing = true;
-    match rdb {
+    match written {
         Ok(bytes) => {
-            tracing::info!(target: "shale::replication", bytes = bytes.len(), "sent an RDB snapshot (SYNC)");
-            Reply::Bulk(Bytes::from(bytes))
+            tracing::info!(target: "shale::replication", bytes, "sending an RDB snapshot (SYNC)");
+            s.send_file = Some(path);
+            Reply::Null // never sent: the connection sends the file, then closes
         }
-        Err(e) => super::engine_error(e),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            tracing::error!(target: "shale::replication", error = %e, "cannot write an RDB snapshot for SYNC");
+            Reply::error(format!("ERR cannot write the RDB snapshot: {e}"))
+        }
     }
 }
 

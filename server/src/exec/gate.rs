@@ -41,6 +41,8 @@ pub enum BatchEnd {
     Close,
     /// PSYNC was accepted: the connection becomes a replica link.
     Replica(crate::replication::primary::Handoff),
+    /// SYNC's snapshot: the connection sends this file as a bulk string, deletes it, closes.
+    SendFile(std::path::PathBuf),
 }
 
 /// Checks a request against the gate. `Ok(spec)`: run it; `Err(reply)`: answer that instead
@@ -267,6 +269,9 @@ pub fn run_batch(
         }
         if let Some(handoff) = s.handoff.take() {
             break BatchEnd::Replica(handoff);
+        }
+        if let Some(path) = s.send_file.take() {
+            break BatchEnd::SendFile(path);
         }
         if s.take_reply_permission() || reply.is_push() {
             reply.encode(s.protocol, out);

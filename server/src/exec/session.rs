@@ -95,6 +95,9 @@ pub struct Session {
     shard_channels: std::collections::HashSet<Bytes>,
     /// Set by an accepted PSYNC: the connection becomes a replica link.
     pub handoff: Option<crate::replication::primary::Handoff>,
+    /// A file to send as one bulk string, after which the connection closes (SYNC's RDB
+    /// snapshot); the connection deletes it once sent.
+    pub send_file: Option<std::path::PathBuf>,
     /// `REPLCONF listening-port` (a replica announcing itself before PSYNC).
     pub replica_port: u16,
     /// `REPLCONF ip-address` (`replica-announce-ip`): the address INFO and ROLE show for it.
@@ -147,6 +150,7 @@ impl Session {
             patterns: Default::default(),
             shard_channels: Default::default(),
             handoff: None,
+            send_file: None,
             replica_port: 0,
             replica_ip: None,
             replica_is_shale: false,

@@ -113,6 +113,13 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             match end {
                 BatchEnd::Drained | BatchEnd::OutputFull => {}
                 BatchEnd::Close => close = true,
+                BatchEnd::SendFile(path) => {
+                    if write_out(&mut socket, &mut output, &handle).await {
+                        send_file(&mut socket, &path).await;
+                    }
+                    let _ = tokio::fs::remove_file(&path).await;
+                    return;
+                }
                 BatchEnd::Replica(handoff) => {
                     if !write_out(&mut socket, &mut output, &handle).await {
                         return;
@@ -392,5 +399,23 @@ async fn wait_lock(
             _ = handle.kill_signal.notified() => return None,
             _ = stop.changed() => return None,
         }
+    }
+}
+
+/// Sends the file at `path` as one bulk string (`$len`, the bytes, CRLF), streamed from disk.
+async fn send_file<S: Socket>(socket: &mut S, path: &std::path::Path) {
+    let sent = async {
+        let mut file = tokio::fs::File::open(path).await?;
+        let len = file.metadata().await?.len();
+        socket.write_all(format!("${len}\r\n").as_bytes()).await?;
+        let copied = tokio::io::copy(&mut file, socket).await?;
+        if copied != len {
+            return Err(std::io::Error::other("the snapshot file changed while it was sent"));
+        }
+        socket.write_all(b"\r\n").await?;
+        socket.flush().await
+    };
+    if let Err(e) = sent.await {
+        tracing::warn!(target: "shale::replication", error = %e, "sending an RDB snapshot failed");
     }
 }

@@ -18,6 +18,7 @@
 //! page cache; it checks the whole file's CRC before it writes anything, then writes the keys
 //! in batches. Keys already expired are skipped, as a Redis primary skips them when loading.
 
+use std::io::Write;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -188,41 +189,75 @@ fn show(key: &Bytes) -> String {
     format!("'{}'", String::from_utf8_lossy(&key[..key.len().min(64)]))
 }
 
-/// An RDB file (version 10) of every key of logical databases `0..databases`, as redis-server
-/// 7.0 loads it.
-pub fn snapshot(storage: &Storage, cx: &ExecContext, databases: u32) -> lsm::Result<Vec<u8>> {
-    let mut out = format!("REDIS{RDB_VERSION:04}").into_bytes();
-    for (k, v) in [("redis-ver", "7.0.15"), ("redis-bits", "64"), ("aof-base", "0")] {
-        out.push(0xfa);
-        put_string(&mut out, k.as_bytes());
-        put_string(&mut out, v.as_bytes());
+/// A writer that keeps the CRC-64 and the length of what went through it.
+struct Summed<W> {
+    inner: W,
+    crc: u64,
+    len: u64,
+}
+
+impl<W: Write> Summed<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.crc = crc64::update(self.crc, bytes);
+        self.len += bytes.len() as u64;
+        self.inner.write_all(bytes)
     }
+}
+
+/// Why a snapshot could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("storage engine: {0}")]
+    Engine(#[from] lsm::Error),
+    #[error("writing the snapshot: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Writes an RDB file (version 10) of every key of logical databases `0..databases`, as
+/// redis-server 7.0 loads it, to `out`, one key at a time; returns its length.
+pub fn write_snapshot(
+    storage: &Storage,
+    cx: &ExecContext,
+    databases: u32,
+    out: impl Write,
+) -> Result<u64, SnapshotError> {
+    let mut w = Summed { inner: out, crc: 0, len: 0 };
+    let mut buf = format!("REDIS{RDB_VERSION:04}").into_bytes();
+    for (k, v) in [("redis-ver", "7.0.15"), ("redis-bits", "64"), ("aof-base", "0")] {
+        buf.push(0xfa);
+        put_string(&mut buf, k.as_bytes());
+        put_string(&mut buf, v.as_bytes());
+    }
+    w.put(&buf)?;
     for db in 0..databases {
         let counts = storage.keyspace_counts(db);
         if counts.keys == 0 {
             continue;
         }
-        out.push(0xfe);
-        put_len(&mut out, u64::from(db));
-        out.push(0xfb);
-        put_len(&mut out, counts.keys);
-        put_len(&mut out, counts.expires);
+        buf.clear();
+        buf.push(0xfe);
+        put_len(&mut buf, u64::from(db));
+        buf.push(0xfb);
+        put_len(&mut buf, counts.keys);
+        put_len(&mut buf, counts.expires);
+        w.put(&buf)?;
         let view = storage.view(cx, db);
         let mut cursor = Bytes::new();
         loop {
             let page = storage.scan(cx, db, &cursor, 1024)?;
             for (key, meta) in &page.keys {
+                buf.clear();
                 if meta.expire_at_ms != 0 {
-                    out.push(0xfc);
-                    out.extend_from_slice(&meta.expire_at_ms.to_le_bytes());
+                    buf.push(0xfc);
+                    buf.extend_from_slice(&meta.expire_at_ms.to_le_bytes());
                 }
-                let value = view.read_value(meta)?;
                 // The type byte comes first, then the key, then the value.
                 let mut body = Vec::new();
-                save_value(&mut body, &value);
-                out.push(body[0]);
-                put_string(&mut out, key);
-                out.extend_from_slice(&body[1..]);
+                save_value(&mut body, &view.read_value(meta)?);
+                buf.push(body[0]);
+                put_string(&mut buf, key);
+                buf.extend_from_slice(&body[1..]);
+                w.put(&buf)?;
             }
             match page.next {
                 Some(next) => cursor = next,
@@ -230,8 +265,9 @@ pub fn snapshot(storage: &Storage, cx: &ExecContext, databases: u32) -> lsm::Res
             }
         }
     }
-    out.push(0xff);
-    let crc = crc64::crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    w.put(&[0xff])?;
+    let crc = w.crc;
+    w.put(&crc.to_le_bytes())?;
+    w.inner.flush()?;
+    Ok(w.len)
 }
