@@ -135,44 +135,30 @@ pub fn geohash_string(score: f64) -> Option<String> {
     )
 }
 
-fn move_x(cell: &mut Cell, d: i8) {
+/// Moves a cell `d` cells (-1, 0, 1) along one axis: `axis` masks that coordinate's bits
+/// (odd bits: longitude, even bits: latitude), whose carries skip over the other's.
+fn move_along(cell: &mut Cell, d: i8, axis: u64) {
     if d == 0 {
         return;
     }
-    let mut x = cell.bits & 0xaaaaaaaaaaaaaaaa;
-    let y = cell.bits & 0x5555555555555555;
-    let zz = 0x5555555555555555u64 >> (64 - u32::from(cell.step) * 2);
+    let shift = 64 - u32::from(cell.step) * 2;
+    let mut v = cell.bits & axis;
+    let other = cell.bits & !axis;
+    let zz = !axis >> shift;
     if d > 0 {
-        x = x.wrapping_add(zz + 1);
+        v = v.wrapping_add(zz + 1);
     } else {
-        x |= zz;
-        x = x.wrapping_sub(zz + 1);
+        v |= zz;
+        v = v.wrapping_sub(zz + 1);
     }
-    x &= 0xaaaaaaaaaaaaaaaau64 >> (64 - u32::from(cell.step) * 2);
-    cell.bits = x | y;
-}
-
-fn move_y(cell: &mut Cell, d: i8) {
-    if d == 0 {
-        return;
-    }
-    let x = cell.bits & 0xaaaaaaaaaaaaaaaa;
-    let mut y = cell.bits & 0x5555555555555555;
-    let zz = 0xaaaaaaaaaaaaaaaau64 >> (64 - u32::from(cell.step) * 2);
-    if d > 0 {
-        y = y.wrapping_add(zz + 1);
-    } else {
-        y |= zz;
-        y = y.wrapping_sub(zz + 1);
-    }
-    y &= 0x5555555555555555u64 >> (64 - u32::from(cell.step) * 2);
-    cell.bits = x | y;
+    v &= axis >> shift;
+    cell.bits = v | other;
 }
 
 fn neighbour(cell: Cell, dx: i8, dy: i8) -> Cell {
     let mut c = cell;
-    move_x(&mut c, dx);
-    move_y(&mut c, dy);
+    move_along(&mut c, dx, 0xaaaaaaaaaaaaaaaa);
+    move_along(&mut c, dy, 0x5555555555555555);
     c
 }
 
