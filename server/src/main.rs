@@ -86,6 +86,7 @@ fn main() -> ExitCode {
     if let Some(path) = import {
         return import_rdb(&path, state, db);
     }
+    shale_server::commands::remove_stale_snapshots(&state.config().dir);
     state.set_tls_config(tls);
     let runtime = match runtime(state.config().worker_threads) {
         Ok(r) => r,

@@ -37,6 +37,7 @@ use bytes::Bytes;
 pub use crate::exec::{dispatch, BlockRequest, ReplyMode, Session};
 use crate::resp::Reply;
 pub(crate) use pubsub::allowed_when_subscribed;
+pub use replication::remove_stale_snapshots;
 pub(crate) use transactions::is_control as is_transaction_control;
 pub(crate) use transactions::{clear_watches, queued_keys, run_buffered};
 

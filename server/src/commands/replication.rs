@@ -136,6 +136,23 @@ fn psync(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
+/// Deletes SYNC snapshot files a previous run left in the data directory `dir` (it stopped
+/// while sending one); call at startup, before any client connects.
+pub fn remove_stale_snapshots(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("sync-") && name.ends_with(".rdb") {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(target: "shale::replication", file = %name, "removed a stale SYNC snapshot"),
+                Err(e) => {
+                    tracing::warn!(target: "shale::replication", file = %name, error = %e, "cannot remove a stale SYNC snapshot")
+                }
+            }
+        }
+    }
+}
+
 /// `SYNC`: an RDB snapshot of the whole keyspace (what `redis-cli --rdb` asks for), then the
 /// connection closes. Shale replicas use PSYNC and the WAL stream instead. The snapshot is one
 /// point in time, written to a file in the data directory here (an executor thread) and
