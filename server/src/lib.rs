@@ -10,6 +10,8 @@
 //! - [`commands`]: the command table, one file per family;
 //! - [`storage`]: Redis types encoded onto the engine, the execution context, key locks,
 //!   keyspace counts, WATCH, and the compaction filter;
+//! - [`scripting`]: the Lua VM for EVAL scripts and FUNCTION libraries, Redis's sandbox and
+//!   libraries, and how a script runs isolated;
 //! - [`services`]: what runs beside commands — the expiry cycle, blocked clients, the pub/sub
 //!   hub, the client registry, named LOCKs, SCAN cursors;
 //! - [`config`] and [`state`]: settings and the state every connection shares.
@@ -26,6 +28,7 @@ pub mod num;
 pub mod rdb;
 pub mod replication;
 pub mod resp;
+pub mod scripting;
 pub mod services;
 pub mod state;
 pub mod storage;

@@ -132,6 +132,15 @@ fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> E
             "importing"
         );
     });
+    // Function libraries go in after the keys, as Redis loads them, all or none.
+    let result = result.and_then(|done| {
+        if !done.functions.is_empty() {
+            state.scripting.import_libraries(state.storage.engine(), &done.functions).map_err(|e| {
+                shale_server::rdb::file::ImportError::Unsupported(format!("the file's function libraries: {e}"))
+            })?;
+        }
+        Ok(done)
+    });
     let closed = state.storage.close().and_then(|()| {
         drop(state);
         db.close()
@@ -142,16 +151,11 @@ fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> E
                 keys = done.keys,
                 expired_skipped = done.expired,
                 databases = ?done.databases,
+                function_libraries = done.functions.len(),
                 rdb_version = done.version,
                 seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
                 "RDB import done"
             );
-            if done.functions > 0 {
-                tracing::warn!(
-                    libraries = done.functions,
-                    "the file has function libraries; this server runs no scripts yet, so they were not imported"
-                );
-            }
             ExitCode::SUCCESS
         }
         (Err(e), _) => {
@@ -268,6 +272,9 @@ async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>
                 _ = shutdown_signal() => {}
                 _ = state.shutdown.notified() => {}
             }
+            // A script still running (even one that wrote: its writes are not committed) is
+            // stopped, so the executors can drain, as Redis exits during a busy script.
+            state.scripting.status.abort();
         }
     };
     shale_server::net::serve(listeners, Arc::clone(&state), stop).await;

@@ -83,6 +83,8 @@ pub struct ServerState {
     pub acl: crate::acl::Acl,
     /// Role, replication ids, the link to a primary, connected replicas.
     pub replication: crate::replication::Replication,
+    /// The Lua VM: EVAL scripts and FUNCTION libraries.
+    pub scripting: crate::scripting::Scripting,
     log_hook: OnceLock<LogHook>,
     /// The TLS settings new `tls-port` connections use (None: TLS not configured).
     tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
@@ -110,7 +112,10 @@ impl ServerState {
         let replication =
             crate::replication::Replication::open(db.path().to_path_buf(), upstream, db.latest_sequence() + 1)?;
         replication.configure(&config);
+        let scripting = crate::scripting::Scripting::new();
+        scripting.load_saved_functions(&db)?;
         Ok(ServerState {
+            scripting,
             executor,
             acl,
             replication,

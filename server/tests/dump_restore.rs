@@ -166,9 +166,10 @@ fn an_rdb_file_saved_by_redis_imports_key_by_key() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "import failed: {log}");
     assert!(log.contains("RDB import done") && log.contains("keys=18"), "{log}");
-    assert!(log.contains("function libraries"), "the skipped library is reported: {log}");
+    assert!(log.contains("function_libraries=1"), "{log}");
     let server = Server::start_in(data, None, &[]);
     assert_eq!(all_contents(&mut server.client()), want);
+    assert_eq!(cmd("FCALL").arg("f").arg(0).query::<i64>(&mut server.client()).unwrap(), 1, "the library came along");
 
     // A damaged file is refused before anything is written.
     let mut bytes = std::fs::read(rdb_dir.path().join("dump.rdb")).unwrap();
@@ -196,6 +197,11 @@ fn redis_cli_rdb_of_shale_loads_in_redis() {
     let server = Server::start(&[]);
     let mut shale = server.client();
     fill_two_databases(&mut shale);
+    cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("#!lua name=lib\nredis.register_function('f', function() return 7 end)")
+        .query::<()>(&mut shale)
+        .unwrap();
     let want = all_contents(&mut shale);
     let rdb_dir = tempfile::tempdir().unwrap();
     let file = rdb_dir.path().join("dump.rdb");
@@ -222,6 +228,7 @@ fn redis_cli_rdb_of_shale_loads_in_redis() {
     let dir = rdb_dir.path().display().to_string();
     let Some((_redis, mut redis, _)) = start_redis_with(&["--dir", &dir, "--dbfilename", "dump.rdb"]) else { return };
     assert_eq!(all_contents(&mut redis), want);
+    assert_eq!(cmd("FCALL").arg("f").arg(0).query::<i64>(&mut redis).unwrap(), 7, "the library came along");
 }
 
 #[test]

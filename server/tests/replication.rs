@@ -592,3 +592,41 @@ fn replicas_authenticate_with_masterauth_and_can_refuse_stale_reads() {
     assert_eq!(err.code(), Some("MASTERDOWN"), "{err}");
     assert!(try_info(&mut rc, "master_link_down_since_seconds").is_some());
 }
+
+#[test]
+fn scripts_and_function_libraries_reach_replicas() {
+    let p = primary(&[]);
+    let mut pc = p.client();
+    let load = |c: &mut redis::Connection, lib: &str, f: &str| -> String {
+        let code = format!("#!lua name={lib}\nredis.register_function{{function_name='{f}', callback=function(keys) return redis.call('get', keys[1]) end, flags={{'no-writes'}}}}");
+        redis::cmd("FUNCTION").arg("LOAD").arg(code).query(c).unwrap()
+    };
+    assert_eq!(load(&mut pc, "first", "read1"), "first");
+    let _: () = pc.set("k", "v").unwrap();
+    // The library travels with the full sync...
+    let r = replica_of(&p, &[]);
+    assert_in_sync(&p, &r);
+    let mut rc = r.client();
+    let got: String = redis::cmd("FCALL_RO").arg("read1").arg(1).arg("k").query(&mut rc).unwrap();
+    assert_eq!(got, "v");
+    // ...and later loads, deletes and script writes with the stream.
+    assert_eq!(load(&mut pc, "second", "read2"), "second");
+    let _: () = redis::cmd("FUNCTION").arg("DELETE").arg("first").query(&mut pc).unwrap();
+    let n: i64 = redis::cmd("EVAL")
+        .arg("redis.call('set', KEYS[1], 'a') redis.call('set', KEYS[2], 'b') return 2")
+        .arg(2)
+        .arg("s1")
+        .arg("s2")
+        .query(&mut pc)
+        .unwrap();
+    assert_eq!(n, 2);
+    let confirmed: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut pc).unwrap();
+    assert_eq!(confirmed, 1);
+    let got: String = redis::cmd("FCALL_RO").arg("read2").arg(1).arg("s2").query(&mut rc).unwrap();
+    assert_eq!(got, "b");
+    let err = redis::cmd("FCALL_RO").arg("read1").arg(1).arg("k").query::<String>(&mut rc).unwrap_err();
+    assert!(err.to_string().contains("Function not found"), "{err}");
+    // A replica refuses scripts that write.
+    let err = redis::cmd("EVAL").arg("return redis.call('set', 'x', 1)").arg(0).query::<String>(&mut rc).unwrap_err();
+    assert_eq!(err.code(), Some("READONLY"), "{err}");
+}

@@ -243,8 +243,11 @@ fn command_getkeys(call: &[Bytes], with_flags: bool) -> Reply {
     if (spec.arity > 0 && spec.arity != n) || n < -spec.arity {
         return Reply::error("ERR Invalid number of arguments specified for command");
     }
+    // Redis 7.0's NO_MANDATORY_KEYS commands (scripts and functions) may name no key.
+    let keys_optional = matches!(spec.name, "eval" | "eval_ro" | "evalsha" | "evalsha_ro" | "fcall" | "fcall_ro");
     let keys = match super::meta::keys_checked(spec, call, true) {
         Some(keys) if !keys.is_empty() => keys,
+        _ if keys_optional => Vec::new(),
         _ => return Reply::error("ERR Invalid arguments specified for command"),
     };
     Reply::Array(

@@ -141,6 +141,8 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     if show("memory") {
         let used = (stats.memtable_bytes + stats.block_cache_bytes) as u64;
         let (rss, anon, file) = rss();
+        let lua = st.scripting.memory() as u64;
+        let (scripts, libraries, functions) = st.scripting.counts();
         section(
             "Memory",
             vec![
@@ -152,6 +154,15 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
                 ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
                 ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
+                // One Lua VM runs both EVAL scripts and functions (see `scripting`).
+                ("used_memory_lua", lua.to_string()),
+                ("used_memory_vm_eval", lua.to_string()),
+                ("used_memory_lua_human", human(lua)),
+                ("used_memory_vm_total", lua.to_string()),
+                ("used_memory_vm_total_human", human(lua)),
+                ("number_of_cached_scripts", scripts.to_string()),
+                ("number_of_functions", functions.to_string()),
+                ("number_of_libraries", libraries.to_string()),
                 ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
                 ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
                 // How tables are read. mmap: RSS counts the pages of mapped tables that were

@@ -49,7 +49,7 @@ pub(crate) fn feed_monitors(s: &Session, spec: &CommandSpec, args: &[Bytes]) {
     if super::meta::called(spec, args).categories & super::meta::C_ADMIN != 0 {
         return;
     }
-    let line = monitor_line(s.db, &s.handle.addr, args);
+    let line = monitor_line(s.db, if s.in_script { "lua" } else { &s.handle.addr }, args);
     let limits = Limits::for_monitors(s.state.config().get("client-output-buffer-limit").unwrap_or_default());
     s.state.pubsub.feed_monitors(&line, limits);
 }

@@ -21,6 +21,7 @@ mod named_locks;
 mod pubsub;
 mod redis_meta;
 pub(crate) mod replication;
+mod scripting;
 mod server;
 mod sets;
 mod sort;
@@ -36,6 +37,7 @@ use bytes::Bytes;
 
 pub use crate::exec::{dispatch, BlockRequest, ReplyMode, Session};
 use crate::resp::Reply;
+pub use connection::REDIS_COMPAT_VERSION;
 pub(crate) use pubsub::allowed_when_subscribed;
 pub use replication::remove_stale_snapshots;
 pub(crate) use transactions::is_control as is_transaction_control;
@@ -111,6 +113,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         named_locks::COMMANDS,
         acl::COMMANDS,
         replication::COMMANDS,
+        scripting::COMMANDS,
     ]
     .into_iter()
     .flatten()

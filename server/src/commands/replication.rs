@@ -161,8 +161,9 @@ fn sync(s: &mut Session, _args: &[Bytes]) -> Reply {
     let path = s.state.config().dir.join(format!("sync-{}-{}.rdb", std::process::id(), s.id));
     let started = s.exec.begin_snapshot(s.state.storage.engine());
     let databases = s.state.config().databases;
+    let functions = s.state.scripting.library_codes();
     let written = std::fs::File::create(&path).map_err(crate::rdb::file::SnapshotError::from).and_then(|f| {
-        crate::rdb::file::write_snapshot(&s.state.storage, &s.exec, databases, std::io::BufWriter::new(f))
+        crate::rdb::file::write_snapshot(&s.state.storage, &s.exec, databases, &functions, std::io::BufWriter::new(f))
     });
     if started {
         s.exec.end_snapshot();

@@ -77,15 +77,6 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
         handler: memory,
     },
     CommandSpec {
-        name: "function",
-        arity: -2,
-        flags: &["noscript"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: function,
-    },
-    CommandSpec {
         name: "debug",
         arity: -2,
         flags: &["admin", "noscript", "loading", "stale"],
@@ -250,25 +241,6 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// Scripting is not built yet: FUNCTION answers for an empty library, as a fresh Redis does.
-fn function(_: &mut Session, args: &[Bytes]) -> Reply {
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    match sub.as_str() {
-        "flush" if args.len() <= 3 => Reply::ok(),
-        "list" => Reply::Array(Vec::new()),
-        "stats" => Reply::Map(vec![
-            (Reply::bulk(&b"running_script"[..]), Reply::Null),
-            (Reply::bulk(&b"engines"[..]), Reply::Map(Vec::new())),
-        ]),
-        "dump" => Reply::bulk(Bytes::new()),
-        "delete" if args.len() == 3 => Reply::error("ERR Library not found"),
-        "load" | "restore" => Reply::error("ERR scripting is not supported by this server"),
-        "kill" => Reply::error("NOTBUSY No scripts in execution right now."),
-        _ => {
-            Reply::error(format!("ERR unknown subcommand '{}'. Try FUNCTION HELP.", String::from_utf8_lossy(&args[1])))
-        }
-    }
-}
-
 /// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
 /// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), `DEBUG DIGEST` (a checksum of
 /// every database's contents, see `storage/digest.rs`), and Shale's `DEBUG COMPACT` (a full

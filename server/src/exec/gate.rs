@@ -3,7 +3,8 @@
 //! Every request of every connection passes [`gate`] — authentication, RESP2 subscribed mode,
 //! the command table's arity, `enable-debug-command` for DEBUG, `no-multi` commands inside
 //! MULTI (SAVE, SHUTDOWN …), the user's ACL permissions, the replication rules (writes on a
-//! replica, `min-replicas-to-write`, stale data), then MULTI queueing — in that order,
+//! replica, `min-replicas-to-write`, stale data), `-BUSY` while a script runs too long, then
+//! MULTI queueing — in that order,
 //! before anything runs; fast paths
 //! come after it. [`run_batch`] runs a connection's parsed requests on an executor thread: it
 //! honours `CLIENT PAUSE`, catches a panicking command (the client gets an error for that
@@ -123,6 +124,17 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
         s.multi_error |= queuing;
         return Err(refused);
     }
+    // A script running past `busy-reply-threshold` holds everyone else off, as in Redis.
+    if let Some(eval) = s.state.scripting.status.busy_for(s.id) {
+        if !crate::scripting::allowed_while_busy(spec.name, args) {
+            s.multi_error |= queuing;
+            return Err(Reply::error(if eval {
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+            } else {
+                "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+            }));
+        }
+    }
     if queuing {
         if let Some(queue) = s.multi.as_mut() {
             queue.push(args.to_vec());
@@ -153,7 +165,7 @@ pub fn dispatch(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// Runs a command that passed the gate.
-pub(super) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes]) -> Reply {
+pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes]) -> Reply {
     // A read of several keys sees them all as of one moment.
     let multi_key_read =
         spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);

@@ -19,6 +19,7 @@ pub mod observe;
 pub mod pool;
 pub mod session;
 
+pub(crate) use gate::run_command;
 pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
 pub use in_memory::{run_in_memory, InMemory, InMemoryCounters};
 pub use observe::log_slow;

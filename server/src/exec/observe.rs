@@ -68,7 +68,8 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
     }
     let event = if spec.flags.contains(&"fast") { "fast-command" } else { "command" };
     s.state.latency.sample(event, micros / 1000);
-    if s.state.pubsub.has_monitors() {
+    // `skip_monitor` commands (EVAL, FCALL) feed MONITOR themselves, before what they run.
+    if s.state.pubsub.has_monitors() && !spec.flags.contains(&"skip_monitor") {
         crate::commands::introspection::feed_monitors(s, spec, args);
     }
 }

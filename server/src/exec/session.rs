@@ -82,6 +82,8 @@ pub struct Session {
     pub multi_error: bool,
     /// True while EXEC runs the queue (blocking commands do not block).
     pub in_exec: bool,
+    /// True while a script or function runs this session's commands (MONITOR shows `lua`).
+    pub in_script: bool,
     /// WATCHed keys.
     pub watched: Vec<crate::storage::Watched>,
     /// Set when a watched key changes.
@@ -142,6 +144,7 @@ impl Session {
             multi: None,
             multi_error: false,
             in_exec: false,
+            in_script: false,
             watched: Vec::new(),
             watch_flag: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             subscriber: None,

@@ -34,8 +34,9 @@ pub struct Imported {
     pub keys: u64,
     /// Keys whose expiry time had passed (not written).
     pub expired: u64,
-    /// Function libraries (Shale runs no scripts yet: not imported).
-    pub functions: u64,
+    /// The function libraries' code (`FUNCTION LOAD` text), loaded by the caller once the
+    /// keys are in.
+    pub functions: Vec<Bytes>,
     /// Databases that received keys.
     pub databases: std::collections::BTreeSet<u32>,
     /// The file's RDB version.
@@ -138,8 +139,7 @@ pub fn import(
                 r.length().map_err(fail)?;
             }
             0xf5 => {
-                r.string().map_err(fail)?;
-                out.functions += 1;
+                out.functions.push(Bytes::copy_from_slice(&r.string().map_err(fail)?));
             }
             0xf6 | 0xf7 => {
                 return Err(ImportError::Unsupported(format!(
@@ -213,12 +213,14 @@ pub enum SnapshotError {
     Io(#[from] std::io::Error),
 }
 
-/// Writes an RDB file (version 10) of every key of logical databases `0..databases`, as
-/// redis-server 7.0 loads it, to `out`, one key at a time; returns its length.
+/// Writes an RDB file (version 10) of the function libraries (`functions`, their code) and
+/// every key of logical databases `0..databases`, as redis-server 7.0 loads it, to `out`, one
+/// key at a time; returns its length.
 pub fn write_snapshot(
     storage: &Storage,
     cx: &ExecContext,
     databases: u32,
+    functions: &[Bytes],
     out: impl Write,
 ) -> Result<u64, SnapshotError> {
     let mut w = Summed { inner: out, crc: 0, len: 0 };
@@ -227,6 +229,10 @@ pub fn write_snapshot(
         buf.push(0xfa);
         put_string(&mut buf, k.as_bytes());
         put_string(&mut buf, v.as_bytes());
+    }
+    for code in functions {
+        buf.push(0xf5);
+        put_string(&mut buf, code);
     }
     w.put(&buf)?;
     for db in 0..databases {

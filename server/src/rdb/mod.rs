@@ -191,10 +191,16 @@ pub fn save_value(out: &mut Vec<u8>, v: &Value) {
 pub fn dump(v: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     save_value(&mut out, v);
-    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
-    let crc = crc64::crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    seal_payload(&mut out);
     out
+}
+
+/// Ends a DUMP-style payload (DUMP, FUNCTION DUMP): the RDB version (u16 LE), then the
+/// CRC-64 (LE) of everything before it.
+pub fn seal_payload(out: &mut Vec<u8>) {
+    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
+    let crc = crc64::crc64(out);
+    out.extend_from_slice(&crc.to_le_bytes());
 }
 
 /// Why RESTORE refuses a payload (Redis's two errors).

@@ -198,7 +198,11 @@ async fn rewind(state: &Arc<ServerState>, generation: u64, seq: u64, latest: u64
         if !st.replication.current(generation) {
             return Err("the upstream changed".to_string());
         }
-        Ok(st.storage.rewind_to(seq))
+        Ok(st.storage.rewind_to(seq).and_then(|()| {
+            st.scripting
+                .load_saved_functions(st.storage.engine())
+                .map_err(|e| lsm::Error::InvalidArgument(e.to_string()))
+        }))
     })
     .await
     .map_err(|e| format!("rewind: {e}"))??;
@@ -393,6 +397,7 @@ impl Applier {
                 if installed != seq {
                     return Err(format!("the checkpoint holds sequence {installed}, announced {seq}"));
                 }
+                self.reload_functions()?;
                 repl.adopt(&replid).map_err(|e| format!("saving the replication id: {e}"))?;
                 let _ = std::fs::remove_dir_all(dir);
                 repl.set_link_state(LinkState::Connected);
@@ -402,7 +407,11 @@ impl Applier {
             Frame::Batch(payload) => {
                 let batch = lsm::WriteBatch::from_bytes(payload.to_vec()).map_err(|e| format!("damaged batch: {e}"))?;
                 let (seq, last) = (batch.sequence(), batch.last_sequence().unwrap_or(batch.sequence()));
+                let functions = crate::scripting::Scripting::touches_functions(&batch);
                 self.state.storage.apply_replicated(seq, batch).map_err(|e| format!("applying sequence {seq}: {e}"))?;
+                if functions {
+                    self.reload_functions()?;
+                }
                 self.published(last);
             }
             Frame::Publish(channel, message) => {
@@ -415,6 +424,14 @@ impl Applier {
             Frame::Ping | Frame::GetAck => {}
         }
         Ok(())
+    }
+
+    /// Loads the primary's function libraries from the records just applied.
+    fn reload_functions(&self) -> Result<(), String> {
+        self.state
+            .scripting
+            .load_saved_functions(self.state.storage.engine())
+            .map_err(|e| format!("loading the primary's function libraries: {e}"))
     }
 
     fn published(&self, seq: u64) {

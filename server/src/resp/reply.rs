@@ -47,6 +47,9 @@ pub enum Reply {
     /// Pairs such as (member, score): an array of 2-element arrays in RESP3, a flat array in
     /// RESP2 (ZRANGE … WITHSCORES, HRANDFIELD … WITHVALUES).
     Pairs(Vec<(Reply, Reply)>),
+    /// `(3492890328409238509324850943850943825024385` in RESP3; a bulk string in RESP2 (a
+    /// script's `{big_number=…}`).
+    BigNumber(String),
     /// Several replies to one command, one after another (SUBSCRIBE answers once per channel).
     Many(Vec<Reply>),
 }
@@ -114,6 +117,8 @@ impl Reply {
                 }
             }
             Reply::Many(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
+            Reply::BigNumber(n) if resp3 => line(out, b'(', n.as_bytes()),
+            Reply::BigNumber(n) => bulk(out, b'$', n.as_bytes()),
             Reply::Double(d) if resp3 => line(out, b',', format_double(*d).as_bytes()),
             Reply::Double(d) => bulk(out, b'$', format_double(*d).as_bytes()),
             Reply::HumanDouble(d) if resp3 => line(out, b',', crate::num::human_double(*d).as_bytes()),
@@ -141,8 +146,13 @@ impl Reply {
 /// A double as Redis 7.0 prints scores and RESP3 doubles: C's `%.17g` (`1.1000000000000001`,
 /// `1e+20`, `inf`, `-inf`, `nan`), checked against redis-server 7.0.15.
 pub fn format_double(d: f64) -> String {
+    format_double_precision(d, 17)
+}
+
+/// C's `%.<digits>g` (`digits` ≥ 1): Redis's doubles use 17, Lua 5.1 prints numbers with 14.
+pub fn format_double_precision(d: f64, digits: usize) -> String {
     if d.is_nan() {
-        return "nan".into();
+        return if d.is_sign_negative() && digits != 17 { "-nan".into() } else { "nan".into() };
     }
     if d.is_infinite() {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
@@ -150,7 +160,7 @@ pub fn format_double(d: f64) -> String {
     if d == 0.0 {
         return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
-    let sci = format!("{d:.16e}"); // 17 significant digits, e.g. "1.1000000000000001e0"
+    let sci = format!("{d:.*e}", digits - 1); // e.g. "1.1000000000000001e0" for 17 digits
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let trim = |t: &str| -> String {
@@ -160,8 +170,8 @@ pub fn format_double(d: f64) -> String {
             t.to_string()
         }
     };
-    if (-4..17).contains(&exp) {
-        trim(&format!("{:.*}", (16 - exp) as usize, d))
+    if (-4..digits as i32).contains(&exp) {
+        trim(&format!("{:.*}", (digits as i32 - 1 - exp) as usize, d))
     } else {
         format!("{}e{}{:02}", trim(mantissa), if exp < 0 { '-' } else { '+' }, exp.abs())
     }

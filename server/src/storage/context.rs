@@ -150,6 +150,12 @@ impl ExecContext {
         self.txn.borrow_mut().take().map(|t| t.batch).unwrap_or_default()
     }
 
+    /// `f` applied to the batch the running transaction has buffered so far (None: no
+    /// transaction).
+    pub(super) fn with_buffered<R>(&self, f: impl FnOnce(&lsm::WriteBatch) -> R) -> Option<R> {
+        self.txn.borrow().as_ref().map(|t| f(&t.batch))
+    }
+
     /// True while a transaction buffers writes.
     pub fn in_transaction(&self) -> bool {
         self.txn.borrow().is_some()
@@ -166,6 +172,11 @@ impl ExecContext {
     /// Ends [`ExecContext::hold`].
     pub(super) fn release(&self) {
         self.held.borrow_mut().clear();
+    }
+
+    /// How many stripes this context holds.
+    pub(super) fn held_count(&self) -> usize {
+        self.held.borrow().len()
     }
 
     /// Removes the stripes this context already holds from `idx`.

@@ -104,9 +104,30 @@ impl KeyLocks {
         LockGuard { held, stripes: idx }
     }
 
+    /// True if `cx` holds every stripe.
+    pub fn holds_all(&self, cx: &ExecContext) -> bool {
+        cx.held_count() == self.stripes.len()
+    }
+
+    /// [`KeyLocks::try_lock_pairs`] of the stripes `cx` does not hold yet (a script's keys it
+    /// did not declare).
+    pub fn try_lock_unheld<'a, 'k>(
+        &'a self,
+        cx: &ExecContext,
+        keys: impl IntoIterator<Item = (u32, &'k [u8])>,
+    ) -> Option<LockGuard<'a>> {
+        let mut idx: Vec<usize> = keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect();
+        cx.skip_held(&mut idx);
+        self.try_lock_indexes(idx)
+    }
+
     /// [`KeyLocks::lock_pairs`] without waiting: `None` if any stripe is held by someone else.
     pub fn try_lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> Option<LockGuard<'a>> {
-        let mut idx: Vec<usize> = keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect();
+        let idx: Vec<usize> = keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect();
+        self.try_lock_indexes(idx)
+    }
+
+    fn try_lock_indexes(&self, mut idx: Vec<usize>) -> Option<LockGuard<'_>> {
         idx.sort_unstable();
         idx.dedup();
         let mut held = Vec::with_capacity(idx.len());

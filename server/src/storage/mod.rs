@@ -204,6 +204,24 @@ impl Storage {
         guard
     }
 
+    /// Locks the stripes of `keys` that `cx` does not hold yet, without waiting (`None` if one
+    /// is busy), and marks them held by `cx` (a script's keys beyond those it declared).
+    pub fn try_lock_unheld<'a, 'k>(
+        &'a self,
+        cx: &ExecContext,
+        keys: impl IntoIterator<Item = (u32, &'k [u8])>,
+    ) -> Option<LockGuard<'a>> {
+        let mut guard = self.locks.try_lock_unheld(cx, keys)?;
+        guard.settle(&self.engine);
+        cx.hold(guard.stripes());
+        Some(guard)
+    }
+
+    /// True if `cx` holds every key stripe (FLUSHALL inside a script may run).
+    pub fn holds_all(&self, cx: &ExecContext) -> bool {
+        self.locks.holds_all(cx)
+    }
+
     /// Marks the stripes of `guard` as held by `cx` for a whole EXEC: the queued commands'
     /// own locking of them is then a no-op until [`Storage::end_exec`].
     pub fn hold_for_exec(&self, cx: &ExecContext, guard: &LockGuard<'_>) {
@@ -474,6 +492,19 @@ impl Storage {
     /// reclaimed by the expiry cycle).
     pub fn dbsize(&self, db: u32) -> u64 {
         self.counts.get(self.phys(db), now_ms()).keys
+    }
+
+    /// Keys in `db` as the command running in `cx` sees them: with the writes its transaction
+    /// (EXEC, a script) has buffered and not committed yet.
+    pub fn dbsize_seen(&self, cx: &ExecContext, db: u32) -> lsm::Result<u64> {
+        let pdb = self.phys(db);
+        let committed = self.dbsize(db);
+        let Some(deltas) = cx.with_buffered(|batch| self.count_changes(batch, false)) else { return Ok(committed) };
+        Ok(match deltas?.into_iter().find(|(p, _)| *p == pdb) {
+            Some((_, d)) if d.cleared => d.keys.max(0) as u64,
+            Some((_, d)) => (committed as i64 + d.keys).max(0) as u64,
+            None => committed,
+        })
     }
 
     /// Keys in `db`, those with a TTL, and their average remaining TTL (O(1), INFO keyspace).

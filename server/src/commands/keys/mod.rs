@@ -284,7 +284,7 @@ fn persist(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn dbsize(s: &mut Session, _: &[Bytes]) -> Reply {
-    Reply::Integer(s.state.storage.dbsize(s.db) as i64)
+    s.state.storage.dbsize_seen(&s.exec, s.db).map_or_else(engine_error, |n| Reply::Integer(n as i64))
 }
 
 /// FLUSHDB / FLUSHALL accept ASYNC or SYNC; both are one range delete here.

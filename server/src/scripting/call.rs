@@ -1,0 +1,517 @@
+//! Running a script or function for a client: the checks Redis makes before it starts, its
+//! keys' stripes, its commands through the script's own gate, and one engine batch at the end.
+//!
+//! **Locks.** The declared keys' stripes are locked (waiting, in stripe order) before the VM is
+//! taken; whoever holds the VM only ever *tries* stripes, so a client holding stripes while it
+//! waits for the VM (an EXEC that runs EVAL) can never deadlock with the script. Each command
+//! a script calls has its keys' stripes tried first; if one is busy, the run is abandoned —
+//! its writes were only buffered, its keyspace events and served-client signals are dropped —
+//! and the script runs again with every key seen so far locked up front (after two such
+//! retries, or for FLUSHALL/FLUSHDB/SWAPDB, every stripe). A script that already published a
+//! message, or one run inside EXEC, cannot run again: it waits for the stripe instead, and
+//! fails with an error (nothing written) if it stays busy for a second.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlua::{Function, Lua, Table, Value};
+
+use super::api::error_table;
+use super::convert::{lua_to_reply, reply_to_lua};
+use super::{ScriptFlags, Vm};
+use crate::commands::{engine_error, lookup, queued_keys};
+use crate::exec::Session;
+use crate::resp::{Protocol, Reply};
+use crate::storage::{LockGuard, Storage};
+
+/// What to run: a compiled script or function, with its name for errors and FUNCTION STATS.
+#[derive(Debug)]
+pub(crate) struct Job<'a> {
+    /// The compiled body.
+    pub func: Function,
+    /// The script's SHA1 for EVAL, the function's name for FCALL.
+    pub name: String,
+    /// Its flags.
+    pub flags: ScriptFlags,
+    /// EVAL (true) or FCALL.
+    pub eval: bool,
+    /// EVAL_RO, EVALSHA_RO, FCALL_RO.
+    pub ro: bool,
+    /// KEYS.
+    pub keys: &'a [Bytes],
+    /// ARGV.
+    pub args: &'a [Bytes],
+    /// The calling command, for FUNCTION STATS.
+    pub command: &'a [Bytes],
+}
+
+/// Redis's checks before a script starts (`scriptPrepareForRun`); `Err` is the reply.
+fn prepare(s: &Session, job: &Job<'_>) -> Result<(), Reply> {
+    let repl = &s.state.replication;
+    let stale = repl.is_replica()
+        && repl.link_status().0 != crate::replication::LinkState::Connected
+        && s.state.config().get("replica-serve-stale-data") == Some("no");
+    if job.flags.compat {
+        if stale {
+            return Err(Reply::error(
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            ));
+        }
+        return Ok(());
+    }
+    if stale && !job.flags.allow_stale {
+        return Err(Reply::error("MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script."));
+    }
+    if !job.flags.no_writes {
+        if repl.is_replica() {
+            return Err(Reply::error("READONLY Can not run script with write flag on readonly replica"));
+        }
+        if job.ro {
+            return Err(Reply::error("ERR Can not execute a script with write flag using *_ro command."));
+        }
+        if repl.too_few_replicas() {
+            return Err(Reply::error("NOREPLICAS Not enough good replicas to write."));
+        }
+    }
+    Ok(())
+}
+
+/// How a command of the script that finds a stripe busy proceeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnBusy {
+    /// Abandon the run and run the script again with more locked up front.
+    Retry,
+    /// Wait for the stripe (a run that cannot be repeated).
+    Wait,
+}
+
+/// One run of a script: what its commands need of the session and the locks.
+struct Run<'s, 'g> {
+    s: &'s mut Session,
+    storage: &'g Storage,
+    /// Stripes taken after the start.
+    extra: Vec<LockGuard<'g>>,
+    /// Keys those stripes were taken for (locked up front if the script runs again).
+    touched: Vec<(u32, Bytes)>,
+    read_only: bool,
+    resp3: Arc<std::sync::atomic::AtomicBool>,
+    status: Arc<super::RunStatus>,
+    /// A write ran: later writes skip the pre-write checks (the script cannot stop halfway).
+    dirty: bool,
+    on_busy: OnBusy,
+    /// Set when the run must be abandoned and repeated (see [`OnBusy::Retry`]).
+    conflict: bool,
+    /// …with every stripe locked.
+    needs_everything: bool,
+}
+
+/// Runs `job` for `s`; the VM is taken here, after the declared keys' stripes.
+pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -> Reply {
+    if let Err(refused) = prepare(s, &job) {
+        return refused;
+    }
+    let state = Arc::clone(&s.state);
+    let storage = &state.storage;
+    let read_only = job.ro || (!job.flags.compat && job.flags.no_writes);
+    // `lua-time-limit` is its alias, as in Redis 7.
+    let threshold = state.config().get("busy-reply-threshold").and_then(|v| v.parse::<u64>().ok()).unwrap_or(5000);
+    let (caller_db, caller_protocol, caller_in_exec, caller_in_script) = (s.db, s.protocol, s.in_exec, s.in_script);
+    // Inside EXEC (or a write group) the script joins the running transaction.
+    let nested = s.exec.in_transaction();
+    let mut wanted: Vec<(u32, Bytes)> = job.keys.iter().map(|k| (s.db, k.clone())).collect();
+    let mut everything = false;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let guard = if nested {
+            None
+        } else if everything {
+            Some(storage.lock_all(&s.exec))
+        } else {
+            Some(storage.lock_pairs(&s.exec, wanted.iter().map(|(db, k)| (*db, &k[..]))))
+        };
+        if let Some(guard) = &guard {
+            storage.hold_for_exec(&s.exec, guard);
+            s.exec.begin_transaction();
+        }
+        s.in_exec = true;
+        s.in_script = true;
+        let vm = scripting.vm();
+        vm.resp3.store(false, std::sync::atomic::Ordering::Relaxed);
+        scripting.status.begin(job.name.clone(), job.command.to_vec(), s.id, job.eval, threshold);
+        let mut run = Run {
+            s: &mut *s,
+            storage,
+            extra: Vec::new(),
+            touched: Vec::new(),
+            read_only,
+            resp3: Arc::clone(&vm.resp3),
+            status: Arc::clone(&scripting.status),
+            dirty: false,
+            on_busy: if nested { OnBusy::Wait } else { OnBusy::Retry },
+            conflict: false,
+            needs_everything: false,
+        };
+        let outcome = invoke(&vm, &mut run, &job);
+        let reply = match outcome {
+            Ok((true, value)) => lua_to_reply(&value, vm.resp3.load(std::sync::atomic::Ordering::Relaxed)),
+            Ok((false, error)) => error_reply(&error, &job.name, scripting.status.killed()),
+            Err(e) => Reply::error(format!("ERR Error running script {}, {e}", job.name)),
+        };
+        scripting.status.end();
+        vm.after_run();
+        drop(vm);
+        let Run { extra, touched, conflict, needs_everything, .. } = run;
+        s.db = caller_db;
+        s.protocol = caller_protocol;
+        s.in_exec = caller_in_exec;
+        s.in_script = caller_in_script;
+        if nested {
+            return reply;
+        }
+        if conflict {
+            // Nothing of this run is visible: drop its buffer, events and signals.
+            drop(s.exec.finish_transaction());
+            drop(s.exec.take_events());
+            s.signals.clear();
+            storage.end_exec(&s.exec);
+            drop(extra);
+            drop(guard);
+            wanted.extend(touched);
+            everything |= needs_everything || attempt >= 3;
+            tracing::debug!(target: "shale::scripting", script = %job.name, attempt, "a key the script did not declare was busy; running it again with its keys locked first");
+            continue;
+        }
+        let batch = s.exec.finish_transaction();
+        let committed = if batch.is_empty() { Ok(()) } else { storage.commit(batch) };
+        storage.end_exec(&s.exec);
+        drop(extra);
+        drop(guard);
+        let events = s.exec.take_events();
+        if committed.is_ok() {
+            crate::services::notifications::publish(&state, events);
+        }
+        crate::exec::serve_signals(s);
+        return match committed {
+            Ok(()) => reply,
+            Err(e) => engine_error(e),
+        };
+    }
+}
+
+/// Calls the job's function with `redis.call` bound to `run`.
+fn invoke(vm: &Vm, run: &mut Run<'_, '_>, job: &Job<'_>) -> mlua::Result<(bool, Value)> {
+    let lua = &vm.lua;
+    let cell = RefCell::new(run);
+    let result = lua.scope(|scope| {
+        let call = scope.create_function(|lua, (n, args): (usize, Table)| cell.borrow_mut().call(lua, n, &args))?;
+        let acl = scope.create_function(|lua, (n, args): (usize, Table)| cell.borrow().acl_check(lua, n, &args))?;
+        vm.prim.raw_set("call", call)?;
+        vm.prim.raw_set("acl_check", acl)?;
+        let keys =
+            lua.create_sequence_from(job.keys.iter().map(|k| lua.create_string(k)).collect::<mlua::Result<Vec<_>>>()?)?;
+        let args =
+            lua.create_sequence_from(job.args.iter().map(|a| lua.create_string(a)).collect::<mlua::Result<Vec<_>>>()?)?;
+        if job.eval {
+            vm.prim.get::<Function>("set_eval_args")?.call::<()>((keys.clone(), args.clone()))?;
+        }
+        let run: Function = vm.prim.get("run")?;
+        let result = run.call::<(bool, Value)>((job.func.clone(), keys, args));
+        vm.prim.raw_set("call", Value::Nil)?;
+        vm.prim.raw_set("acl_check", Value::Nil)?;
+        result
+    });
+    result
+}
+
+/// The reply for a script that raised `error` (the handler's table, see `prelude.lua`).
+fn error_reply(error: &Value, name: &str, killed: bool) -> Reply {
+    let Value::Table(t) = error else {
+        let text = match error {
+            Value::String(s) => s.to_string_lossy().to_string(),
+            _ => "execution failure".into(),
+        };
+        return Reply::error(format!(
+            "ERR Error running script {name}, {}",
+            text.chars().take(100).collect::<String>()
+        ));
+    };
+    let mut msg = match t.raw_get::<Value>("err") {
+        Ok(Value::String(s)) => s.to_string_lossy().to_string(),
+        Ok(Value::Integer(n)) => n.to_string(),
+        Ok(Value::Number(n)) => super::api::lua_number_text(n),
+        _ => "ERR unknown error".into(),
+    };
+    if killed {
+        msg = "ERR Script killed by user with SCRIPT KILL...".into();
+    } else if let Some(runtime) = msg.strip_prefix("ERR runtime error: ") {
+        // An error the VM's hook raised (a FUNCTION LOAD timeout).
+        msg = format!("ERR {runtime}");
+    }
+    let source = t.raw_get::<Value>("source").ok().and_then(|v| match v {
+        Value::String(s) => Some(s.to_string_lossy().to_string()),
+        _ => None,
+    });
+    let line = t.raw_get::<Value>("line").ok().and_then(|v| super::api::lua_number(&v));
+    if let (Some(source), Some(line)) = (source, line) {
+        msg = format!("{msg} script: {name}, on {source}:{}.", line as i64);
+    }
+    Reply::Error(msg)
+}
+
+impl Run<'_, '_> {
+    /// `redis.call`/`redis.pcall`: (true, reply) or (false, error table).
+    fn call(&mut self, lua: &Lua, n: usize, args: &Table) -> mlua::Result<(bool, Value)> {
+        if self.conflict {
+            return Err(mlua::Error::runtime("the script runs again"));
+        }
+        let argv = match script_args(n, args)? {
+            Ok(argv) => argv,
+            Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
+        };
+        let reply = self.execute(&argv);
+        if self.conflict {
+            return Err(mlua::Error::runtime("the script runs again"));
+        }
+        let resp3 = self.resp3.load(std::sync::atomic::Ordering::Relaxed);
+        match reply {
+            Reply::Error(e) => Ok((false, Value::Table(error_table(lua, &format!("-{e}"))?))),
+            reply => Ok((true, reply_to_lua(lua, reply, resp3)?)),
+        }
+    }
+
+    /// Runs one command of the script (Redis's `scriptCall` checks, then the command).
+    fn execute(&mut self, argv: &[Bytes]) -> Reply {
+        let plain = |msg: &str| Reply::Error(super::api::error_text(msg));
+        if no_script(argv) {
+            return plain("This Redis command is not allowed from script");
+        }
+        let Some(spec) = lookup(&argv[0]) else { return plain("Unknown Redis command called from script") };
+        let n = argv.len() as i32;
+        if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+            return plain("Wrong number of args calling Redis command from script");
+        }
+        if spec.flags.contains(&"noscript") {
+            return plain("This Redis command is not allowed from script");
+        }
+        if let Err(Reply::Error(denied)) = crate::commands::acl::permit(self.s, spec, argv) {
+            let what = if denied.contains("keys") {
+                "can't access at least one of the keys mentioned in the command"
+            } else if denied.contains("channels") {
+                "can't publish to the channel mentioned in the command"
+            } else {
+                "can't run this command or subcommand"
+            };
+            return plain(&format!("The user executing the script {what}"));
+        }
+        let write = spec.flags.contains(&"write");
+        if self.read_only && (write || spec.name == "publish" || spec.name == "spublish") {
+            return plain("Write commands are not allowed from read-only scripts.");
+        }
+        if write && !self.dirty {
+            if let Some(Reply::Error(refused)) = crate::commands::replication::refusal(self.s, spec) {
+                return Reply::Error(refused);
+            }
+        }
+        if let Err(busy) = self.lock_keys(spec.name, argv) {
+            return busy;
+        }
+        if self.conflict {
+            return Reply::Null;
+        }
+        if write {
+            self.dirty = true;
+            self.status.wrote();
+        }
+        if matches!(spec.name, "publish" | "spublish") {
+            // A message cannot be taken back: the script may no longer run again.
+            self.on_busy = OnBusy::Wait;
+        }
+        let resp3 = self.resp3.load(std::sync::atomic::Ordering::Relaxed);
+        self.s.protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
+        crate::exec::run_command(self.s, spec, argv)
+    }
+
+    /// Takes the stripes of the keys `argv` names that the run does not hold yet.
+    fn lock_keys(&mut self, name: &str, argv: &[Bytes]) -> Result<(), Reply> {
+        let cx = &self.s.exec;
+        if matches!(name, "flushdb" | "flushall" | "swapdb") {
+            if self.storage.holds_all(cx) {
+                return Ok(());
+            }
+            if self.on_busy == OnBusy::Retry {
+                self.conflict = true;
+                self.needs_everything = true;
+                return Ok(());
+            }
+            return Err(Reply::error(format!(
+                "ERR {} cannot run in this script: it needs every key locked (declare it in a script of its own)",
+                name.to_ascii_uppercase()
+            )));
+        }
+        let keys = queued_keys(self.s.db, std::slice::from_ref(&argv.to_vec()));
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(guard) = self.storage.try_lock_unheld(cx, keys.iter().map(|(db, k)| (*db, &k[..]))) {
+                self.extra.push(guard);
+                self.touched.extend(keys);
+                return Ok(());
+            }
+            if self.on_busy == OnBusy::Retry {
+                self.conflict = true;
+                self.touched.extend(keys);
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(1) {
+                return Err(Reply::error(
+                    "ERR a key this script did not declare stayed locked by another client; the script's writes were not applied",
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// `redis.acl_check_cmd(command, args…)`.
+    fn acl_check(&self, lua: &Lua, n: usize, args: &Table) -> mlua::Result<(bool, Value)> {
+        let argv = match script_args(n, args)? {
+            Ok(argv) => argv,
+            Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
+        };
+        let Some(spec) = lookup(&argv[0]) else {
+            return Ok((false, Value::Table(error_table(lua, "Invalid command passed to redis.acl_check_cmd()")?)));
+        };
+        let allowed = self.s.user.unrestricted() || crate::acl::check::check(&self.s.user.rules(), spec, &argv).is_ok();
+        Ok((true, Value::Boolean(allowed)))
+    }
+}
+
+/// A script's command arguments: strings, and numbers as `%.17g`.
+fn script_args(n: usize, args: &Table) -> mlua::Result<Result<Vec<Bytes>, &'static str>> {
+    if n == 0 {
+        return Ok(Err("Please specify at least one argument for this redis lib call"));
+    }
+    let mut argv = Vec::with_capacity(n);
+    for i in 1..=n {
+        argv.push(match args.raw_get::<Value>(i)? {
+            Value::String(s) => Bytes::copy_from_slice(&s.as_bytes()),
+            Value::Integer(i) => Bytes::from(i.to_string()),
+            Value::Number(n) => Bytes::from(crate::resp::format_double(n)),
+            _ => return Ok(Err("Lua redis lib command arguments must be strings or integers")),
+        });
+    }
+    Ok(Ok(argv))
+}
+
+/// Redis 7.0's commands and subcommands flagged `NOSCRIPT` (its `src/commands/*.json`): a
+/// script calling one gets "This Redis command is not allowed from script". Blocking
+/// commands are among them; BLMPOP and BZMPOP are not (in a script they never block).
+const NOSCRIPT: &[&str] = &[
+    "acl|cat",
+    "acl|deluser",
+    "acl|dryrun",
+    "acl|genpass",
+    "acl|getuser",
+    "acl|list",
+    "acl|load",
+    "acl|log",
+    "acl|save",
+    "acl|setuser",
+    "acl|users",
+    "acl|whoami",
+    "auth",
+    "bgrewriteaof",
+    "bgsave",
+    "blmove",
+    "blpop",
+    "brpop",
+    "brpoplpush",
+    "bzpopmax",
+    "bzpopmin",
+    "client|caching",
+    "client|getname",
+    "client|getredir",
+    "client|id",
+    "client|info",
+    "client|kill",
+    "client|list",
+    "client|no-evict",
+    "client|pause",
+    "client|reply",
+    "client|setname",
+    "client|tracking",
+    "client|trackinginfo",
+    "client|unblock",
+    "client|unpause",
+    "cluster|reset",
+    "config|get",
+    "config|resetstat",
+    "config|rewrite",
+    "config|set",
+    "debug",
+    "discard",
+    "eval",
+    "eval_ro",
+    "evalsha",
+    "evalsha_ro",
+    "exec",
+    "failover",
+    "fcall",
+    "fcall_ro",
+    "function|delete",
+    "function|dump",
+    "function|flush",
+    "function|kill",
+    "function|list",
+    "function|load",
+    "function|restore",
+    "function|stats",
+    "hello",
+    "latency|doctor",
+    "latency|graph",
+    "latency|histogram",
+    "latency|history",
+    "latency|latest",
+    "latency|reset",
+    "module|list",
+    "module|load",
+    "module|loadex",
+    "module|unload",
+    "monitor",
+    "multi",
+    "psubscribe",
+    "psync",
+    "punsubscribe",
+    "quit",
+    "replconf",
+    "replicaof",
+    "reset",
+    "role",
+    "save",
+    "script|debug",
+    "script|exists",
+    "script|flush",
+    "script|kill",
+    "script|load",
+    "shutdown",
+    "slaveof",
+    "ssubscribe",
+    "subscribe",
+    "sunsubscribe",
+    "sync",
+    "unsubscribe",
+    "unwatch",
+    "wait",
+    "watch",
+];
+
+/// True when Redis refuses `argv`'s command (or `command|subcommand`) inside scripts.
+fn no_script(argv: &[Bytes]) -> bool {
+    let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+    let sub = argv.get(1).map(|s| format!("{name}|{}", String::from_utf8_lossy(s).to_ascii_lowercase()));
+    NOSCRIPT.iter().any(|n| *n == name || Some(*n) == sub.as_deref())
+}

@@ -1,0 +1,210 @@
+//! Conversions between Redis replies and Lua values, as Redis 7 makes them.
+//!
+//! A command's reply reaches the script as its RESP2 or RESP3 encoding would parse
+//! (`redis.setresp`): integers → numbers, bulk strings → strings, a missing value → `false`
+//! (RESP2) or `nil` (RESP3), arrays → tables, status → `{ok=…}`, errors → `{err=…}`, and in
+//! RESP3 maps → `{map={…}}`, sets → `{set={…}}`, doubles → `{double=…}`, booleans, big numbers
+//! → `{big_number=…}`. A script's result goes back the other way: numbers are truncated to
+//! integers, `true` → 1 (RESP2), `false`/`nil` → a null, tables by their fields, and an array
+//! stops at its first `nil`.
+
+use bytes::Bytes;
+use mlua::{Lua, Table, Value};
+
+use crate::resp::{format_double, Reply};
+
+/// How deep a script's result may nest before the rest is an error (Redis's Lua stack limit).
+const MAX_DEPTH: usize = 1000;
+
+/// The Lua value of a command's reply for a script whose replies are RESP3 if `resp3`.
+pub fn reply_to_lua(lua: &Lua, reply: Reply, resp3: bool) -> mlua::Result<Value> {
+    Ok(match reply {
+        Reply::Simple(s) => Value::Table(field(lua, "ok", Value::String(lua.create_string(s)?))?),
+        Reply::Error(e) => Value::Table(super::api::error_table(lua, &format!("-{e}"))?),
+        Reply::Integer(n) => Value::Number(n as f64),
+        Reply::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Reply::Null | Reply::NullArray => {
+            if resp3 {
+                Value::Nil
+            } else {
+                Value::Boolean(false)
+            }
+        }
+        Reply::Array(items) | Reply::Push(items) | Reply::Many(items) => array(lua, items, resp3)?,
+        Reply::Set(items) if resp3 => {
+            let set = lua.create_table()?;
+            for item in items {
+                set.raw_set(reply_to_lua(lua, item, resp3)?, true)?;
+            }
+            Value::Table(field(lua, "set", Value::Table(set))?)
+        }
+        Reply::Set(items) => array(lua, items, resp3)?,
+        Reply::Map(pairs) if resp3 => {
+            let map = lua.create_table()?;
+            for (k, v) in pairs {
+                map.raw_set(reply_to_lua(lua, k, resp3)?, reply_to_lua(lua, v, resp3)?)?;
+            }
+            Value::Table(field(lua, "map", Value::Table(map))?)
+        }
+        Reply::Map(pairs) => array(lua, pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(), resp3)?,
+        Reply::Pairs(pairs) if resp3 => {
+            array(lua, pairs.into_iter().map(|(a, b)| Reply::Array(vec![a, b])).collect(), resp3)?
+        }
+        Reply::Pairs(pairs) => array(lua, pairs.into_iter().flat_map(|(a, b)| [a, b]).collect(), resp3)?,
+        Reply::Double(d) | Reply::HumanDouble(d) if resp3 => Value::Table(field(lua, "double", Value::Number(d))?),
+        Reply::Double(d) => Value::String(lua.create_string(format_double(d))?),
+        Reply::HumanDouble(d) => Value::String(lua.create_string(crate::num::human_double(d))?),
+        Reply::Boolean(b) if resp3 => Value::Boolean(b),
+        Reply::Boolean(b) => Value::Number(if b { 1.0 } else { 0.0 }),
+        Reply::Verbatim(text) if resp3 => {
+            let inner = lua.create_table()?;
+            inner.set("format", "txt")?;
+            inner.set("string", lua.create_string(&text)?)?;
+            Value::Table(field(lua, "verbatim_string", Value::Table(inner))?)
+        }
+        Reply::Verbatim(text) => Value::String(lua.create_string(&text)?),
+        Reply::BigNumber(n) if resp3 => Value::Table(field(lua, "big_number", Value::String(lua.create_string(&n)?))?),
+        Reply::BigNumber(n) => Value::String(lua.create_string(&n)?),
+    })
+}
+
+fn field(lua: &Lua, name: &str, value: Value) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.raw_set(name, value)?;
+    Ok(t)
+}
+
+fn array(lua: &Lua, items: Vec<Reply>, resp3: bool) -> mlua::Result<Value> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.into_iter().enumerate() {
+        t.raw_set(i + 1, reply_to_lua(lua, item, resp3)?)?;
+    }
+    Ok(Value::Table(t))
+}
+
+/// The reply for a script's result `value`; `resp3` is the script's `redis.setresp`.
+pub fn lua_to_reply(value: &Value, resp3: bool) -> Reply {
+    to_reply(value, resp3, 0)
+}
+
+fn to_reply(value: &Value, resp3: bool, depth: usize) -> Reply {
+    if depth > MAX_DEPTH {
+        return Reply::error("ERR reached lua stack limit");
+    }
+    match value {
+        Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Boolean(b) if resp3 => Reply::Boolean(*b),
+        Value::Boolean(true) => Reply::Integer(1),
+        Value::Boolean(false) => Reply::Null,
+        Value::Integer(n) => Reply::Integer(*n),
+        Value::Number(n) => Reply::Integer(truncate(*n)),
+        Value::Table(t) => table_reply(t, resp3, depth),
+        _ => Reply::Null,
+    }
+}
+
+/// C's `(long long)` of a Lua number (NaN and out-of-range values as x86 gives them).
+fn truncate(n: f64) -> i64 {
+    // 2^63 is the first value out of range; x86's conversion gives i64::MIN for all of them.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if (-LIMIT..LIMIT).contains(&n) {
+        n as i64
+    } else {
+        i64::MIN
+    }
+}
+
+fn table_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
+    let get = |name: &str| t.raw_get::<Value>(name).unwrap_or(Value::Nil);
+    if let Value::String(e) = get("err") {
+        return Reply::Error(e.to_string_lossy().to_string());
+    }
+    if let Value::String(ok) = get("ok") {
+        let text = ok.to_string_lossy().replace(['\r', '\n'], " ");
+        return Reply::Simple(text);
+    }
+    if let v @ (Value::Number(_) | Value::Integer(_)) = get("double") {
+        return Reply::Double(super::api::lua_number(&v).unwrap_or(0.0));
+    }
+    if let Value::String(n) = get("big_number") {
+        return Reply::BigNumber(n.to_string_lossy().replace(['\r', '\n'], " "));
+    }
+    if let Value::Table(v) = get("verbatim_string") {
+        if let (Ok(Value::String(_)), Ok(Value::String(text))) =
+            (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+        {
+            return Reply::Verbatim(Bytes::copy_from_slice(&text.as_bytes()));
+        }
+    }
+    if let Value::Table(map) = get("map") {
+        let pairs = map
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, v)| (to_reply(&k, resp3, depth + 1), to_reply(&v, resp3, depth + 1)))
+            .collect();
+        return Reply::Map(pairs);
+    }
+    if let Value::Table(set) = get("set") {
+        let items =
+            set.pairs::<Value, Value>().filter_map(Result::ok).map(|(k, _)| to_reply(&k, resp3, depth + 1)).collect();
+        return Reply::Set(items);
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(to_reply(&v, resp3, depth + 1)),
+        }
+    }
+    Reply::Array(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_convert_as_redis_converts_them() {
+        let lua = Lua::new();
+        let v: Value = lua.load("return {1, 'two', 3.99, true, false, nil, 'after nil'}").eval().unwrap();
+        assert_eq!(
+            lua_to_reply(&v, false),
+            Reply::Array(vec![
+                Reply::Integer(1),
+                Reply::bulk(&b"two"[..]),
+                Reply::Integer(3),
+                Reply::Integer(1),
+                Reply::Null
+            ])
+        );
+        let v: Value = lua.load("return {err='My Error'}").eval().unwrap();
+        assert_eq!(lua_to_reply(&v, false), Reply::error("My Error"));
+        let v: Value = lua.load("return {ok='fine\\r\\nline'}").eval().unwrap();
+        assert_eq!(lua_to_reply(&v, false), Reply::Simple("fine  line".into()));
+        let v: Value = lua.load("return {double=3.5}").eval().unwrap();
+        assert_eq!(lua_to_reply(&v, true), Reply::Double(3.5));
+        let v: Value = lua.load("local a = {} a[1] = a return a").eval().unwrap();
+        let mut r = lua_to_reply(&v, false);
+        let mut depth = 0;
+        while let Reply::Array(mut items) = r {
+            r = items.pop().unwrap();
+            depth += 1;
+        }
+        assert_eq!(r, Reply::error("ERR reached lua stack limit"));
+        assert_eq!(depth, MAX_DEPTH + 1);
+    }
+
+    #[test]
+    fn replies_reach_scripts_as_their_protocol_parses() {
+        let lua = Lua::new();
+        let map = Reply::Map(vec![(Reply::bulk(&b"a"[..]), Reply::Integer(1))]);
+        let Value::Table(flat) = reply_to_lua(&lua, map.clone(), false).unwrap() else { panic!() };
+        assert_eq!(flat.raw_len(), 2);
+        let Value::Table(t) = reply_to_lua(&lua, map, true).unwrap() else { panic!() };
+        let inner: Table = t.get("map").unwrap();
+        assert_eq!(inner.get::<f64>("a").unwrap(), 1.0);
+        assert_eq!(reply_to_lua(&lua, Reply::Null, false).unwrap(), Value::Boolean(false));
+        assert_eq!(reply_to_lua(&lua, Reply::Null, true).unwrap(), Value::Nil);
+        assert_eq!(reply_to_lua(&lua, Reply::Boolean(true), false).unwrap(), Value::Number(1.0));
+    }
+}

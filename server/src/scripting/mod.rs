@@ -1,0 +1,400 @@
+//! Lua scripting: EVAL scripts and FUNCTION libraries on one embedded Lua 5.1 VM.
+//!
+//! Redis embeds Lua 5.1; so does Shale, through `mlua` with its `lua51` and `vendored` features
+//! (the interpreter's C sources, built by the machine's C compiler: the same language, the same
+//! number formatting and table iteration order). On it, [`prelude.lua`](prelude.lua) builds
+//! Redis's sandbox: no `os`, `io`, `loadfile`, `dofile`, `print` or `require`; the globals and
+//! every library table are read-only (`Attempt to modify a readonly table`); reading a global
+//! that does not exist fails (`Script attempted to access nonexistent global variable`);
+//! errors are located by Redis's error handler (`script: <name>, on @user_script:<line>.`).
+//! The libraries Redis bundles (`cjson`, `cmsgpack`, `bit`, `struct`) are written in Rust in
+//! [`libs`]; `redis.*` is in [`api`].
+//!
+//! **One script at a time.** The VM sits behind one mutex: a script or function runs from
+//! start to end on the executor thread of its client while it holds it, as Redis runs one
+//! script at a time. **Isolation** comes from the key stripes, as for EXEC (see
+//! [`call`]): the declared keys are locked before the script starts, every key a command of
+//! the script names is locked before that command runs, and all writes go into one
+//! transaction buffer committed as one engine batch when the script ends — no client sees
+//! part of a script, and replication ships it whole. A script may name keys it did not declare
+//! (Redis allows it outside cluster mode): their stripes are taken without waiting; if one is
+//! busy, the run is abandoned (nothing it wrote is visible) and run again with every key seen
+//! so far locked up front, in order, so two clients can never deadlock.
+//!
+//! **Busy scripts.** A script that runs longer than `busy-reply-threshold` makes every other
+//! client's command (but those Redis allows while busy: `SCRIPT KILL`, `FUNCTION KILL`,
+//! `SHUTDOWN NOSAVE`, …) answer `-BUSY`; a count hook every 10,000 Lua instructions notices
+//! the time and `SCRIPT KILL` / `FUNCTION KILL` (refused with `-UNKILLABLE` once the script
+//! wrote). After a kill the hook runs at every instruction, so a `pcall` that catches the kill
+//! error meets it again at once; a shutdown stops any script.
+//!
+//! **Function libraries persist** as one engine record ([`functions::RECORD`]) holding FUNCTION
+//! DUMP's payload, rewritten by every change, loaded at start and by replicas whenever their
+//! primary's stream changes it. EVAL's script cache lives in memory only, as in Redis.
+
+pub(crate) mod api;
+pub(crate) mod call;
+pub(crate) mod convert;
+pub(crate) mod functions;
+mod libs;
+pub(crate) mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use mlua::{Function, Lua, Table};
+
+pub use status::RunStatus;
+
+/// The flags a script declares in its shebang (`#!lua flags=no-writes,allow-stale`) or a
+/// function in `redis.register_function`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScriptFlags {
+    /// An EVAL script without a shebang: Redis's pre-7 behaviour (its commands decide).
+    pub compat: bool,
+    /// `no-writes`.
+    pub no_writes: bool,
+    /// `allow-oom`.
+    pub allow_oom: bool,
+    /// `allow-stale`.
+    pub allow_stale: bool,
+    /// `no-cluster`.
+    pub no_cluster: bool,
+    /// `allow-cross-slot-keys`.
+    pub allow_cross_slot: bool,
+}
+
+impl ScriptFlags {
+    /// The flag names, in Redis's order.
+    pub const NAMES: [&'static str; 5] =
+        ["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"];
+
+    /// Sets the flag called `name` (case-insensitively when `any_case`); false if unknown.
+    pub fn set(&mut self, name: &str, any_case: bool) -> bool {
+        let matches = |n: &str| if any_case { n.eq_ignore_ascii_case(name) } else { n == name };
+        let slot = match Self::NAMES.iter().position(|n| matches(n)) {
+            Some(0) => &mut self.no_writes,
+            Some(1) => &mut self.allow_oom,
+            Some(2) => &mut self.allow_stale,
+            Some(3) => &mut self.no_cluster,
+            Some(4) => &mut self.allow_cross_slot,
+            _ => return false,
+        };
+        *slot = true;
+        true
+    }
+
+    /// The names of the flags set, in Redis's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let set = [self.no_writes, self.allow_oom, self.allow_stale, self.no_cluster, self.allow_cross_slot];
+        Self::NAMES.iter().zip(set).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
+}
+
+/// An EVAL script in the cache.
+#[derive(Debug)]
+pub(crate) struct Script {
+    /// Its shebang flags.
+    pub flags: ScriptFlags,
+    /// The compiled body.
+    pub func: Function,
+}
+
+/// The Lua VM and what is compiled in it.
+pub(crate) struct Vm {
+    pub lua: Lua,
+    /// Primitives shared with the prelude (see `prelude.lua`).
+    pub prim: Table,
+    /// EVAL scripts by SHA1 (lower-case hex).
+    pub scripts: HashMap<String, Script>,
+    /// FUNCTION libraries and their functions.
+    pub libraries: functions::Libraries,
+    /// The RESP version scripts' commands reply in (`redis.setresp`), for the running script.
+    pub resp3: Arc<std::sync::atomic::AtomicBool>,
+    /// Scripts run since the last garbage-collection step.
+    runs: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm").field("scripts", &self.scripts.len()).finish_non_exhaustive()
+    }
+}
+
+/// Scripting state of the server: the VM and what runs on it.
+#[derive(Debug)]
+pub struct Scripting {
+    vm: Mutex<Vm>,
+    /// The running script, for BUSY replies, SCRIPT KILL and FUNCTION STATS.
+    pub status: Arc<RunStatus>,
+    /// What [`Scripting::memory`] and [`Scripting::counts`] last saw, answered while a
+    /// script holds the VM.
+    seen: Mutex<(usize, (usize, usize, usize))>,
+}
+
+impl Scripting {
+    /// A fresh VM with Redis's libraries and sandbox.
+    pub fn new() -> Self {
+        let status = Arc::new(RunStatus::default());
+        let vm = Vm::new(Arc::clone(&status)).expect("the Lua VM starts");
+        Scripting { vm: Mutex::new(vm), status, seen: Mutex::default() }
+    }
+
+    /// The VM, for one script or library load at a time.
+    pub(crate) fn vm(&self) -> MutexGuard<'_, Vm> {
+        self.vm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `SCRIPT FLUSH`: forgets every cached script.
+    ///
+    /// As Redis's, it starts a fresh VM (scripts' leftovers and library settings such as
+    /// `cjson.encode_max_depth` are gone); the function libraries are loaded into it again.
+    pub fn flush_scripts(&self) {
+        let mut vm = self.vm();
+        let libraries = vm.libraries.dump();
+        let fresh = Vm::new(Arc::clone(&self.status)).map_err(|e| e.to_string()).and_then(|mut fresh| {
+            fresh.restore_libraries(&libraries, functions::RestorePolicy::Flush, &self.status).map(|()| fresh)
+        });
+        match fresh {
+            Ok(fresh) => *vm = fresh,
+            Err(e) => {
+                tracing::warn!(target: "shale::scripting", error = %e, "SCRIPT FLUSH kept the VM (a fresh one failed)");
+                vm.scripts.clear();
+                vm.lua.gc_collect().ok();
+            }
+        }
+    }
+
+    /// Loads the function libraries saved in `engine` (at start, and on a replica whenever
+    /// its primary's writes change them), replacing those loaded. A record that cannot be
+    /// read or loaded is an error, never an empty set of functions.
+    pub fn load_saved_functions(&self, engine: &lsm::Db) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let saved = engine.get(functions::RECORD)?;
+        let mut vm = self.vm();
+        let Some(payload) = saved else {
+            vm.libraries.clear();
+            return Ok(());
+        };
+        vm.restore_libraries(&payload, functions::RestorePolicy::Flush, &self.status)
+            .map_err(|e| format!("the saved FUNCTION libraries cannot be loaded: {e}"))?;
+        tracing::info!(target: "shale::scripting", libraries = vm.libraries.len(), "function libraries loaded");
+        Ok(())
+    }
+
+    /// Loads function libraries an RDB file carried (`--import-rdb`) and saves them in `engine`
+    /// with the libraries already there: all or none (a clash or a bad library fails).
+    pub fn import_libraries(&self, engine: &lsm::Db, codes: &[Bytes]) -> Result<(), String> {
+        let mut vm = self.vm();
+        let before = vm.libraries.dump();
+        for code in codes {
+            if let Err(e) = vm.load_library(code.clone(), false, &self.status) {
+                let _ = vm.restore_libraries(&before, functions::RestorePolicy::Flush, &self.status);
+                return Err(e);
+            }
+        }
+        let mut batch = lsm::WriteBatch::new();
+        batch.put(functions::RECORD, vm.libraries.dump());
+        engine.write(batch, &lsm::WriteOptions::default()).map_err(|e| e.to_string())
+    }
+
+    /// True if `batch` changes the saved function libraries.
+    pub fn touches_functions(batch: &lsm::WriteBatch) -> bool {
+        batch.iter().flatten().any(|e| e.key == functions::RECORD)
+    }
+
+    /// Every function library's code, by name (what an RDB snapshot carries).
+    pub fn library_codes(&self) -> Vec<Bytes> {
+        self.vm().libraries.iter().map(|lib| lib.code.clone()).collect()
+    }
+
+    /// Bytes the VM uses (`INFO memory` `used_memory_vm_eval`).
+    pub fn memory(&self) -> usize {
+        self.observe().0
+    }
+
+    /// (cached scripts, function libraries, functions).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        self.observe().1
+    }
+
+    /// The VM's memory and counts now, or as last seen if a script is running (INFO must not
+    /// wait for it).
+    fn observe(&self) -> (usize, (usize, usize, usize)) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(vm) = self.vm.try_lock() {
+            *seen = (vm.lua.used_memory(), (vm.scripts.len(), vm.libraries.len(), vm.libraries.function_count()));
+        }
+        *seen
+    }
+}
+
+impl Default for Scripting {
+    fn default() -> Self {
+        Scripting::new()
+    }
+}
+
+impl Vm {
+    fn new(status: Arc<RunStatus>) -> mlua::Result<Vm> {
+        use mlua::{LuaOptions, StdLib};
+        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG;
+        // SAFETY: the debug library is loaded only for the prelude's error handler, which keeps
+        // it in a local; the prelude removes the global before any script runs.
+        let lua = unsafe { Lua::unsafe_new_with(libs, LuaOptions::default()) };
+        let prim = lua.create_table()?;
+        let resp3 = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let prelude = lua.load(include_str!("prelude.lua")).set_name("=shale");
+        let library_api = lua.create_table()?;
+        prelude.call::<()>((prim.clone(), library_api.clone()))?;
+        api::install(&lua, &prim, &library_api, &resp3)?;
+        let mut sealed = vec!["redis", "string", "math", "table", "coroutine"];
+        sealed.extend(libs::install(&lua)?);
+        let seal: Function = prim.get("seal")?;
+        seal.call::<()>(lua.create_sequence_from(sealed)?)?;
+        status::install_hook(&lua, status)?;
+        Ok(Vm {
+            lua,
+            prim,
+            scripts: HashMap::new(),
+            libraries: functions::Libraries::default(),
+            resp3,
+            runs: Default::default(),
+        })
+    }
+
+    /// After a script: every 50 runs, a few incremental collection steps (as Redis steps its
+    /// collector every 50 scripts), so the garbage of short scripts never piles up.
+    pub(crate) fn after_run(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.runs.fetch_add(1, Relaxed) + 1 < 50 {
+            return;
+        }
+        self.runs.store(0, Relaxed);
+        for _ in 0..50 {
+            if self.lua.gc_step().unwrap_or(true) {
+                break;
+            }
+        }
+    }
+}
+
+/// The registry entry of the Lua function `redis.call` goes through (`prim.dispatch`).
+const CALL_REGISTRY: &str = "shale.call";
+
+/// `redis.call`, a C function as in Redis: it calls the registry's `shale.call` (which answers
+/// `ok, reply`) and raises the error table itself, so a failing call is located at the
+/// script's line even in a tail call (`return redis.call(…)`), which Lua runs in place only
+/// for C functions.
+///
+/// # Safety
+/// Called by Lua with its stack; it touches nothing else, and holds no Rust value with a
+/// destructor when `lua_error` unwinds past it.
+unsafe extern "C-unwind" fn call_raising(state: *mut mlua::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: stack operations within the slots Lua guarantees a C function (LUA_MINSTACK).
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, c"shale.call".as_ptr());
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, 2);
+        if ffi::lua_toboolean(state, -2) == 0 {
+            ffi::lua_error(state);
+        }
+        1
+    }
+}
+
+/// Functions written in Rust answer `(true, results…)` or `(false, error)`; this wraps one in
+/// a C closure that raises `error` as it is — as Redis's own API functions raise the error
+/// tables they push — so the handler locates it at the script's line.
+pub(crate) fn raising(lua: &Lua, f: Function) -> mlua::Result<Function> {
+    wrap_raising::<false>(lua, f)
+}
+
+/// As [`raising`], for the bundled C libraries' functions (`cjson`, `bit`, `cmsgpack`,
+/// `struct`, `math.random`): a message that is a string gets the caller's position in front
+/// ("user_script:1: "), as their `luaL_error` and `luaL_argerror` put it there.
+pub(crate) fn raising_at_caller(lua: &Lua, f: Function) -> mlua::Result<Function> {
+    wrap_raising::<true>(lua, f)
+}
+
+fn wrap_raising<const LOCATE: bool>(lua: &Lua, f: Function) -> mlua::Result<Function> {
+    unsafe extern "C-unwind" fn raise_on_failure<const LOCATE: bool>(state: *mut mlua::lua_State) -> std::ffi::c_int {
+        use mlua::ffi;
+        // SAFETY: as `call_raising`: only the given stack, nothing to drop when it raises.
+        unsafe {
+            let n = ffi::lua_gettop(state);
+            ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+            ffi::lua_insert(state, 1);
+            ffi::lua_call(state, n, ffi::LUA_MULTRET);
+            if ffi::lua_toboolean(state, 1) == 0 {
+                ffi::lua_settop(state, 2);
+                if LOCATE && ffi::lua_type(state, 2) == ffi::LUA_TSTRING {
+                    ffi::luaL_where(state, 1);
+                    ffi::lua_insert(state, 2);
+                    ffi::lua_concat(state, 2);
+                }
+                ffi::lua_error(state);
+            }
+            ffi::lua_remove(state, 1);
+            ffi::lua_gettop(state)
+        }
+    }
+    // SAFETY: pushes one C closure with `f` as its upvalue, consuming `f` from the stack.
+    unsafe { lua.exec_raw::<Function>(f, |state| mlua::ffi::lua_pushcclosure(state, raise_on_failure::<LOCATE>, 1)) }
+}
+
+/// SHA1 of `body` in lower-case hex (`redis.sha1hex`, script names).
+pub fn sha1_hex(body: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, body);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Splits a shebang line (`#!lua flags=no-writes`) from an EVAL script: its flags and the
+/// offset of the code. No shebang: compatibility mode.
+pub fn eval_shebang(body: &[u8]) -> Result<(ScriptFlags, usize), String> {
+    if !body.starts_with(b"#!") {
+        return Ok((ScriptFlags { compat: true, ..ScriptFlags::default() }, 0));
+    }
+    let Some(end) = body.iter().position(|&b| b == b'\n') else { return Err("Invalid script shebang".into()) };
+    let line = String::from_utf8_lossy(&body[..end]);
+    let parts = split_args(&line).ok_or("Invalid engine in script shebang")?;
+    if parts.is_empty() {
+        return Err("Invalid engine in script shebang".into());
+    }
+    if parts[0] != "#!lua" {
+        return Err(format!("Unexpected engine in script shebang: {}", parts[0]));
+    }
+    let mut flags = ScriptFlags::default();
+    for part in &parts[1..] {
+        let Some(list) = part.strip_prefix("flags=") else { return Err(format!("Unknown lua shebang option: {part}")) };
+        for flag in list.split(',').filter(|f| !f.is_empty()) {
+            if !flags.set(flag, false) {
+                return Err(format!("Unexpected flag in script shebang: {flag}"));
+            }
+        }
+    }
+    Ok((flags, end))
+}
+
+/// Redis's `sdssplitargs` for a shebang line: words separated by spaces, quotes allowed.
+pub(crate) fn split_args(line: &str) -> Option<Vec<String>> {
+    let words = crate::resp::split_args(line.as_bytes())?;
+    Some(words.into_iter().map(|w| String::from_utf8_lossy(&w).into_owned()).collect())
+}
+
+/// True for the commands Redis 7.0 flags `ALLOW_BUSY`, which run while a script is busy:
+/// SCRIPT KILL, FUNCTION KILL, FUNCTION STATS, SHUTDOWN NOSAVE, the transaction and
+/// connection bookkeeping (MULTI, DISCARD, WATCH, UNWATCH, AUTH, HELLO, RESET, QUIT) and
+/// REPLCONF.
+pub fn allowed_while_busy(name: &str, args: &[Bytes]) -> bool {
+    let sub = || args.get(1).map(|a| a.to_ascii_lowercase()).unwrap_or_default();
+    match name {
+        "script" => sub() == b"kill",
+        "function" => matches!(sub().as_slice(), b"kill" | b"stats"),
+        "shutdown" => args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")),
+        "multi" | "discard" | "watch" | "unwatch" | "auth" | "hello" | "reset" | "quit" | "replconf" => true,
+        _ => false,
+    }
+}
