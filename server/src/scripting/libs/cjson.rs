@@ -598,6 +598,16 @@ mod tests {
         assert!(encode_table(&sparse, &mut Vec::new(), 1, &Config::default())
             .unwrap_err()
             .contains("excessively sparse"));
-        assert_eq!(roundtrip(&lua, "[0x10, -inf, 007]"), "", "invalid numbers decode by default; inf does not encode");
+        // Invalid numbers decode by default (as strtod reads them); infinity does not encode.
+        let mut p = Parser { s: b"[0x10, -inf, 007]", i: 0, lua: &lua, max_depth: 1000, invalid_numbers: true };
+        let Value::Table(t) = p.document().unwrap() else { panic!("an array") };
+        assert_eq!(
+            (t.get::<f64>(1).unwrap(), t.get::<f64>(2).unwrap(), t.get::<f64>(3).unwrap()),
+            (16.0, f64::NEG_INFINITY, 7.0)
+        );
+        let err = encode_value(&Value::Table(t), &mut Vec::new(), 0, &Config::default()).unwrap_err();
+        assert_eq!(err, "Cannot serialise number: must not be NaN or Inf");
+        let mut strict = Parser { s: b"[0x10]", i: 0, lua: &lua, max_depth: 1000, invalid_numbers: false };
+        assert_eq!(strict.document().unwrap_err(), "Expected value but found invalid number at character 2");
     }
 }
