@@ -64,11 +64,13 @@ fn monitor(s: &mut Session, _: &[Bytes]) -> Reply {
     Reply::ok()
 }
 
-fn help(lines: &[&str]) -> Reply {
+/// A HELP reply: one status line per entry.
+pub(super) fn help(lines: &[&str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }
 
-fn unknown_subcommand(command: &str, sub: &[u8]) -> Reply {
+/// Redis's reply to an unknown subcommand (or a known one with the wrong arity).
+pub(super) fn unknown_subcommand(command: &str, sub: &[u8]) -> Reply {
     Reply::error(format!(
         "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
         String::from_utf8_lossy(sub),

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 
+use super::introspection::{help, unknown_subcommand};
 use super::{parse_i64, spec, CommandSpec, Session, NO_KEYS};
 use crate::resp::Reply;
 use crate::scripting::call::{run, Job};
@@ -129,10 +130,6 @@ fn kill_reply(result: Result<(), KillRefused>, eval: bool) -> Reply {
     }
 }
 
-fn help(lines: &[&str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).to_string())).collect())
-}
-
 fn script(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     let scripting = &s.state.scripting;
@@ -185,10 +182,7 @@ fn script(s: &mut Session, args: &[Bytes]) -> Reply {
         ("debug", 3) => {
             Reply::error("ERR SCRIPT DEBUG is not supported by this server (the Lua debugger is not built in)")
         }
-        _ => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try SCRIPT HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        _ => unknown_subcommand("script", &args[1]),
     }
 }
 
@@ -330,10 +324,7 @@ fn function(s: &mut Session, args: &[Bytes]) -> Reply {
             ])
         }
         "kill" if args.len() == 2 => kill_reply(status.kill(false), false),
-        _ => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        _ => unknown_subcommand("function", &args[1]),
     }
 }
 

@@ -240,7 +240,6 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-/// Scripting is not built yet: FUNCTION answers for an empty library, as a fresh Redis does.
 /// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
 /// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), `DEBUG DIGEST` (a checksum of
 /// every database's contents, see `storage/digest.rs`), and Shale's `DEBUG COMPACT` (a full
