@@ -61,6 +61,11 @@ pub struct ServerState {
     pause: Mutex<Option<Pause>>,
     /// True while a pause may be in force: every command checks this, not the mutex.
     paused: std::sync::atomic::AtomicBool,
+    /// Woken when a pause is lifted or changed, so held-back clients go on at once.
+    pub pause_changed: Notify,
+    /// Clients held back by `CLIENT PAUSE` right now (they count in INFO `blocked_clients`,
+    /// as Redis's postponed clients do).
+    pub paused_clients: AtomicUsize,
     /// Resume points of SCAN walks.
     pub cursors: crate::services::cursors::Cursors,
     /// Clients blocked on keys.
@@ -155,6 +160,8 @@ impl ServerState {
             shutdown: Notify::new(),
             pause: Mutex::new(None),
             paused: std::sync::atomic::AtomicBool::new(false),
+            pause_changed: Notify::new(),
+            paused_clients: AtomicUsize::new(0),
             cursors: crate::services::cursors::Cursors::default(),
             blocking: crate::services::blocking::Registry::default(),
             pubsub: crate::services::pubsub::Hub::default(),
@@ -247,6 +254,13 @@ impl ServerState {
             (_, n) => n,
         };
         self.paused.store(pause.is_some(), Ordering::Release);
+        drop(pause);
+        self.pause_changed.notify_waiters();
+    }
+
+    /// True while a `CLIENT PAUSE` may be in force (one atomic load).
+    pub fn pause_in_force(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
     }
 
     /// How long a command must wait for a `CLIENT PAUSE` (None: run it now).

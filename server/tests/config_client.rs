@@ -183,6 +183,84 @@ fn client_pause_write_holds_writes_but_not_reads() {
     assert_eq!(cmd("GET").arg("k").query::<String>(&mut other).unwrap(), "after");
 }
 
+fn info_field(c: &mut redis::Connection, field: &str) -> i64 {
+    let info: String = cmd("INFO").query(c).unwrap();
+    let line = info.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap_or_else(|| panic!("{field}"));
+    line.trim().parse().unwrap()
+}
+
+/// `CLIENT PAUSE WRITE` holds back what Redis calls "may replicate": writes, PUBLISH, PFCOUNT,
+/// scripts that may write and EXEC of a transaction that queued one; held clients count in
+/// `blocked_clients`; read-only scripts and requests with arity errors are answered at once;
+/// an unpause releases the held clients at once.
+#[test]
+fn client_pause_write_holds_may_replicate_commands_and_counts_them_as_blocked() {
+    use std::io::{Read, Write};
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE").query::<()>(&mut admin).unwrap();
+    let held_requests: [&[u8]; 4] =
+        [b"PUBLISH ch m\r\n", b"EVAL \"return 1\" 0\r\n", b"PFCOUNT hll\r\n", b"MULTI\r\nSET k v\r\nEXEC\r\n"];
+    let mut held: Vec<std::net::TcpStream> = held_requests
+        .iter()
+        .map(|req| {
+            let mut c = server.raw();
+            c.write_all(req).unwrap();
+            c
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut admin, "blocked_clients") < held.len() as i64 {
+        assert!(Instant::now() < deadline, "the held clients are counted as blocked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut other = server.client();
+    let ro: i64 = cmd("EVAL").arg("#!lua flags=no-writes\nreturn 2").arg(0).query(&mut other).unwrap();
+    assert_eq!(ro, 2, "a read-only script runs during the pause");
+    let arity = cmd("SET").arg("k").query::<()>(&mut other).unwrap_err();
+    assert!(arity.to_string().contains("wrong number of arguments"), "{arity}");
+    // MULTI is not a write: its +OK came back; SET was held before it was even queued.
+    let mut first = [0u8; 5];
+    held[3].read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"+OK\r\n");
+
+    let unpaused = Instant::now();
+    cmd("CLIENT").arg("UNPAUSE").query::<()>(&mut admin).unwrap();
+    let expected: [&[u8]; 4] = [b":0\r\n", b":1\r\n", b":0\r\n", b"+QUEUED\r\n*1\r\n+OK\r\n"];
+    for (c, want) in held.iter_mut().zip(expected) {
+        let mut got = vec![0u8; want.len()];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    }
+    assert!(unpaused.elapsed() < Duration::from_secs(5), "released by the unpause, not the timeout");
+    assert_eq!(info_field(&mut admin, "blocked_clients"), 0);
+}
+
+/// A read that finds an expired key deletes it before replying (`expired_keys` counts it at
+/// once, as in Redis), except during a pause, which must leave the dataset as it is.
+#[test]
+fn lazy_expiry_deletes_on_access_except_during_a_pause() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let before = info_field(&mut c, "expired_keys");
+    // The pause starts at the end of the transaction, before the active cycle can see the keys.
+    cmd("MULTI").query::<()>(&mut c).unwrap();
+    cmd("SET").arg("a").arg("1").arg("PX").arg(1).query::<()>(&mut c).unwrap();
+    cmd("SET").arg("b").arg("1").arg("PX").arg(1).query::<()>(&mut c).unwrap();
+    cmd("CLIENT").arg("PAUSE").arg(60_000).arg("WRITE").query::<()>(&mut c).unwrap();
+    cmd("EXEC").query::<()>(&mut c).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(cmd("GET").arg("a").query::<Option<String>>(&mut c).unwrap(), None, "expired keys read as missing");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(info_field(&mut c, "expired_keys"), before, "nothing is deleted during a pause");
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 2, "both keys are still stored");
+    cmd("CLIENT").arg("UNPAUSE").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("GET").arg("a").query::<Option<String>>(&mut c).unwrap(), None);
+    assert_eq!(cmd("EXISTS").arg("b").query::<i64>(&mut c).unwrap(), 0);
+    assert_eq!(info_field(&mut c, "expired_keys"), before + 2, "both deleted on access");
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 0);
+}
+
 #[test]
 fn shutdown_save_lastsave_and_idle_timeout() {
     let mut server = Server::start(&["--timeout", "1"]);

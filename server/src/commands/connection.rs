@@ -143,7 +143,9 @@ fn hello(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// The 10-element `COMMAND` entry Redis 7 returns for `spec`.
 fn command_entry(spec: &CommandSpec) -> Reply {
-    let mut flags: Vec<Reply> = spec.flags.iter().map(|f| Reply::Simple((*f).into())).collect();
+    // `may_replicate` is internal (CLIENT PAUSE WRITE): Redis leaves it out of COMMAND too.
+    let mut flags: Vec<Reply> =
+        spec.flags.iter().filter(|f| **f != "may_replicate").map(|f| Reply::Simple((*f).into())).collect();
     if super::meta::movable_keys(spec.name) {
         flags.push(Reply::Simple("movablekeys".into()));
     }

@@ -12,7 +12,7 @@ use crate::storage::Meta;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("pfadd", -2, &["write", "denyoom", "fast"], ONE_KEY, pfadd),
-    spec("pfcount", -2, &["readonly"], (1, -1, 1), pfcount),
+    spec("pfcount", -2, &["readonly", "may_replicate"], (1, -1, 1), pfcount),
     spec("pfmerge", -2, &["write", "denyoom"], (1, -1, 1), pfmerge),
     spec("pfdebug", 3, &["write", "denyoom", "admin"], (2, 2, 1), pfdebug),
     spec("pfselftest", 1, &["admin"], NO_KEYS, pfselftest),

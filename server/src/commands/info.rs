@@ -132,7 +132,10 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("connected_clients", st.clients.load(Ordering::Relaxed).to_string()),
                 ("cluster_connections", "0".into()),
                 ("maxclients", cfg.maxclients.to_string()),
-                ("blocked_clients", st.blocking.blocked_clients().to_string()),
+                (
+                    "blocked_clients",
+                    (st.blocking.blocked_clients() + st.paused_clients.load(Ordering::Relaxed)).to_string(),
+                ),
                 ("tracking_clients", "0".into()),
                 ("pubsub_clients", "0".into()),
             ],

@@ -16,8 +16,8 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("punsubscribe", -1, &["pubsub", "noscript", "loading", "stale"], NO_KEYS, punsubscribe),
     spec("ssubscribe", -2, &["pubsub", "noscript", "loading", "stale"], (1, -1, 1), ssubscribe),
     spec("sunsubscribe", -1, &["pubsub", "noscript", "loading", "stale"], (1, -1, 1), sunsubscribe),
-    spec("publish", 3, &["pubsub", "loading", "stale", "fast"], NO_KEYS, publish),
-    spec("spublish", 3, &["pubsub", "loading", "stale", "fast"], (1, 1, 1), spublish),
+    spec("publish", 3, &["pubsub", "loading", "stale", "fast", "may_replicate"], NO_KEYS, publish),
+    spec("spublish", 3, &["pubsub", "loading", "stale", "fast", "may_replicate"], (1, 1, 1), spublish),
     spec("pubsub", -2, &["pubsub", "loading", "stale"], NO_KEYS, pubsub),
 ];
 

@@ -181,12 +181,34 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
         s.exec.end_snapshot();
     }
     if !s.in_exec {
+        expire_seen(s);
         // A command's writes are committed when it returns (EXEC's and a write group's
         // events were published by `run_buffered`, after their commit).
         notifications::publish(&s.state, s.exec.take_events());
         serve_signals(s);
     }
     reply
+}
+
+/// Lazy expiry, after a command and before its reply: the keys its reads found expired are
+/// deleted and counted as Redis deletes them on access — except on a replica (its primary's
+/// deletes arrive through replication) and while `CLIENT PAUSE` is in force (the dataset must
+/// not change); reads treat them as missing either way, and the active cycle deletes them
+/// later.
+fn expire_seen(s: &mut Session) {
+    if s.exec.voided() {
+        return;
+    }
+    if s.state.replication.is_replica() || s.state.pause_remaining(true).is_some() {
+        s.exec.take_expired_seen();
+        return;
+    }
+    match s.state.storage.expire_seen(&s.exec) {
+        Ok(n) => {
+            s.state.expired_keys.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!(target: "shale::expire", error = %e, "lazy expiry failed; the active cycle retries"),
+    }
 }
 
 /// True if plain SETs may skip their handler (blind batches): no keyspace notification asks
@@ -196,6 +218,33 @@ pub(super) fn blind_sets_allowed(s: &Session) -> bool {
     !notifications::enabled(s.state.notify_flags(), notifications::STRING | notifications::NEW)
         && !s.state.pubsub.has_monitors()
         && !s.state.slowlog.wants(0)
+}
+
+/// True if `CLIENT PAUSE WRITE` holds this request back: what Redis calls a "may replicate"
+/// command — a write, PUBLISH, PFCOUNT, a script or function that may write (an EVAL without a
+/// shebang may), and EXEC of a transaction that queued any of these. A request the gate will
+/// refuse for its arity is answered at once, as in Redis.
+fn may_replicate(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    let n = args.len() as i32;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        return false;
+    }
+    let script_may_write = |flags: Option<crate::scripting::ScriptFlags>| flags.is_some_and(|f| !f.no_writes);
+    match spec.name {
+        "exec" => s.multi.as_ref().is_some_and(|queued| {
+            queued.iter().any(|q| lookup(&q[0]).is_some_and(|c| c.name != "exec" && may_replicate(s, c, q)))
+        }),
+        "eval" => script_may_write(crate::scripting::eval_shebang(&args[1]).ok().map(|(f, _)| f)),
+        "evalsha" => {
+            let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            script_may_write(s.state.scripting.vm().scripts.get(&sha).map(|script| script.flags))
+        }
+        "fcall" => {
+            let name = String::from_utf8_lossy(&args[1]).into_owned();
+            script_may_write(s.state.scripting.vm().libraries.function(&name).map(|f| f.flags))
+        }
+        _ => spec.flags.iter().any(|f| matches!(*f, "write" | "may_replicate")),
+    }
 }
 
 /// Serves clients blocked on the keys the last command signalled.
@@ -223,8 +272,8 @@ pub fn run_batch(
         }
         let Some(args) = requests.front() else { break BatchEnd::Drained };
         let looked_up = lookup(&args[0]);
-        if let Some(spec) = looked_up.filter(|c| c.name != "client") {
-            if let Some(wait) = s.state.pause_remaining(spec.flags.contains(&"write")) {
+        if let Some(spec) = looked_up.filter(|c| c.name != "client" && s.state.pause_in_force()) {
+            if let Some(wait) = s.state.pause_remaining(may_replicate(s, spec, args)) {
                 break BatchEnd::Paused(wait);
             }
         }

@@ -115,7 +115,7 @@ pub fn run_in_memory(
             || s.multi.is_some()
             || s.in_exec
             || s.handle.killed.load(Ordering::Acquire)
-            || s.state.pause_remaining(plain_set).is_some()
+            || s.state.pause_in_force()
         {
             return InMemory::Stopped(false);
         }

@@ -131,7 +131,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     if !write_out(&mut socket, &mut output, &handle).await {
                         return;
                     }
-                    tokio::time::sleep(wait.min(Duration::from_millis(50))).await;
+                    if !wait_for_pause(&session.state, &session.handle.kill_signal, wait, &mut stop).await {
+                        return;
+                    }
                     continue;
                 }
                 BatchEnd::Blocked(req) => {
@@ -350,6 +352,34 @@ async fn wait_replicas(
             _ = stop.changed() => return None,
         }
     }
+}
+
+/// Holds a client back while `CLIENT PAUSE` lasts (at most `wait`), counted in INFO
+/// `blocked_clients` as Redis counts its postponed clients; an unpause or a change of the pause
+/// wakes it at once (the caller checks again). False if the connection must close.
+async fn wait_for_pause(
+    state: &ServerState,
+    kill: &tokio::sync::Notify,
+    wait: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let changed = state.pause_changed.notified();
+    tokio::pin!(changed);
+    // Registered before the check: an unpause between the caller's check and this wait still
+    // wakes it.
+    changed.as_mut().enable();
+    if !state.pause_in_force() {
+        return true;
+    }
+    state.paused_clients.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let go_on = tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = &mut changed => true,
+        _ = kill.notified() => false,
+        _ = stop.changed() => false,
+    };
+    state.paused_clients.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    go_on
 }
 
 /// Sleeps until `deadline` (forever without one).

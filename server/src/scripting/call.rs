@@ -307,7 +307,9 @@ impl Run<'_, '_> {
             return plain(&format!("The user executing the script {what}"));
         }
         let write = spec.flags.contains(&"write");
-        if self.read_only && (write || spec.name == "publish" || spec.name == "spublish") {
+        // Redis's "may replicate" commands (PUBLISH, PFCOUNT) count as writes here, so a
+        // read-only script can run during CLIENT PAUSE WRITE.
+        if self.read_only && (write || spec.flags.contains(&"may_replicate")) {
             return plain("Write commands are not allowed from read-only scripts.");
         }
         if write && !self.dirty {

@@ -33,9 +33,11 @@ pub async fn active_expiry(state: Arc<ServerState>) {
 
 /// One tick: expire due keys in batches until none are due or the time budget is spent. A
 /// replica expires nothing itself (its primary's deletes arrive through replication; until
-/// then reads treat an expired key as missing).
+/// then reads treat an expired key as missing), and nothing expires while `CLIENT PAUSE` is in
+/// force (as in Redis: a pause, used to fail over, must leave the dataset unchanged; reads
+/// still treat expired keys as missing).
 pub fn run_tick(state: &ServerState) -> lsm::Result<u64> {
-    if state.replication.is_replica() {
+    if state.replication.is_replica() || state.pause_remaining(true).is_some() {
         return Ok(0);
     }
     let started = Instant::now();

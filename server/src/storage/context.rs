@@ -59,6 +59,9 @@ pub struct ExecContext {
     reading: Cell<bool>,
     /// Keyspace events recorded and not yet published.
     events: RefCell<Vec<KeyEvent>>,
+    /// Expiry index entries of keys this command found expired (lazy expiry: the gate
+    /// deletes them once the command is done, see [`crate::storage::Storage::expire_seen`]).
+    expired_seen: RefCell<Vec<Bytes>>,
 }
 
 impl ExecContext {
@@ -76,6 +79,7 @@ impl ExecContext {
         self.held.borrow_mut().clear();
         self.memory_only.set(false);
         self.events.borrow_mut().clear();
+        self.expired_seen.borrow_mut().clear();
         self.notify_flags.set(0);
         self.reading.set(false);
     }
@@ -122,6 +126,22 @@ impl ExecContext {
             self.missed.set(true);
         }
         read
+    }
+
+    /// Notes that a read found a key whose TTL has passed (`index_entry`: its expiry index
+    /// entry). A memory-only attempt is voided instead: deleting the key is a write, done where
+    /// writing may block.
+    pub(crate) fn saw_expired(&self, index_entry: Bytes) {
+        if self.memory_only.get() {
+            self.missed.set(true);
+        } else {
+            self.expired_seen.borrow_mut().push(index_entry);
+        }
+    }
+
+    /// The expired keys reads found since the last call (see [`ExecContext::saw_expired`]).
+    pub fn take_expired_seen(&self) -> Vec<Bytes> {
+        std::mem::take(&mut *self.expired_seen.borrow_mut())
     }
 
     /// Makes every later read through this context see one snapshot of `engine`, until

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{decode, expiry_key, meta_key, ExecContext, Storage};
+use super::{decode, expiry_key, meta_key, now_ms, ExecContext, Storage};
 use crate::services::notifications;
 
 impl Storage {
@@ -22,6 +22,21 @@ impl Storage {
             due.push(k);
         }
         self.expire_entries(cx, due, now).map(|n| (n, false))
+    }
+
+    /// Lazy expiry: deletes the keys the last command found expired (`cx`'s
+    /// [`ExecContext::take_expired_seen`]) as Redis does on access, so they count in
+    /// `expired_keys` and send their `expired` events before the command's reply. Entries
+    /// whose key was meanwhile rewritten only lose their stale index entry. Returns how many
+    /// keys were deleted.
+    pub fn expire_seen(&self, cx: &ExecContext) -> lsm::Result<u64> {
+        let mut seen = cx.take_expired_seen();
+        if seen.is_empty() {
+            return Ok(0);
+        }
+        seen.sort();
+        seen.dedup();
+        self.expire_entries(cx, seen, now_ms())
     }
 
     fn expire_entries(&self, cx: &ExecContext, due: Vec<Bytes>, now: u64) -> lsm::Result<u64> {

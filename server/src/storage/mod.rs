@@ -266,7 +266,15 @@ impl Storage {
             cx.get(&self.engine, &meta_key(pdb, key))?
         };
         let meta = match raw {
-            Some(raw) => Some(decode(raw)?).filter(|m| !m.is_expired(now)),
+            Some(raw) => {
+                let meta = decode(raw)?;
+                if meta.is_expired(now) {
+                    cx.saw_expired(Bytes::from(expiry_key(meta.expire_at_ms, pdb, key)));
+                    None
+                } else {
+                    Some(meta)
+                }
+            }
             None => None,
         };
         if meta.is_none() && cx.notifies(notifications::KEY_MISS) {
