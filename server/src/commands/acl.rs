@@ -267,7 +267,7 @@ pub(crate) fn log_refusal(s: &Session, reason: Reason, object: String, username:
         object,
         username: username.unwrap_or_else(|| s.user.name.clone()),
         at_ms: crate::storage::now_ms(),
-        client_info: s.handle.info_line("N", -1, 0, 0),
+        client_info: s.handle.info_line("N", -1, 0, 0, -1),
     };
     s.state.acl.log(entry, max);
 }
@@ -313,7 +313,7 @@ fn help() -> Reply {
         "WHOAMI",
         "    Return the current connection username.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ];
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }

@@ -1,12 +1,13 @@
 //! `CLIENT` subcommands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, REPLY, PAUSE, UNPAUSE,
-//! UNBLOCK, NO-EVICT, NO-TOUCH, GETREDIR, HELP.
+//! UNBLOCK, NO-EVICT, NO-TOUCH, HELP; TRACKING, CACHING, GETREDIR and TRACKINGINFO are in
+//! [`super::client_tracking`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{parse_i64, CommandSpec, ReplyMode, Session};
+use super::{client_tracking, parse_i64, CommandSpec, ReplyMode, Session};
 use crate::resp::Reply;
 use crate::services::clients::{ClientHandle, Kind};
 use crate::state::Pause;
@@ -33,8 +34,9 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = lower(&args[1]);
     let n = args.len();
     let ok_arity = match sub.as_str() {
-        "id" | "getname" | "info" | "unpause" | "getredir" | "help" => n == 2,
-        "setname" | "reply" | "no-evict" | "no-touch" => n == 3,
+        "id" | "getname" | "info" | "unpause" | "getredir" | "trackinginfo" | "help" => n == 2,
+        "setname" | "reply" | "no-evict" | "no-touch" | "caching" => n == 3,
+        "tracking" => n >= 3,
         "setinfo" => n == 4,
         "pause" => n == 3 || n == 4,
         "unblock" => n == 3 || n == 4,
@@ -61,7 +63,7 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
             Reply::ok()
         }
         "setinfo" => setinfo(s, &args[2], &args[3]),
-        "info" => Reply::Verbatim(Bytes::from(format!("{}\n", line(&s.handle)))),
+        "info" => Reply::Verbatim(Bytes::from(format!("{}\n", line(s, &s.handle)))),
         "list" => list(s, &args[2..]),
         "kill" => kill(s, &args[2..]),
         "reply" => match lower(&args[2]).as_str() {
@@ -107,7 +109,10 @@ fn client(s: &mut Session, args: &[Bytes]) -> Reply {
             "on" | "off" => Reply::ok(),
             _ => Reply::error("ERR syntax error"),
         },
-        "getredir" => Reply::Integer(-1),
+        "getredir" => client_tracking::getredir(s),
+        "tracking" => client_tracking::tracking(s, args),
+        "caching" => client_tracking::caching(s, &args[2]),
+        "trackinginfo" => client_tracking::trackinginfo(s),
         _ => help(),
     }
 }
@@ -131,8 +136,16 @@ fn setinfo(s: &Session, attr: &[u8], value: &[u8]) -> Reply {
 }
 
 /// A client's `CLIENT LIST` line (its kind's flag; MULTI and subscription counts not shown).
-fn line(c: &ClientHandle) -> String {
-    c.info_line(c.kind().flag(), -1, 0, 0)
+fn line(s: &Session, c: &ClientHandle) -> String {
+    let (tracking, redir) = client_tracking::list_fields(s, c.id);
+    let kind = c.kind().flag();
+    // Redis prints `N` only for a client with no flag at all.
+    let flags = match (kind, tracking.is_empty()) {
+        (k, true) => k.to_string(),
+        ("N", false) => tracking,
+        (k, false) => format!("{k}{tracking}"),
+    };
+    c.info_line(&flags, -1, 0, 0, redir)
 }
 
 fn list(s: &Session, opts: &[Bytes]) -> Reply {
@@ -166,7 +179,7 @@ fn list(s: &Session, opts: &[Bytes]) -> Reply {
             _ => return Reply::error("ERR syntax error"),
         }
     }
-    let text: String = clients.iter().map(|c| line(c) + "\n").collect();
+    let text: String = clients.iter().map(|c| line(s, c) + "\n").collect();
     Reply::Verbatim(Bytes::from(text))
 }
 
@@ -254,9 +267,14 @@ fn pause(s: &Session, args: &[Bytes]) -> Reply {
     Reply::ok()
 }
 
+/// Redis 7.0.15's `CLIENT HELP`, plus SETINFO and NO-TOUCH (Redis 7.2's, which Shale also has).
 fn help() -> Reply {
     let lines = [
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CACHING (YES|NO)",
+        "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+        "GETREDIR",
+        "    Return the client ID we are redirecting to when tracking is enabled.",
         "GETNAME",
         "    Return the name of the current connection.",
         "ID",
@@ -266,9 +284,21 @@ fn help() -> Reply {
         "KILL <ip:port>",
         "    Kill connection made from <ip:port>.",
         "KILL <option> <value> [<option> <value> [...]]",
-        "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE.",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username>.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
         "LIST [options ...]",
-        "    Return information about client connections. Options: TYPE, ID.",
+        "    Return information about client connections. Options:",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Return clients of specified type.",
         "UNPAUSE",
         "    Stop the current client pause, resuming traffic.",
         "PAUSE <timeout> [WRITE|ALL]",
@@ -281,12 +311,17 @@ fn help() -> Reply {
         "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+        "         [OPTIN] [OPTOUT] [NOLOOP]",
+        "    Control server assisted client side caching.",
+        "TRACKINGINFO",
+        "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "NO-TOUCH (ON|OFF)",
         "    Will not touch LRU/LFU stats when this mode is on.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ];
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }

@@ -130,7 +130,7 @@ fn help() -> Reply {
         "REWRITE",
         "    Rewrite the configuration file.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ];
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }

@@ -277,6 +277,9 @@ fn reset(s: &mut Session, _: &[Bytes]) -> Reply {
     s.multi_error = false;
     super::transactions::clear_watches(s);
     s.unsubscribe_all();
+    s.state.storage.tracking.disable(s.id);
+    s.tracking = false;
+    s.tracking_caching = false;
     s.select(0);
     s.set_protocol(Protocol::Resp2);
     s.set_name(None);

@@ -136,7 +136,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                     "blocked_clients",
                     (st.blocking.blocked_clients() + st.paused_clients.load(Ordering::Relaxed)).to_string(),
                 ),
-                ("tracking_clients", "0".into()),
+                ("tracking_clients", st.storage.tracking.stats().0.to_string()),
                 ("pubsub_clients", "0".into()),
             ],
         );
@@ -210,6 +210,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
     if show("stats") {
         let acl_fields = super::acl::info_fields(s);
         let tls_failures = st.tls_handshake_failures.load(Ordering::Relaxed).to_string();
+        let tracking = st.storage.tracking.stats();
         section(
             "Stats",
             [
@@ -226,6 +227,9 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("keyspace_misses", st.keyspace_misses.load(Ordering::Relaxed).to_string()),
                 ("pubsub_channels", st.pubsub.channels(crate::services::pubsub::Kind::Channel, None).len().to_string()),
                 ("pubsub_patterns", st.pubsub.pattern_count().to_string()),
+                ("tracking_total_keys", tracking.1.to_string()),
+                ("tracking_total_items", tracking.2.to_string()),
+                ("tracking_total_prefixes", tracking.3.to_string()),
                 // Shale's executor threads: how often every one was blocked (helpers started).
                 ("executor_threads", st.executor.threads().to_string()),
                 ("executor_helpers_active", st.executor.helpers().to_string()),

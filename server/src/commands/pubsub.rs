@@ -42,7 +42,7 @@ fn limits(s: &Session) -> Limits {
 }
 
 /// This connection's subscriber (created on its first subscription or MONITOR).
-pub(super) fn subscriber(s: &mut Session) -> Arc<Subscriber> {
+pub(crate) fn subscriber(s: &mut Session) -> Arc<Subscriber> {
     if let Some(sub) = &s.subscriber {
         return Arc::clone(sub);
     }

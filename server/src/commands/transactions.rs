@@ -136,7 +136,7 @@ pub(crate) fn run_buffered(
     }
     s.in_exec = false;
     let batch = s.exec.finish_transaction();
-    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit(batch) };
+    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit_from(batch, s.id) };
     state.storage.end_exec(&s.exec);
     drop(guard);
     // The queued commands' keyspace events, once their writes are visible (none if they failed).

@@ -176,6 +176,13 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     // A memory-only attempt that needed the disk is void: its rerun is the call.
     if !s.exec.voided() {
         observe(s, spec, args, &reply, started.elapsed());
+        if s.tracking {
+            remember_keys(s, spec, args);
+        }
+    }
+    // `CLIENT CACHING` covers the next command, or the next transaction.
+    if !s.in_exec && s.multi.is_none() && spec.name != "client" {
+        s.tracking_caching = false;
     }
     if took_snapshot {
         s.exec.end_snapshot();
@@ -211,12 +218,32 @@ fn expire_seen(s: &mut Session) {
     }
 }
 
+/// `CLIENT TRACKING` (default mode): remember the keys a read-only command read, as Redis does
+/// after `call()`. A script's own commands are not remembered one by one: if one of them is a
+/// read, the script's declared keys are, once it returns (EVAL_RO and FCALL_RO included).
+fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
+    let read = spec.flags.contains(&"readonly");
+    if s.in_script {
+        s.tracking_script_read |= read;
+        return;
+    }
+    let script = matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro");
+    let remember = if script { std::mem::take(&mut s.tracking_script_read) } else { read };
+    if !remember || spec.flags.contains(&"pubsub") {
+        return;
+    }
+    let keys = meta::keys(spec, args);
+    let max_keys = s.state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
+    s.state.storage.tracking.remember(s.id, keys.iter().map(|k| &args[k.pos][..]), s.tracking_caching, max_keys);
+}
+
 /// True if plain SETs may skip their handler (blind batches): no keyspace notification asks
-/// for their events, no MONITOR client waits for them and the slow log does not log every
-/// command.
+/// for their events, no MONITOR client waits for them, no client tracks keys and the slow log
+/// does not log every command.
 pub(super) fn blind_sets_allowed(s: &Session) -> bool {
     !notifications::enabled(s.state.notify_flags(), notifications::STRING | notifications::NEW)
         && !s.state.pubsub.has_monitors()
+        && !s.state.storage.tracking.active()
         && !s.state.slowlog.wants(0)
 }
 

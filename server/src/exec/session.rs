@@ -106,6 +106,12 @@ pub struct Session {
     pub replica_ip: Option<String>,
     /// `REPLCONF capa shale`: the replica is a shale-server (the only kind that can follow).
     pub replica_is_shale: bool,
+    /// `CLIENT TRACKING` is on (the table in [`crate::services::tracking`] has the options).
+    pub tracking: bool,
+    /// `CLIENT CACHING yes|no` was given for the next command (or transaction).
+    pub tracking_caching: bool,
+    /// The running script called a read-only command (its declared keys are then tracked).
+    pub tracking_script_read: bool,
     /// The running command's execution context (transaction buffer, read snapshot, held
     /// stripes), reset after every top-level command.
     pub exec: ExecContext,
@@ -157,9 +163,20 @@ impl Session {
             replica_port: 0,
             replica_ip: None,
             replica_is_shale: false,
-            exec: ExecContext::new(),
+            tracking: false,
+            tracking_caching: false,
+            tracking_script_read: false,
+            exec: ExecContext::for_client(id),
             state,
         }
+    }
+
+    /// Gives this connection its message queue (pub/sub messages, MONITOR lines, tracking
+    /// invalidations) and makes it reachable as a `CLIENT TRACKING … REDIRECT` target. Every
+    /// connection gets one when it opens.
+    pub fn open_inbox(&mut self) {
+        let sub = crate::commands::subscriber(self);
+        self.state.storage.tracking.connect(self.id, &sub);
     }
 
     /// Runs as `user` from now on (AUTH, HELLO … AUTH).
@@ -277,6 +294,7 @@ fn default_login(user: &crate::acl::UserEntry) -> bool {
 impl Drop for Session {
     fn drop(&mut self) {
         self.state.registry.unregister(self.id);
+        self.state.storage.tracking.disconnect(self.id);
         if !self.watched.is_empty() {
             self.state.storage.watches.unwatch(&self.watched, &self.watch_flag);
         }

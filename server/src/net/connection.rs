@@ -50,6 +50,7 @@ impl Socket for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
 pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
     let (addr, laddr) = socket.addresses();
     let mut session = Session::connected(Arc::clone(&state), addr, laddr);
+    session.open_inbox();
     let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
@@ -69,6 +70,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             };
             (limits, usize::try_from(cfg.client_query_buffer_limit).unwrap_or(usize::MAX), cfg.timeout)
         };
+        // Messages queued for this connection (invalidations, pub/sub) go before the replies
+        // to requests read after them, as on Redis's single thread.
+        take_messages(&mut session, &mut output);
         // Parse what is buffered (a protocol error ends parsing: the requests before it still
         // run). `more` stays true if complete requests may be left in `input`.
         let mut more = true;
@@ -192,15 +196,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             _ = handle.kill_signal.notified() => {}
             msg = next_message(&mut session.messages) => {
                 // Pub/sub messages: this one and whatever else is queued, in one write.
-                let mut taken = 0;
-                let mut msg = msg;
-                while let Some(m) = msg {
-                    taken += crate::services::pubsub::message_size(&m);
+                if let Some(m) = msg {
+                    let taken = crate::services::pubsub::message_size(&m);
                     m.encode(session.protocol, &mut output);
-                    msg = session.messages.as_mut().and_then(|rx| rx.try_recv().ok());
-                }
-                if let Some(sub) = &session.subscriber {
-                    sub.written(taken);
+                    if let Some(sub) = &session.subscriber {
+                        sub.written(taken);
+                    }
                 }
             }
             _ = idle => {
@@ -387,6 +388,19 @@ async fn until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Encodes every message queued for the connection (pub/sub, MONITOR, tracking) into `output`.
+fn take_messages(session: &mut Session, output: &mut BytesMut) {
+    let Some(rx) = session.messages.as_mut() else { return };
+    let mut taken = 0;
+    while let Ok(m) = rx.try_recv() {
+        taken += crate::services::pubsub::message_size(&m);
+        m.encode(session.protocol, output);
+    }
+    if let Some(sub) = &session.subscriber {
+        sub.written(taken);
     }
 }
 

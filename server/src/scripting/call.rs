@@ -185,7 +185,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
             continue;
         }
         let batch = s.exec.finish_transaction();
-        let committed = if batch.is_empty() { Ok(()) } else { storage.commit(batch) };
+        let committed = if batch.is_empty() { Ok(()) } else { storage.commit_from(batch, s.id) };
         storage.end_exec(&s.exec);
         drop(extra);
         drop(guard);

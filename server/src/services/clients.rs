@@ -174,14 +174,14 @@ impl ClientHandle {
     }
 
     /// The `CLIENT LIST` / `CLIENT INFO` line (Redis 7.2 field order), without the newline.
-    pub fn info_line(&self, flags: &str, multi: i64, sub: usize, psub: usize) -> String {
+    pub fn info_line(&self, flags: &str, multi: i64, sub: usize, psub: usize, redir: i64) -> String {
         let name = self.name.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
         let (lib_name, lib_ver) = self.lib.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let cmd = self.last_cmd();
         format!(
             "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={flags} db={} sub={sub} psub={psub} ssub=0 \
              multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
-             events=r cmd={} user={} redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}",
+             events=r cmd={} user={} redir={redir} resp={} lib-name={lib_name} lib-ver={lib_ver}",
             self.id,
             self.addr,
             self.laddr,

@@ -1,8 +1,8 @@
 //! Services that run beside command execution: the active expiry cycle, the registry of
 //! clients blocked on keys, the pub/sub hub, the client registry (`CLIENT LIST/KILL`), named
 //! LOCKs (user-visible, unlike the internal key stripes of [`crate::storage::KeyLocks`]),
-//! keyspace notifications, per-command statistics, the slow log and latency monitor, and SCAN
-//! cursors.
+//! keyspace notifications, client-side caching's invalidations (`CLIENT TRACKING`),
+//! per-command statistics, the slow log and latency monitor, and SCAN cursors.
 
 pub mod blocking;
 pub mod clients;
@@ -13,3 +13,4 @@ pub mod named_locks;
 pub mod notifications;
 pub mod pubsub;
 pub mod slowlog;
+pub mod tracking;

@@ -33,6 +33,19 @@ impl Subscriber {
         Subscriber { tx, pending: AtomicUsize::new(0), soft_since: AtomicU64::new(0), handle }
     }
 
+    /// The connection this subscriber delivers to.
+    pub fn handle(&self) -> &ClientHandle {
+        &self.handle
+    }
+
+    /// Queues `msg` (a push, or a pub/sub message) for the connection, within `limits`;
+    /// false if it could not be (the connection is gone, or went over the limits and is
+    /// being closed).
+    pub fn push(&self, msg: Reply, limits: Limits) -> bool {
+        let size = message_size(&msg);
+        deliver(self, msg, size, limits)
+    }
+
     /// The connection wrote `n` bytes of queued messages.
     pub fn written(&self, n: usize) {
         self.pending.fetch_sub(n.min(self.pending.load(Ordering::Relaxed)), Ordering::Relaxed);

@@ -62,6 +62,9 @@ pub struct ExecContext {
     /// Expiry index entries of keys this command found expired (lazy expiry: the gate
     /// deletes them once the command is done, see [`crate::storage::Storage::expire_seen`]).
     expired_seen: RefCell<Vec<Bytes>>,
+    /// The client whose commands run in this context (0: the server's own work), for
+    /// `CLIENT TRACKING NOLOOP`. Kept across commands.
+    origin: Cell<u64>,
 }
 
 impl ExecContext {
@@ -69,6 +72,18 @@ impl ExecContext {
     /// command uses, such as a blocked client's retried pop.
     pub fn new() -> Self {
         ExecContext::default()
+    }
+
+    /// The context of client `id`'s commands.
+    pub fn for_client(id: u64) -> Self {
+        let cx = ExecContext::default();
+        cx.origin.set(id);
+        cx
+    }
+
+    /// The client whose commands run here (0: none).
+    pub fn origin(&self) -> u64 {
+        self.origin.get()
     }
 
     /// Drops whatever the last command left: called after every top-level command, so nothing

@@ -110,6 +110,8 @@ pub struct Storage {
     inverse: Vec<AtomicU16>,
     /// Clients watching keys (WATCH).
     pub watches: Watches,
+    /// Clients caching keys (`CLIENT TRACKING`), told when a commit writes them.
+    pub tracking: crate::services::tracking::Tracking,
     /// Keys per database (DBSIZE, INFO keyspace).
     counts: KeyspaceCounts,
     /// Next incarnation id. Starts above the engine's last sequence: every id ever used went
@@ -159,6 +161,7 @@ impl Storage {
             map,
             inverse,
             watches: Watches::default(),
+            tracking: Default::default(),
             counts,
             next_uid,
             pick_seed,
@@ -307,7 +310,7 @@ impl Storage {
     pub fn write(&self, cx: &ExecContext, batch: lsm::WriteBatch) -> lsm::Result<()> {
         let created = if cx.notifies(notifications::NEW) { self.created_keys(cx, &batch)? } else { Vec::new() };
         if let Some(batch) = cx.buffer(batch) {
-            self.commit(batch)?;
+            self.commit_from(batch, cx.origin())?;
         }
         for (db, key) in created {
             cx.notify(notifications::NEW, "new", db, &key);
@@ -338,10 +341,19 @@ impl Storage {
     /// Commits `batch` to the engine now (EXEC's own commit goes here). The caller holds the
     /// locks of every key whose metadata it writes, so the keyspace counts stay exact.
     pub fn commit(&self, batch: lsm::WriteBatch) -> lsm::Result<()> {
+        self.commit_from(batch, 0)
+    }
+
+    /// [`Storage::commit`] of a batch client `origin` wrote (0: the server itself), for
+    /// `CLIENT TRACKING NOLOOP`.
+    pub fn commit_from(&self, batch: lsm::WriteBatch, origin: u64) -> lsm::Result<()> {
         let deltas = self.count_changes(&batch, false)?;
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
+        let touched = self.tracking.touched(&batch);
         self.engine.write(batch, &lsm::WriteOptions::default())?;
+        // Clients caching these keys hear of it once the write is visible.
+        self.tracking.invalidate(touched, origin);
         self.changes.fetch_add(1, Ordering::Relaxed);
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);

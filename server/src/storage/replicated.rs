@@ -21,7 +21,9 @@ impl Storage {
             }
         }
         let last = batch.last_sequence().unwrap_or(seq);
+        let touched = self.tracking.touched(&batch);
         self.engine.write_replicated(seq, batch)?;
+        self.tracking.invalidate(touched, 0);
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
         }

@@ -193,7 +193,7 @@ fn object(s: &mut Session, args: &[Bytes]) -> Reply {
                     "    Return the number of references of the value associated with the specified",
                     "    <key>.",
                     "HELP",
-                    "    Print this help.",
+                    "    Prints this help.",
                 ]
                 .iter()
                 .map(|l| Reply::Simple((*l).into()))
