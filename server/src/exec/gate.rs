@@ -206,11 +206,11 @@ fn expire_seen(s: &mut Session) {
     if s.exec.voided() {
         return;
     }
-    if s.state.replication.is_replica() || s.state.pause_remaining(true).is_some() {
-        s.exec.take_expired_seen();
+    let seen = s.exec.take_expired_seen();
+    if seen.is_empty() || s.state.replication.is_replica() || s.state.pause_remaining(true).is_some() {
         return;
     }
-    match s.state.storage.expire_seen(&s.exec) {
+    match s.state.storage.expire_seen(&s.exec, seen) {
         Ok(n) => {
             s.state.expired_keys.fetch_add(n, Ordering::Relaxed);
         }

@@ -24,16 +24,12 @@ impl Storage {
         self.expire_entries(cx, due, now).map(|n| (n, false))
     }
 
-    /// Lazy expiry: deletes the keys the last command found expired (`cx`'s
+    /// Lazy expiry: deletes the keys the last command found expired (`seen`, from `cx`'s
     /// [`ExecContext::take_expired_seen`]) as Redis does on access, so they count in
     /// `expired_keys` and send their `expired` events before the command's reply. Entries
     /// whose key was meanwhile rewritten only lose their stale index entry. Returns how many
     /// keys were deleted.
-    pub fn expire_seen(&self, cx: &ExecContext) -> lsm::Result<u64> {
-        let mut seen = cx.take_expired_seen();
-        if seen.is_empty() {
-            return Ok(0);
-        }
+    pub fn expire_seen(&self, cx: &ExecContext, mut seen: Vec<Bytes>) -> lsm::Result<u64> {
         seen.sort();
         seen.dedup();
         self.expire_entries(cx, seen, now_ms())
