@@ -173,8 +173,7 @@ fn command(_: &mut Session, args: &[Bytes]) -> Reply {
             command_getkeys(&args[2..], args[1].eq_ignore_ascii_case(b"getkeysandflags"))
         }
         "info" => Reply::Array(args[2..].iter().map(|n| lookup(n).map_or(Reply::NullArray, command_entry)).collect()),
-        // Documentation is not kept yet: an empty map is what clients expect for "no docs".
-        "docs" => Reply::Map(Vec::new()),
+        "docs" => super::docs::command_docs(&args[2..]),
         _ => Reply::error(format!("ERR unknown subcommand '{}'. Try COMMAND HELP.", String::from_utf8_lossy(sub))),
     }
 }

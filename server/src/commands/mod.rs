@@ -11,6 +11,7 @@ mod client_tracking;
 mod collections;
 mod config;
 mod connection;
+mod docs;
 mod hashes;
 mod hyperloglog;
 mod info;
