@@ -70,28 +70,34 @@ fn get(s: &Session, patterns: &[Bytes]) -> Reply {
     Reply::Map(pairs.into_iter().map(|(k, v)| (Reply::bulk(Bytes::from(k)), Reply::bulk(Bytes::from(v)))).collect())
 }
 
-/// `CONFIG SET name value [name value …]`: all or nothing.
+/// `CONFIG SET name value [name value …]`: all or nothing. As in Redis, every name is checked
+/// (unknown, protected, immutable, given twice) before any value is.
 fn set(s: &Session, pairs: &[Bytes]) -> Reply {
     let mut next = s.state.config().clone();
     let mut names = HashSet::new();
+    let mut params = Vec::new();
+    let fail = |name: &str, why: &str| {
+        Reply::error(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"))
+    };
     for pair in pairs.chunks_exact(2) {
         let name = text(&pair[0]);
         let Some(param) = params::find(&name) else {
             return Reply::error(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"));
         };
-        let fail =
-            |why: &str| Reply::error(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
-        if !names.insert(param.name) {
-            return fail("duplicate parameter");
-        }
         if PROTECTED.contains(&param.name) && !s.allowed_by("enable-protected-configs") {
-            return fail("can't set protected config");
+            return fail(&name, "can't set protected config");
         }
         if !param.mutable {
-            return fail("can't set immutable config");
+            return fail(&name, "can't set immutable config");
         }
-        if let Err(why) = next.apply(param.name, &[text(&pair[1])]) {
-            return fail(&why);
+        if !names.insert(param.name) {
+            return fail(&name, "duplicate parameter");
+        }
+        params.push((name, param, text(&pair[1])));
+    }
+    for (name, param, value) in params {
+        if let Err(why) = next.apply(param.name, &[value]) {
+            return fail(&name, &why);
         }
     }
     match s.state.replace_config(next) {

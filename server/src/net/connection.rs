@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::query_buffer::{self, QueryBuffer};
 use crate::exec::{run_batch, run_in_memory, BatchEnd, BlockRequest, InMemory, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::state::ServerState;
@@ -52,7 +53,8 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
     let mut session = Session::connected(Arc::clone(&state), addr, laddr);
     session.open_inbox();
     let handle = Arc::clone(&session.handle);
-    let mut input = BytesMut::with_capacity(16 * 1024);
+    let mut input = BytesMut::with_capacity(query_buffer::INITIAL);
+    let mut query_buf = QueryBuffer::default();
     let mut output = BytesMut::with_capacity(16 * 1024);
     let mut requests: VecDeque<Vec<Bytes>> = VecDeque::new();
     let mut protocol_error = None;
@@ -73,6 +75,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         // Messages queued for this connection (invalidations, pub/sub) go before the replies
         // to requests read after them, as on Redis's single thread.
         take_messages(&mut session, &mut output);
+        QueryBuffer::publish(&input, &handle);
         // Parse what is buffered (a protocol error ends parsing: the requests before it still
         // run). `more` stays true if complete requests may be left in `input`.
         let mut more = true;
@@ -172,6 +175,8 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             let _ = socket.shutdown().await;
             return;
         }
+        query_buf.after_round(&mut input);
+        QueryBuffer::publish(&input, &handle);
         if !requests.is_empty() || more {
             continue;
         }
@@ -188,11 +193,14 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 tokio::time::sleep(Duration::from_secs(timeout)).await
             }
         };
+        let resize_check = query_buf.idle_check_in(&input);
+        let mut resize_due = false;
         tokio::select! {
             read = socket.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => session.arrival = state.blocking.next_arrival(),
             },
+            _ = until(resize_check.map(|d| tokio::time::Instant::now() + d)) => resize_due = true,
             _ = handle.kill_signal.notified() => {}
             msg = next_message(&mut session.messages) => {
                 // Pub/sub messages: this one and whatever else is queued, in one write.
@@ -214,6 +222,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     return;
                 }
             }
+        }
+        if resize_due {
+            query_buf.check(&mut input);
+            QueryBuffer::publish(&input, &handle);
+        } else {
+            query_buf.read(&input);
         }
     }
 }

@@ -4,6 +4,7 @@
 //! then return).
 
 mod connection;
+mod query_buffer;
 pub(crate) use connection::{write_out, Socket};
 pub mod tls;
 

@@ -5,7 +5,7 @@
 //! per-command cost is two relaxed stores.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -101,6 +101,10 @@ pub struct ClientHandle {
     user: Mutex<Arc<str>>,
     /// A [`Kind`] as a number.
     kind: AtomicU8,
+    /// Bytes in its query buffer not yet run (CLIENT LIST `qbuf`), as of its last round.
+    pub qbuf: AtomicUsize,
+    /// Free space in its query buffer (`qbuf-free`).
+    pub qbuf_free: AtomicUsize,
 }
 
 impl ClientHandle {
@@ -121,6 +125,8 @@ impl ClientHandle {
             kill_signal: Notify::new(),
             user: Mutex::new(Arc::from("default")),
             kind: AtomicU8::new(Kind::Normal as u8),
+            qbuf: AtomicUsize::new(0),
+            qbuf_free: AtomicUsize::new(0),
         }
     }
 
@@ -180,7 +186,7 @@ impl ClientHandle {
         let cmd = self.last_cmd();
         format!(
             "id={} addr={} laddr={} fd=8 name={} age={} idle={} flags={flags} db={} sub={sub} psub={psub} ssub=0 \
-             multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
+             multi={multi} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
              events=r cmd={} user={} redir={redir} resp={} lib-name={lib_name} lib-ver={lib_ver}",
             self.id,
             self.addr,
@@ -189,6 +195,8 @@ impl ClientHandle {
             self.created.elapsed().as_secs(),
             self.idle_secs(),
             self.db.load(Ordering::Relaxed),
+            self.qbuf.load(Ordering::Relaxed),
+            self.qbuf_free.load(Ordering::Relaxed),
             cmd.replace(' ', "|"),
             self.user(),
             self.resp.load(Ordering::Relaxed),
