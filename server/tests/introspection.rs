@@ -364,3 +364,25 @@ fn command_docs_are_redis_documentation() {
     };
     assert_eq!(subcommands(ask(&mut c, &["client"])), subcommands(ask(&mut r, &["client"])));
 }
+
+/// `<COMMAND> HELP` prints Redis 7.0's text (CLIENT adds SETINFO and NO-TOUCH, MEMORY leaves
+/// out MALLOC-STATS: those are checked by hand).
+#[test]
+fn help_texts_are_redis_texts() {
+    let Some((_redis, mut r, _)) = start_redis() else { return };
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let help = |conn: &mut redis::Connection, name: &str| -> Vec<String> { cmd(name).arg("HELP").query(conn).unwrap() };
+    for name in ["config", "acl", "object", "pubsub", "command", "slowlog", "function", "script"] {
+        assert_eq!(help(&mut c, name), help(&mut r, name), "{name} HELP");
+    }
+    let client = help(&mut c, "client");
+    let without_extras: Vec<String> = client
+        .iter()
+        .filter(|l| {
+            !l.starts_with("SETINFO") && !l.contains("LIB-NAME") && !l.starts_with("NO-TOUCH") && !l.contains("LRU/LFU")
+        })
+        .cloned()
+        .collect();
+    assert_eq!(without_extras, help(&mut r, "client"));
+}

@@ -159,20 +159,22 @@ fn pubsub(s: &mut Session, args: &[Bytes]) -> Reply {
         ("channels" | "shardchannels" | "numpat", _) => {
             Reply::error(format!("ERR wrong number of arguments for 'pubsub|{sub}' command"))
         }
-        ("help", 2) => Reply::Array(
-            [
-                "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "CHANNELS [<pattern>]",
-                "NUMPAT",
-                "NUMSUB [<channel> ...]",
-                "SHARDCHANNELS [<pattern>]",
-                "SHARDNUMSUB [<shardchannel> ...]",
-                "HELP",
-            ]
-            .iter()
-            .map(|l| Reply::Simple((*l).into()))
-            .collect(),
-        ),
+        ("help", 2) => super::introspection::help(&[
+            "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "CHANNELS [<pattern>]",
+            "    Return the currently active channels matching a <pattern> (default: '*').",
+            "NUMPAT",
+            "    Return number of subscriptions to patterns.",
+            "NUMSUB [<channel> ...]",
+            "    Return the number of subscribers for the specified channels, excluding",
+            "    pattern subscriptions(default: no channels).",
+            "SHARDCHANNELS [<pattern>]",
+            "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+            "SHARDNUMSUB [<shardchannel> ...]",
+            "    Return the number of subscribers for the specified shard level channel(s)",
+            "HELP",
+            "    Prints this help.",
+        ]),
         _ => Reply::error(format!("ERR unknown subcommand '{}'. Try PUBSUB HELP.", String::from_utf8_lossy(&args[1]))),
     }
 }

@@ -220,19 +220,21 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
             b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.",
         )),
         ("purge", 2) => Reply::ok(),
-        ("help", 2) => Reply::Array(
-            [
-                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "USAGE <key> [SAMPLES <count>]",
-                "STATS",
-                "DOCTOR",
-                "PURGE",
-                "HELP",
-            ]
-            .iter()
-            .map(|l| Reply::Simple((*l).into()))
-            .collect(),
-        ),
+        // Redis 7.0's text, without MALLOC-STATS (Shale does not report allocator internals).
+        ("help", 2) => super::introspection::help(&[
+            "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+            "HELP",
+            "    Prints this help.",
+        ]),
         ("usage" | "stats" | "doctor" | "purge" | "help", _) => {
             Reply::error(format!("ERR wrong number of arguments for 'memory|{sub}' command"))
         }
