@@ -8,6 +8,7 @@ mod bitmaps;
 mod blocking_pops;
 mod client;
 mod client_tracking;
+mod cluster;
 mod collections;
 mod config;
 mod connection;
@@ -91,6 +92,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         info::COMMANDS,
         introspection::COMMANDS,
         client::COMMANDS,
+        cluster::COMMANDS,
         config::COMMANDS,
         strings::COMMANDS,
         strings::MORE,
