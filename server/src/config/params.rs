@@ -98,6 +98,7 @@ pub const EFFECTIVE: &[&str] = &[
     "table-read-mode",
     "timeout",
     "tls-port",
+    "tracking-table-max-keys",
     "worker-threads",
     "write-buffer-size",
 ];
