@@ -70,37 +70,26 @@ fn shale_docs() -> Vec<(&'static str, Reply)> {
         Reply::Map(fields)
     };
     let name_arg = || arg("name", "string", vec![]);
+    // Both are O(1) generic commands, in Shale since its first release.
+    let doc = |summary: &str, arguments: Vec<Reply>| {
+        Reply::Map(vec![
+            field("summary", text(summary)),
+            field("since", text("0.1.0")),
+            field("group", text("generic")),
+            field("complexity", text("O(1)")),
+            field("arguments", Reply::Array(arguments)),
+        ])
+    };
+    let optional = vec![field("flags", Reply::Set(vec![Reply::Simple("optional".into())]))];
     vec![
         (
             "lock",
-            Reply::Map(vec![
-                field("summary", text("Acquire a named lock, waiting up to timeout-ms milliseconds for it (Shale)")),
-                field("since", text("0.1.0")),
-                field("group", text("generic")),
-                field("complexity", text("O(1)")),
-                field(
-                    "arguments",
-                    Reply::Array(vec![
-                        name_arg(),
-                        arg(
-                            "timeout-ms",
-                            "integer",
-                            vec![field("flags", Reply::Set(vec![Reply::Simple("optional".into())]))],
-                        ),
-                    ]),
-                ),
-            ]),
+            doc(
+                "Acquire a named lock, waiting up to timeout-ms milliseconds for it (Shale)",
+                vec![name_arg(), arg("timeout-ms", "integer", optional)],
+            ),
         ),
-        (
-            "unlock",
-            Reply::Map(vec![
-                field("summary", text("Release a named lock held by this connection (Shale)")),
-                field("since", text("0.1.0")),
-                field("group", text("generic")),
-                field("complexity", text("O(1)")),
-                field("arguments", Reply::Array(vec![name_arg()])),
-            ]),
-        ),
+        ("unlock", doc("Release a named lock held by this connection (Shale)", vec![name_arg()])),
     ]
 }
 
