@@ -386,3 +386,41 @@ fn help_texts_are_redis_texts() {
         .collect();
     assert_eq!(without_extras, help(&mut r, "client"));
 }
+
+/// `LATENCY HISTOGRAM`: the same shape as redis-server's (command → calls and a cumulative
+/// map of microsecond levels), the same calls, levels from Redis's series.
+#[test]
+fn latency_histogram_has_redis_shape() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let shape = |conn: &mut redis::Connection| -> Vec<(String, i64, Vec<i64>)> {
+        for i in 0..50 {
+            cmd("SET").arg(format!("k{i}")).arg(i).query::<()>(conn).unwrap();
+        }
+        let v: redis::Value = cmd("LATENCY").arg("HISTOGRAM").arg("set").arg("nosuch").query(conn).unwrap();
+        let redis::Value::Array(items) = v else { panic!("{v:?}") };
+        items
+            .chunks(2)
+            .map(|pair| {
+                let name: String = redis::from_redis_value(&pair[0]).unwrap();
+                let fields: Vec<redis::Value> = redis::from_redis_value(&pair[1]).unwrap();
+                assert_eq!(redis::from_redis_value::<String>(&fields[0]).unwrap(), "calls");
+                assert_eq!(redis::from_redis_value::<String>(&fields[2]).unwrap(), "histogram_usec");
+                let levels: Vec<i64> = redis::from_redis_value(&fields[3]).unwrap();
+                let calls: i64 = redis::from_redis_value(&fields[1]).unwrap();
+                assert_eq!(levels.last(), Some(&calls), "cumulative: the last level holds every call");
+                (name, calls, levels.iter().step_by(2).copied().collect())
+            })
+            .collect()
+    };
+    let shale = shape(&mut c);
+    assert_eq!(shale.len(), 1);
+    assert_eq!((shale[0].0.as_str(), shale[0].1), ("set", 50));
+    let series = [1, 2, 4, 8, 16, 33, 66, 132, 264, 528, 1056, 2113, 4227, 8454, 16908, 33816, 67633, 135266];
+    assert!(shale[0].2.iter().all(|l| series.contains(l)), "{:?}", shale[0].2);
+    if let Some((_redis, mut r, _)) = start_redis() {
+        let redis = shape(&mut r);
+        assert_eq!((redis[0].0.as_str(), redis[0].1), ("set", 50));
+        assert!(redis[0].2.iter().all(|l| series.contains(l)), "the series is Redis's: {:?}", redis[0].2);
+    }
+}

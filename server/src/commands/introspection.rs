@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 
-use super::{parse_i64, spec, CommandSpec, Session, NO_KEYS};
+use super::{meta, parse_i64, spec, CommandSpec, Session, NO_KEYS};
 use crate::resp::Reply;
 use crate::services::pubsub::Limits;
 
@@ -148,6 +148,9 @@ fn latency(s: &mut Session, args: &[Bytes]) -> Reply {
             "RESET [<event> ...]",
             "    Reset latency data of one or more <event> classes.",
             "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+            "    If no commands are specified then all histograms are replied.",
             "HELP",
             "    Prints this help.",
         ]),
@@ -187,8 +190,40 @@ fn latency(s: &mut Session, args: &[Bytes]) -> Reply {
             }
         }
         ("doctor", 2) => Reply::Verbatim(Bytes::from(doctor(s))),
+        ("histogram", _) => histogram(s, &args[2..]),
         _ => unknown_subcommand("latency", &args[1]),
     }
+}
+
+/// `LATENCY HISTOGRAM [command …]`: per command (and subcommand) with samples, its calls and
+/// the cumulative distribution of their latencies (`latency-tracking`), as Redis 7.0 replies.
+/// A named container stands for its subcommands too; unknown names are skipped.
+fn histogram(s: &Session, names: &[Bytes]) -> Reply {
+    let universe = meta::universe();
+    let ids: Vec<usize> = if names.is_empty() {
+        universe.iter().map(|c| c.id).collect()
+    } else {
+        names
+            .iter()
+            .filter_map(|n| meta::acl_command(&String::from_utf8_lossy(n).to_ascii_lowercase()))
+            .flat_map(|c| std::iter::once(c.id).chain(c.subcommands.iter().copied()))
+            .collect()
+    };
+    let entries = ids
+        .into_iter()
+        .filter_map(|id| {
+            let (calls, levels) = s.state.command_stats.histogram(id)?;
+            let cdf = levels.into_iter().map(|(us, n)| (Reply::Integer(us as i64), Reply::Integer(n as i64))).collect();
+            Some((
+                Reply::Bulk(Bytes::copy_from_slice(universe[id].name.as_bytes())),
+                Reply::Map(vec![
+                    (Reply::bulk(&b"calls"[..]), Reply::Integer(calls as i64)),
+                    (Reply::bulk(&b"histogram_usec"[..]), Reply::Map(cdf)),
+                ]),
+            ))
+        })
+        .collect();
+    Reply::Map(entries)
 }
 
 /// An ASCII chart of an event's samples: one column per sample, oldest left, 10 rows scaled

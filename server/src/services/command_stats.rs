@@ -10,7 +10,8 @@
 //! the copies. With
 //! `latency-tracking yes` (the default) each call's duration also goes into a lock-free
 //! log-linear histogram (16 sub-buckets per power of two: values within ~6 %), allocated on the
-//! command's first call; percentiles are read from it as Redis reads its HdrHistogram. Error
+//! command's first call; percentiles (INFO) and `LATENCY HISTOGRAM`'s cumulative levels are read
+//! from it as Redis reads its HdrHistogram. Error
 //! replies are counted by their first word (`ERR`, `WRONGTYPE` …), at most 128 kinds, as in
 //! Redis.
 
@@ -203,16 +204,8 @@ impl CommandStats {
     pub fn latencystats(&self, percentiles: &[f64]) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for cmd in meta::universe() {
-            let mut counts = vec![0u64; BUCKETS];
-            for h in self.copies(cmd.id).iter().filter_map(|e| e.histogram.get()) {
-                for (c, b) in counts.iter_mut().zip(h.iter()) {
-                    *c += b.load(Ordering::Relaxed);
-                }
-            }
+            let Some(counts) = self.counts(cmd.id) else { continue };
             let total: u64 = counts.iter().sum();
-            if total == 0 {
-                continue;
-            }
             let values: Vec<String> = percentiles
                 .iter()
                 .map(|&p| format!("p{}={:.3}", trim_float(p), value_at(&counts, total, p) as f64 / 1000.0))
@@ -221,6 +214,54 @@ impl CommandStats {
         }
         out
     }
+}
+
+impl CommandStats {
+    /// The merged latency histogram of command `id` (None: never timed).
+    fn counts(&self, id: usize) -> Option<Vec<u64>> {
+        let mut counts = vec![0u64; BUCKETS];
+        let mut any = false;
+        for h in self.copies(id).iter().filter_map(|e| e.histogram.get()) {
+            any = true;
+            for (c, b) in counts.iter_mut().zip(h.iter()) {
+                *c += b.load(Ordering::Relaxed);
+            }
+        }
+        any.then_some(counts).filter(|c| c.iter().any(|&n| n > 0))
+    }
+
+    /// `LATENCY HISTOGRAM` of command `id`: its calls and the cumulative distribution of their
+    /// durations at Redis's reporting levels (see [`cumulative`]). None if it has no samples.
+    pub fn histogram(&self, id: usize) -> Option<(u64, Vec<(u64, u64)>)> {
+        let counts = self.counts(id)?;
+        Some((counts.iter().sum(), cumulative(&counts)))
+    }
+}
+
+/// Redis's `LATENCY HISTOGRAM` levels: its HdrHistogram (2 significant digits, nanoseconds)
+/// walked in powers of two from 1024 ns; each level reports, in whole microseconds, the highest
+/// value equivalent to 1024·2^k at that precision (1, 2, 4, 8, 16, 33, 66, 132, 264 … µs) with
+/// the number of samples up to it, and only levels where that number grew are listed.
+fn cumulative(counts: &[u64]) -> Vec<(u64, u64)> {
+    let total: u64 = counts.iter().sum();
+    let mut out = Vec::new();
+    let (mut seen, mut b, mut previous) = (0u64, 0usize, 0u64);
+    let mut level: u64 = 1024;
+    while seen < total && level <= 2 * MAX_NS {
+        // HdrHistogram with 2 significant digits keeps 128 values per half power of two.
+        let magnitude = 63 - u64::from(level.leading_zeros());
+        let highest = level + (1u64 << magnitude.saturating_sub(7)) - 1;
+        while b < counts.len() && bucket_high(b) <= highest {
+            seen += counts[b];
+            b += 1;
+        }
+        if seen > previous {
+            out.push((highest / 1000, seen));
+            previous = seen;
+        }
+        level *= 2;
+    }
+    out
 }
 
 /// The duration (ns) at percentile `p` of the histogram `counts` holding `total` values.
@@ -353,6 +394,20 @@ mod tests {
             assert!(high >= ns, "{ns} above its bucket's top {high}");
             assert!((high - ns) as f64 <= ns as f64 * 0.0625 + 1.0, "{ns} vs {high}");
         }
+    }
+
+    #[test]
+    fn latency_histogram_reports_redis_levels_cumulatively() {
+        let stats = CommandStats::default();
+        let set = meta::acl_command("set").unwrap().id;
+        assert_eq!(stats.histogram(set), None, "no samples, no histogram");
+        for (ns, times) in [(500u64, 10u64), (1_500, 5), (40_000, 1)] {
+            for client in 0..times {
+                stats.called(set, client, Duration::from_nanos(ns), None);
+            }
+        }
+        // Levels 1024 ns (1 µs), 2048 (2 µs) … 65536 ns (66 µs); unchanged levels are left out.
+        assert_eq!(stats.histogram(set), Some((16, vec![(1, 10), (2, 15), (66, 16)])));
     }
 
     #[test]
