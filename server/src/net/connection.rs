@@ -168,6 +168,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 close = true;
             }
         }
+        if close {
+            // Gone for everyone before its last reply is out (as Redis frees a QUIT client
+            // before it reads anyone else's next command): a client that redirected its
+            // invalidations here and sees the QUIT reply already finds the redirect broken.
+            session.state.storage.tracking.disconnect(session.id);
+        }
         if !write_out(&mut socket, &mut output, &handle).await {
             return;
         }
