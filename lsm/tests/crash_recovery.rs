@@ -85,8 +85,12 @@ fn crash_kill_loop() {
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("ack ") {
-                    tx.send(n.parse::<u64>().unwrap()).unwrap();
+                // The test harness prints `test crash_child_writer ... ` without a newline
+                // before the test runs, so the first ack of every run shares its line: an ack
+                // is found anywhere in a line. (Matching only at the start lost it, and a run
+                // killed after one ack then looked like writes never acknowledged.)
+                if let Some((_, n)) = line.split_once("ack ") {
+                    tx.send(n.trim().parse::<u64>().unwrap()).unwrap();
                 }
             }
         });
