@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
+use super::after_command;
 use super::observe::{failed_sets, observe, set_id, stats_id};
 use super::session::{BlockRequest, Session};
 use crate::commands::{engine_error, lookup, meta, queued_keys, run_buffered, unknown_command, CommandSpec};
@@ -177,7 +178,7 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     if !s.exec.voided() {
         observe(s, spec, args, &reply, started.elapsed());
         if s.tracking {
-            remember_keys(s, spec, args);
+            after_command::remember_keys(s, spec, args);
         }
     }
     // `CLIENT CACHING` covers the next command, or the next transaction.
@@ -188,53 +189,13 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
         s.exec.end_snapshot();
     }
     if !s.in_exec {
-        expire_seen(s);
+        after_command::expire_seen(s);
         // A command's writes are committed when it returns (EXEC's and a write group's
         // events were published by `run_buffered`, after their commit).
         notifications::publish(&s.state, s.exec.take_events());
         serve_signals(s);
     }
     reply
-}
-
-/// Lazy expiry, after a command and before its reply: the keys its reads found expired are
-/// deleted and counted as Redis deletes them on access — except on a replica (its primary's
-/// deletes arrive through replication) and while `CLIENT PAUSE` is in force (the dataset must
-/// not change); reads treat them as missing either way, and the active cycle deletes them
-/// later.
-fn expire_seen(s: &mut Session) {
-    if s.exec.voided() {
-        return;
-    }
-    let seen = s.exec.take_expired_seen();
-    if seen.is_empty() || s.state.replication.is_replica() || s.state.pause_remaining(true).is_some() {
-        return;
-    }
-    match s.state.storage.expire_seen(&s.exec, seen) {
-        Ok(n) => {
-            s.state.expired_keys.fetch_add(n, Ordering::Relaxed);
-        }
-        Err(e) => tracing::warn!(target: "shale::expire", error = %e, "lazy expiry failed; the active cycle retries"),
-    }
-}
-
-/// `CLIENT TRACKING` (default mode): remember the keys a read-only command read, as Redis does
-/// after `call()`. A script's own commands are not remembered one by one: if one of them is a
-/// read, the script's declared keys are, once it returns (EVAL_RO and FCALL_RO included).
-fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
-    let read = spec.flags.contains(&"readonly");
-    if s.in_script {
-        s.tracking_script_read |= read;
-        return;
-    }
-    let script = matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro");
-    let remember = if script { std::mem::take(&mut s.tracking_script_read) } else { read };
-    if !remember || spec.flags.contains(&"pubsub") {
-        return;
-    }
-    let keys = meta::keys(spec, args);
-    let max_keys = s.state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
-    s.state.storage.tracking.remember(s.id, keys.iter().map(|k| &args[k.pos][..]), s.tracking_caching, max_keys);
 }
 
 /// True if plain SETs may skip their handler (blind batches): no keyspace notification asks

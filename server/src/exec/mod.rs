@@ -13,6 +13,7 @@
 //! travels in the session's [`ExecContext`](crate::storage::ExecContext), reset after each
 //! command, and a connection whose unsent replies pass a bound is not read until they drain.
 
+mod after_command;
 pub mod gate;
 pub mod in_memory;
 pub mod observe;

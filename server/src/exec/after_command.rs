@@ -1,0 +1,50 @@
+//! What a command leaves for after it has run, before its reply: lazy expiry of the keys its
+//! reads found expired, and the keys a `CLIENT TRACKING` client read (see
+//! [`super::gate::run_command`]).
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::session::Session;
+use crate::commands::{meta, CommandSpec};
+
+/// Lazy expiry, after a command and before its reply: the keys its reads found expired are
+/// deleted and counted as Redis deletes them on access — except on a replica (its primary's
+/// deletes arrive through replication) and while `CLIENT PAUSE` is in force (the dataset must
+/// not change); reads treat them as missing either way, and the active cycle deletes them
+/// later.
+pub(super) fn expire_seen(s: &mut Session) {
+    if s.exec.voided() {
+        return;
+    }
+    let seen = s.exec.take_expired_seen();
+    if seen.is_empty() || s.state.replication.is_replica() || s.state.pause_remaining(true).is_some() {
+        return;
+    }
+    match s.state.storage.expire_seen(&s.exec, seen) {
+        Ok(n) => {
+            s.state.expired_keys.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!(target: "shale::expire", error = %e, "lazy expiry failed; the active cycle retries"),
+    }
+}
+
+/// `CLIENT TRACKING` (default mode): remember the keys a read-only command read, as Redis does
+/// after `call()`. A script's own commands are not remembered one by one: if one of them is a
+/// read, the script's declared keys are, once it returns (EVAL_RO and FCALL_RO included).
+pub(super) fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
+    let read = spec.flags.contains(&"readonly");
+    if s.in_script {
+        s.tracking_script_read |= read;
+        return;
+    }
+    let script = matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro");
+    let remember = if script { std::mem::take(&mut s.tracking_script_read) } else { read };
+    if !remember || spec.flags.contains(&"pubsub") {
+        return;
+    }
+    let keys = meta::keys(spec, args);
+    let max_keys = s.state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
+    s.state.storage.tracking.remember(s.id, keys.iter().map(|k| &args[k.pos][..]), s.tracking_caching, max_keys);
+}
