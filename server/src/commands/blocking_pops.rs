@@ -39,6 +39,18 @@ pub(super) fn block_or_reply(
             Err(e) => return e,
         }
     }
+    block_on(s, keys, timeout, timeout_reply, attempt)
+}
+
+/// Asks the connection to block on `keys` until `attempt` serves one of them (retried whenever
+/// one is signalled) or `timeout` passes (then `timeout_reply`).
+pub(super) fn block_on(
+    s: &mut Session,
+    keys: Vec<Bytes>,
+    timeout: Option<std::time::Duration>,
+    timeout_reply: Reply,
+    attempt: impl Fn(&ServerState, &ExecContext, &Bytes) -> Result<Option<Reply>, Reply> + Send + Sync + 'static,
+) -> Reply {
     let state: Arc<ServerState> = Arc::clone(&s.state);
     // A retry runs for no command of this client: in a context of its own, whose keyspace
     // events are published once it is done.

@@ -29,6 +29,7 @@ mod server;
 mod sets;
 mod sort;
 mod sorted_sets;
+mod streams;
 mod string_range;
 mod strings;
 mod transactions;
@@ -106,6 +107,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         keys::dump::COMMANDS,
         keys::migrate::COMMANDS,
         hashes::COMMANDS,
+        streams::COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,
         sorted_sets::geo::COMMANDS,

@@ -94,6 +94,8 @@ pub const EFFECTIVE: &[&str] = &[
     "requirepass",
     "slowlog-log-slower-than",
     "slowlog-max-len",
+    "stream-node-max-bytes",
+    "stream-node-max-entries",
     "supervised",
     "table-read-mode",
     "timeout",

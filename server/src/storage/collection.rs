@@ -288,6 +288,22 @@ impl<'a> View<'a> {
         ElementIter { range: self.cx.range(&self.storage.engine, start, Bound::Excluded(end)), skip: prefix.len() }
     }
 
+    /// Elements of `uid` with fields in `[from, to)`, from either end.
+    pub fn elements_between(&self, uid: u64, from: &[u8], to: &[u8]) -> ElementIter {
+        let prefix_len = element_key(self.pdb, uid, b"").len();
+        let (start, end) = (element_key(self.pdb, uid, from), element_key(self.pdb, uid, to));
+        ElementIter {
+            range: self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)),
+            skip: prefix_len,
+        }
+    }
+
+    /// Adds deleting the elements of `uid` with fields in `[from, to)` to `batch` (one range
+    /// tombstone).
+    pub fn delete_elements(&self, batch: &mut lsm::WriteBatch, uid: u64, from: &[u8], to: &[u8]) {
+        batch.delete_range(element_key(self.pdb, uid, from), element_key(self.pdb, uid, to));
+    }
+
     /// The values of up to `n` elements of `uid` from field `from` on, in field order (a list's
     /// LRANGE): one engine cursor, no copy of keys or values outside a transaction.
     pub fn values_from(&self, uid: u64, from: &[u8], n: usize) -> lsm::Result<Vec<Bytes>> {
@@ -443,6 +459,12 @@ impl Iterator for ElementIter {
 
     fn next(&mut self) -> Option<Self::Item> {
         Some(self.range.next()?.map(|(k, v)| (k.slice(self.skip..), v)))
+    }
+}
+
+impl DoubleEndedIterator for ElementIter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        Some(self.range.next_back()?.map(|(k, v)| (k.slice(self.skip..), v)))
     }
 }
 

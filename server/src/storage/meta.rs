@@ -16,6 +16,8 @@ pub enum KeyType {
     Set = 3,
     /// A sorted set.
     ZSet = 4,
+    /// A stream.
+    Stream = 5,
 }
 
 impl KeyType {
@@ -27,6 +29,7 @@ impl KeyType {
             KeyType::Hash => "hash",
             KeyType::Set => "set",
             KeyType::ZSet => "zset",
+            KeyType::Stream => "stream",
         }
     }
 
@@ -37,6 +40,7 @@ impl KeyType {
             2 => KeyType::Hash,
             3 => KeyType::Set,
             4 => KeyType::ZSet,
+            5 => KeyType::Stream,
             _ => return None,
         })
     }

@@ -139,6 +139,7 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
         KeyType::String if meta.is_segmented() => "raw",
         KeyType::String => string_encoding(&meta.body),
         KeyType::List => "quicklist",
+        KeyType::Stream => "stream",
         KeyType::Hash => {
             let (max_entries, max_value) = (cfg("hash-max-listpack-entries", 128), cfg("hash-max-listpack-value", 64));
             let small = count <= max_entries
