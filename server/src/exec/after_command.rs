@@ -48,3 +48,26 @@ pub(super) fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes])
     let max_keys = s.state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
     s.state.storage.tracking.remember(s.id, keys.iter().map(|k| &args[k.pos][..]), s.tracking_caching, max_keys);
 }
+
+/// A write may have deleted or replaced a key that clients wait on: their attempts run again
+/// after it (a blocked XREADGROUP is then told that its stream or group is gone; other waiters
+/// find nothing and keep waiting).
+pub(super) fn wake_changed_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
+    if !spec.flags.contains(&"write") || s.state.blocking.blocked_clients() == 0 {
+        return;
+    }
+    match spec.name {
+        "flushall" | "flushdb" | "swapdb" => {
+            let waited = s.state.blocking.waited_keys(s.db);
+            s.signals.extend(waited);
+        }
+        _ => {
+            for k in meta::keys(spec, args) {
+                let key = &args[k.pos];
+                if s.state.blocking.has_waiters(s.db, key) {
+                    s.signals.push(key.clone());
+                }
+            }
+        }
+    }
+}

@@ -176,6 +176,7 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     let reply = (spec.handler)(s, args);
     // A memory-only attempt that needed the disk is void: its rerun is the call.
     if !s.exec.voided() {
+        after_command::wake_changed_keys(s, spec, args);
         observe(s, spec, args, &reply, started.elapsed());
         if s.tracking {
             after_command::remember_keys(s, spec, args);
@@ -206,6 +207,12 @@ pub(super) fn blind_sets_allowed(s: &Session) -> bool {
         && !s.state.pubsub.has_monitors()
         && !s.state.storage.tracking.active()
         && !s.state.slowlog.wants(0)
+}
+
+/// True if a client is blocked on `key` (a SET of it must run its handler, which wakes them:
+/// see `after_command::wake_changed_keys`).
+pub(super) fn waited_on(s: &Session, key: &Bytes) -> bool {
+    s.state.blocking.blocked_clients() > 0 && s.state.blocking.has_waiters(s.db, key)
 }
 
 /// True if `CLIENT PAUSE WRITE` holds this request back: what Redis calls a "may replicate"
@@ -290,7 +297,7 @@ pub fn run_batch(
                     return Some(reply);
                 }
             };
-            if spec.name == "set" && args.len() == 3 && !s.in_exec && blind_sets_allowed(s) {
+            if spec.name == "set" && args.len() == 3 && !s.in_exec && blind_sets_allowed(s) && !waited_on(s, &args[1]) {
                 // Fast path: a plain SET joins the pipeline's batch of blind writes.
                 if !sets.is_empty() && sets.db != s.db {
                     sets.commit(s, out);

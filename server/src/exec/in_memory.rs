@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
-use super::gate::{admit, blind_sets_allowed, panicked, run_command, SetBatch};
+use super::gate::{admit, blind_sets_allowed, panicked, run_command, waited_on, SetBatch};
 use super::observe::failed_sets;
 use super::session::Session;
 use crate::commands::{engine_error, lookup};
@@ -100,7 +100,7 @@ pub fn run_in_memory(
 ) -> InMemory {
     while let Some(args) = requests.front() {
         let Some(spec) = lookup(&args[0]) else { return InMemory::Stopped(false) };
-        let plain_set = spec.name == "set" && args.len() == 3;
+        let plain_set = spec.name == "set" && args.len() == 3 && !waited_on(s, &args[1]);
         if !(plain_set || MEMORY_READS.contains(&spec.name)) {
             return InMemory::Stopped(false);
         }
@@ -193,7 +193,10 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
     let mut sets = SetBatch::for_db(s.db);
     let mut replies = Vec::new();
     while let Some(args) = requests.front() {
-        let Some(spec) = lookup(&args[0]).filter(|c| c.name == "set" && args.len() == 3) else { break };
+        let Some(spec) = lookup(&args[0]).filter(|c| c.name == "set" && args.len() == 3 && !waited_on(s, &args[1]))
+        else {
+            break;
+        };
         // A pause or a kill that came meanwhile is honoured between SETs, as on an executor.
         if s.db != sets.db
             || sets.is_full()
