@@ -1,6 +1,8 @@
 //! Streams against a real `shale-server`: IDs and their errors, ranges, XDEL and trimming
 //! (exact and by whole nodes, as Redis trims), XREAD with and without BLOCK, RESP3 replies,
-//! and a stream surviving a restart and a crash.
+//! a stream surviving a restart and a crash, consumer groups (pending entries, claims, blocked
+//! readers told their stream or group is gone) and a work queue across a dead consumer and a
+//! restart.
 
 mod common;
 
@@ -220,4 +222,237 @@ fn streams_survive_restart_and_crash_and_move_with_their_key() {
     assert_eq!(cmd("XLEN").arg("renamed").query::<i64>(&mut c).unwrap(), 12);
     // Without the Redis serialization of streams, DUMP refuses them rather than lose them.
     assert!(err(cmd("DUMP").arg("s").query(&mut c)).contains("streams cannot be serialized"));
+}
+
+/// `(key, entries)` of an XREADGROUP reply (nil when nothing came).
+type Read = Option<Vec<(String, Entries)>>;
+
+fn read_group(c: &mut redis::Connection, consumer: &str, count: usize, block_ms: u64) -> Entries {
+    let got: Read = cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("BLOCK")
+        .arg(block_ms)
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query(c)
+        .unwrap();
+    got.map(|mut streams| streams.pop().map(|(_, e)| e).unwrap_or_default()).unwrap_or_default()
+}
+
+/// The work queue: producers XADD, consumers of one group XREADGROUP and XACK, one
+/// consumer dies holding entries and XAUTOCLAIM hands them to another, the server restarts in
+/// the middle; every job is processed exactly once and nothing stays pending.
+#[test]
+fn a_work_queue_processes_every_job_exactly_once_across_a_crashed_consumer_and_a_restart() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    const PRODUCERS: usize = 4;
+    const PER_PHASE: usize = 250;
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    cmd("XGROUP").arg("CREATE").arg("jobs").arg("workers").arg("$").arg("MKSTREAM").query::<()>(&mut admin).unwrap();
+    let tally: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let mut server = Some(server);
+    for phase in 0..2u64 {
+        let port = server.as_ref().unwrap().port;
+        let connect =
+            move || redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let producers: Vec<_> = (0..PRODUCERS as u64)
+            .map(|p| {
+                std::thread::spawn(move || {
+                    let mut c = connect();
+                    for i in 0..PER_PHASE as u64 {
+                        let job = (phase * PRODUCERS as u64 + p) * 1_000_000 + i;
+                        cmd("XADD").arg("jobs").arg("*").arg("job").arg(job).query::<()>(&mut c).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..4)
+            .map(|n| {
+                let (tally, done) = (Arc::clone(&tally), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut c = connect();
+                    let me = format!("worker-{n}");
+                    while !done.load(Ordering::Acquire) {
+                        let mut jobs = read_group(&mut c, &me, 20, 50);
+                        // Worker 3 of the first phase dies with what it just read.
+                        if phase == 0 && n == 3 && !jobs.is_empty() {
+                            return;
+                        }
+                        // Worker 0 also takes over entries idle for 200 ms (the dead worker's).
+                        if n == 0 {
+                            let (_next, claimed, _gone): (String, Entries, Vec<String>) = cmd("XAUTOCLAIM")
+                                .arg("jobs")
+                                .arg("workers")
+                                .arg(&me)
+                                .arg(200)
+                                .arg("0-0")
+                                .arg("COUNT")
+                                .arg(50)
+                                .query(&mut c)
+                                .unwrap();
+                            jobs.extend(claimed);
+                        }
+                        if jobs.is_empty() {
+                            continue;
+                        }
+                        {
+                            let mut t = tally.lock().unwrap();
+                            for (_, fields) in &jobs {
+                                *t.entry(fields[1].parse().unwrap()).or_default() += 1;
+                            }
+                        }
+                        let acked: usize =
+                            cmd("XACK").arg("jobs").arg("workers").arg(ids(&jobs)).query(&mut c).unwrap();
+                        assert_eq!(acked, jobs.len());
+                    }
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        let want = (phase as usize + 1) * PRODUCERS * PER_PHASE;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let pending: (u64, Value, Value, Value) =
+                cmd("XPENDING").arg("jobs").arg("workers").query(&mut admin).unwrap();
+            if tally.lock().unwrap().len() == want && pending.0 == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "jobs left: {} of {want}, {} pending",
+                tally.lock().unwrap().len(),
+                pending.0
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        done.store(true, Ordering::Release);
+        for c in consumers {
+            c.join().unwrap();
+        }
+        if phase == 0 {
+            drop(admin);
+            server = Some(server.take().unwrap().restart(&[]));
+            admin = server.as_ref().unwrap().client();
+        }
+    }
+    let tally = tally.lock().unwrap();
+    assert_eq!(tally.len(), 2 * PRODUCERS * PER_PHASE);
+    assert!(tally.values().all(|&n| n == 1), "a job processed twice");
+    let groups: Vec<std::collections::HashMap<String, Value>> =
+        cmd("XINFO").arg("GROUPS").arg("jobs").query(&mut admin).unwrap();
+    assert_eq!(groups[0]["pending"], Value::Int(0));
+    assert_eq!(groups[0]["lag"], Value::Int(0));
+    assert_eq!(groups[0]["entries-read"], Value::Int((2 * PRODUCERS * PER_PHASE) as i64));
+    let consumers: Vec<std::collections::HashMap<String, Value>> =
+        cmd("XINFO").arg("CONSUMERS").arg("jobs").arg("workers").query(&mut admin).unwrap();
+    assert_eq!(consumers.len(), 4, "{consumers:?}");
+}
+
+#[test]
+fn consumer_groups_track_pending_entries_and_answer_blocked_readers_when_their_stream_goes() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(
+        err(cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("$").query(&mut c)),
+        "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."
+    );
+    for i in 1..=3 {
+        cmd("XADD").arg("s").arg(format!("{i}-0")).arg("f").arg(i).query::<()>(&mut c).unwrap();
+    }
+    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(&mut c).unwrap();
+    assert_eq!(
+        err(cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query(&mut c)),
+        "BUSYGROUP Consumer Group name already exists"
+    );
+    assert_eq!(ids(&read_group_of(&mut c, "s", "alice", 2)), ["1-0", "2-0"]);
+    assert_eq!(ids(&read_group_of(&mut c, "s", "bob", 10)), ["3-0"]);
+    // Summary: count, smallest and largest pending IDs, and each consumer's count.
+    let summary: (u64, String, String, Vec<(String, String)>) =
+        cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
+    assert_eq!(
+        summary,
+        (3, "1-0".into(), "3-0".into(), vec![("alice".into(), "2".into()), ("bob".into(), "1".into())])
+    );
+    // History: alice reads her own pending entries again (delivery counts go up).
+    let again: Vec<(String, Entries)> =
+        cmd("XREADGROUP").arg("GROUP").arg("g").arg("alice").arg("STREAMS").arg("s").arg("0").query(&mut c).unwrap();
+    assert_eq!(ids(&again[0].1), ["1-0", "2-0"]);
+    let detail: Vec<(String, String, u64, u64)> =
+        cmd("XPENDING").arg("s").arg("g").arg("-").arg("+").arg(10).arg("alice").query(&mut c).unwrap();
+    assert_eq!(detail.iter().map(|d| (d.0.as_str(), d.3)).collect::<Vec<_>>(), [("1-0", 2), ("2-0", 2)]);
+    // XCLAIM moves an entry to bob; XACK removes it once.
+    let claimed: Vec<String> =
+        cmd("XCLAIM").arg("s").arg("g").arg("bob").arg(0).arg("1-0").arg("JUSTID").query(&mut c).unwrap();
+    assert_eq!(claimed, ["1-0"]);
+    assert_eq!(cmd("XACK").arg("s").arg("g").arg("1-0").arg("1-0").arg("9-9").query::<i64>(&mut c).unwrap(), 1);
+    let summary: (u64, String, String, Vec<(String, String)>) =
+        cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
+    assert_eq!(summary.3, vec![("alice".to_string(), "1".to_string()), ("bob".to_string(), "1".to_string())]);
+    // DELCONSUMER answers how many entries the consumer still had.
+    assert_eq!(cmd("XGROUP").arg("DELCONSUMER").arg("s").arg("g").arg("alice").query::<i64>(&mut c).unwrap(), 1);
+    // A reader blocked in a group is told when its stream is deleted, or its group destroyed.
+    let port = server.port;
+    for (key, end) in [("s", "DEL"), ("s2", "DESTROY")] {
+        if key == "s2" {
+            cmd("XGROUP").arg("CREATE").arg("s2").arg("g").arg("$").arg("MKSTREAM").query::<()>(&mut c).unwrap();
+        }
+        let waiter = std::thread::spawn(move || {
+            let mut r = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+            let e = cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("g")
+                .arg("x")
+                .arg("BLOCK")
+                .arg(0)
+                .arg("STREAMS")
+                .arg(key)
+                .arg(">")
+                .query::<Value>(&mut r);
+            err(e)
+        });
+        for _ in 0..200 {
+            let clients: String = cmd("INFO").arg("clients").query(&mut c).unwrap();
+            if clients.contains("blocked_clients:1") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if end == "DEL" {
+            cmd("DEL").arg(key).query::<()>(&mut c).unwrap();
+            assert_eq!(waiter.join().unwrap(), "UNBLOCKED the stream key no longer exists");
+        } else {
+            cmd("XGROUP").arg("DESTROY").arg(key).arg("g").query::<()>(&mut c).unwrap();
+            assert_eq!(
+                waiter.join().unwrap(),
+                "NOGROUP the consumer group this client was blocked on no longer exists"
+            );
+        }
+    }
+}
+
+fn read_group_of(c: &mut redis::Connection, key: &str, consumer: &str, count: usize) -> Entries {
+    let got: Vec<(String, Entries)> = cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(key)
+        .arg(">")
+        .query(c)
+        .unwrap();
+    got.into_iter().next().map(|(_, e)| e).unwrap_or_default()
 }

@@ -108,6 +108,7 @@ static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::
         keys::migrate::COMMANDS,
         hashes::COMMANDS,
         streams::COMMANDS,
+        streams::GROUP_COMMANDS,
         sets::COMMANDS,
         sorted_sets::COMMANDS,
         sorted_sets::geo::COMMANDS,

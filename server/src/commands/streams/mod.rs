@@ -1,4 +1,5 @@
-//! Streams: XADD, XLEN, XRANGE, XREVRANGE, XDEL, XTRIM, XSETID and XREAD (with BLOCK).
+//! Streams: XADD, XLEN, XRANGE, XREVRANGE, XDEL, XTRIM, XSETID, XREAD (with BLOCK) and XINFO;
+//! consumer groups are in [`groups`].
 //!
 //! A stream is a collection (see `storage::collection`): a metadata record and, under the
 //! key's incarnation, one element record per entry, keyed so that byte order is ID order:
@@ -9,7 +10,7 @@
 //! where the `n` strings are the entry's field, value, field, value, … The metadata body holds
 //! (u64 LE each): length, 0, last ID (ms, seq), largest deleted ID (ms, seq), entries added
 //! over the stream's life, first live ID (ms, seq), and the emulated tail node: its number, the
-//! entries appended to it and their bytes.
+//! entries appended to it and their bytes; then the number of consumer groups (see `groups`).
 //!
 //! **Nodes.** Redis stores a stream as listpack nodes of at most `stream-node-max-entries`
 //! entries (or `stream-node-max-bytes` bytes), and `~` trimming removes whole nodes only.
@@ -28,6 +29,10 @@
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+mod groups;
+
+pub(super) use groups::COMMANDS as GROUP_COMMANDS;
 
 use super::blocking_pops::block_on;
 use super::collections::{fetch, SYNTAX};
@@ -48,8 +53,8 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("xinfo", -2, &["readonly"], (2, 2, 1), xinfo),
 ];
 
-const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
-const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub(super) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(super) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// A stream entry ID: milliseconds and a sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -59,7 +64,7 @@ pub struct StreamId {
 }
 
 impl StreamId {
-    const MAX: StreamId = StreamId { ms: u64::MAX, seq: u64::MAX };
+    pub(super) const MAX: StreamId = StreamId { ms: u64::MAX, seq: u64::MAX };
 
     /// The next ID, if there is one.
     pub fn incr(self) -> Option<StreamId> {
@@ -78,7 +83,7 @@ impl StreamId {
     }
 
     /// The element field of the entry with this ID.
-    fn field(self) -> [u8; 17] {
+    pub(super) fn field(self) -> [u8; 17] {
         let mut f = [0u8; 17];
         f[0] = b'e';
         f[1..9].copy_from_slice(&self.ms.to_be_bytes());
@@ -87,7 +92,7 @@ impl StreamId {
     }
 
     /// The ID of an entry's element field.
-    fn of_field(field: &[u8]) -> Option<StreamId> {
+    pub(super) fn of_field(field: &[u8]) -> Option<StreamId> {
         if field.len() != 17 || field[0] != b'e' {
             return None;
         }
@@ -113,20 +118,20 @@ impl StreamId {
 }
 
 /// Everything after the `'e'` entries: the end of the entry range.
-const ENTRIES_END: &[u8] = b"f";
+pub(super) const ENTRIES_END: &[u8] = b"f";
 
 /// How an ID argument is read (Redis's `streamGenericParseIDOrReply`).
-struct IdSyntax {
+pub(super) struct IdSyntax {
     /// The sequence when only milliseconds are given.
-    missing_seq: u64,
+    pub missing_seq: u64,
     /// `-` and `+` are refused.
-    strict: bool,
+    pub strict: bool,
     /// `ms-*` is accepted (XADD): the sequence is then not given.
-    seq_star: bool,
+    pub seq_star: bool,
 }
 
 /// Parses an ID; the flag says whether the sequence was given (false only for `ms-*`).
-fn parse_id(arg: &[u8], how: IdSyntax) -> Result<(StreamId, bool), Reply> {
+pub(super) fn parse_id(arg: &[u8], how: IdSyntax) -> Result<(StreamId, bool), Reply> {
     let invalid = || Reply::error(INVALID_ID);
     if arg.len() > 127 {
         return Err(invalid());
@@ -154,7 +159,7 @@ fn parse_id(arg: &[u8], how: IdSyntax) -> Result<(StreamId, bool), Reply> {
     }
 }
 
-fn strict_id(arg: &[u8]) -> Result<StreamId, Reply> {
+pub(super) fn strict_id(arg: &[u8]) -> Result<StreamId, Reply> {
     parse_id(arg, IdSyntax { missing_seq: 0, strict: true, seq_star: false }).map(|(id, _)| id)
 }
 
@@ -171,6 +176,8 @@ pub struct StreamMeta {
     pub added: u64,
     /// The first live entry (0-0 when empty).
     pub first: StreamId,
+    /// Consumer groups.
+    pub groups: u64,
     /// The emulated listpack node new entries go to, how many entries it got and their bytes.
     tail_node: u64,
     tail_entries: u64,
@@ -194,6 +201,7 @@ impl StreamMeta {
             tail_node: w(9),
             tail_entries: w(10),
             tail_bytes: w(11),
+            groups: w(12),
         }
     }
 
@@ -212,7 +220,7 @@ impl StreamMeta {
             self.tail_node,
             self.tail_entries,
             self.tail_bytes,
-            0,
+            self.groups,
         ] {
             b.put_u64_le(w);
         }
@@ -254,18 +262,18 @@ fn entry_items(value: &Bytes) -> Option<Vec<Bytes>> {
     (at == value.len()).then_some(out)
 }
 
-fn damaged() -> lsm::Error {
+pub(super) fn damaged() -> lsm::Error {
     lsm::Error::InvalidArgument("damaged stream entry".into())
 }
 
 /// One entry as the range commands reply it: `[id, [field, value, …]]`.
-fn entry_reply(id: StreamId, value: &Bytes) -> lsm::Result<Reply> {
+pub(super) fn entry_reply(id: StreamId, value: &Bytes) -> lsm::Result<Reply> {
     let items = entry_items(value).ok_or_else(damaged)?;
     Ok(Reply::Array(vec![Reply::Bulk(id.text()), Reply::Array(items.into_iter().map(Reply::Bulk).collect())]))
 }
 
 /// The stream at `key`, with its fields.
-fn stream_at(view: &View, key: &[u8]) -> Result<Option<(Meta, StreamMeta)>, Reply> {
+pub(super) fn stream_at(view: &View, key: &[u8]) -> Result<Option<(Meta, StreamMeta)>, Reply> {
     Ok(fetch(view, key, KeyType::Stream)?.map(|m| {
         let sm = StreamMeta::of(&m);
         (m, sm)
@@ -273,7 +281,7 @@ fn stream_at(view: &View, key: &[u8]) -> Result<Option<(Meta, StreamMeta)>, Repl
 }
 
 /// Live entries with IDs in `[start, end]`, at most `count` (0: all), in ID order or reversed.
-fn range(
+pub(super) fn range(
     view: &View,
     meta: &Meta,
     sm: &StreamMeta,
@@ -511,7 +519,7 @@ fn trim(
 }
 
 /// Writes the stream's metadata with `sm` (an empty stream still exists).
-fn put(view: &View, b: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, sm: &StreamMeta) {
+pub(super) fn put(view: &View, b: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, sm: &StreamMeta) {
     view.put_meta(b, key, &Meta { body: sm.body(), ..meta.clone() });
 }
 
@@ -839,7 +847,7 @@ fn read_after(view: &View, key: &[u8], after: StreamId, count: usize) -> Result<
 }
 
 /// Replies of XREAD for several streams: an array of `[key, entries]` (a map in RESP3).
-fn streams_reply(found: Vec<(Bytes, Reply)>, resp3: bool) -> Reply {
+pub(super) fn streams_reply(found: Vec<(Bytes, Reply)>, resp3: bool) -> Reply {
     if resp3 {
         Reply::Map(found.into_iter().map(|(k, v)| (Reply::Bulk(k), v)).collect())
     } else {
@@ -847,10 +855,32 @@ fn streams_reply(found: Vec<(Bytes, Reply)>, resp3: bool) -> Reply {
     }
 }
 
-/// `XREAD [COUNT count] [BLOCK milliseconds] STREAMS key … id …`.
-fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (mut count, mut block): (usize, Option<Option<Duration>>) = (0, None);
-    let mut streams_at = None;
+/// The options of XREAD and XREADGROUP.
+pub(super) struct ReadArgs {
+    /// Most entries per stream (0: all).
+    pub count: usize,
+    /// BLOCK's timeout (`Some(None)`: forever).
+    pub block: Option<Option<Duration>>,
+    /// XREADGROUP's group and consumer.
+    pub group: Option<(Bytes, Bytes)>,
+    pub noack: bool,
+    /// Where the keys start; the IDs follow them.
+    pub streams_at: usize,
+}
+
+impl ReadArgs {
+    /// The keys and their ID arguments.
+    pub fn streams<'a>(&self, args: &'a [Bytes]) -> (&'a [Bytes], &'a [Bytes]) {
+        let rest = &args[self.streams_at..];
+        rest.split_at(rest.len() / 2)
+    }
+}
+
+/// Parses `[COUNT count] [BLOCK ms] [GROUP g c] [NOACK] STREAMS key … id …` (Redis's
+/// `xreadCommand`).
+pub(super) fn parse_read(s: &Session, args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs, Reply> {
+    let name = if xreadgroup { "xreadgroup" } else { "xread" };
+    let mut out = ReadArgs { count: 0, block: None, group: None, noack: false, streams_at: 0 };
     let mut i = 1;
     while i < args.len() {
         let more = args.len() - 1 - i;
@@ -858,46 +888,69 @@ fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
         match opt.as_slice() {
             b"block" if more > 0 => {
                 if s.in_script {
-                    return Reply::error("ERR xread command is not allowed with BLOCK option from scripts");
+                    return Err(Reply::error(format!(
+                        "ERR {name} command is not allowed with BLOCK option from scripts"
+                    )));
                 }
-                let ms = match parse_i64(&args[i + 1]) {
-                    Some(ms) => ms,
-                    None => return Reply::error("ERR timeout is not an integer or out of range"),
-                };
+                let ms = parse_i64(&args[i + 1])
+                    .ok_or_else(|| Reply::error("ERR timeout is not an integer or out of range"))?;
                 if ms < 0 {
-                    return Reply::error("ERR timeout is negative");
+                    return Err(Reply::error("ERR timeout is negative"));
                 }
-                block = Some((ms > 0).then(|| Duration::from_millis(ms as u64)));
+                out.block = Some((ms > 0).then(|| Duration::from_millis(ms as u64)));
                 i += 2;
             }
             b"count" if more > 0 => {
-                match parse_i64(&args[i + 1]) {
-                    Some(n) => count = usize::try_from(n.max(0)).unwrap_or(usize::MAX),
-                    None => return Reply::error(NOT_INTEGER),
-                }
+                let n = parse_i64(&args[i + 1]).ok_or_else(|| Reply::error(NOT_INTEGER))?;
+                out.count = usize::try_from(n.max(0)).unwrap_or(usize::MAX);
                 i += 2;
             }
             b"streams" if more > 0 => {
-                streams_at = Some(i + 1);
+                out.streams_at = i + 1;
+                if !(args.len() - out.streams_at).is_multiple_of(2) {
+                    return Err(Reply::error(
+                        "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+                    ));
+                }
                 break;
             }
             b"group" if more >= 2 => {
-                return Reply::error("ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
+                if !xreadgroup {
+                    return Err(Reply::error(
+                        "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+                    ));
+                }
+                out.group = Some((args[i + 1].clone(), args[i + 2].clone()));
+                i += 3;
             }
             b"noack" => {
-                return Reply::error("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+                if !xreadgroup {
+                    return Err(Reply::error(
+                        "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+                    ));
+                }
+                out.noack = true;
+                i += 1;
             }
-            _ => return Reply::error(SYNTAX),
+            _ => return Err(Reply::error(SYNTAX)),
         }
     }
-    let Some(at) = streams_at else { return Reply::error(SYNTAX) };
-    let rest = &args[at..];
-    if !rest.len().is_multiple_of(2) {
-        return Reply::error(
-            "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
-        );
+    if out.streams_at == 0 {
+        return Err(Reply::error(SYNTAX));
     }
-    let (keys, id_args) = rest.split_at(rest.len() / 2);
+    if xreadgroup && out.group.is_none() {
+        return Err(Reply::error("ERR Missing GROUP option for XREADGROUP"));
+    }
+    Ok(out)
+}
+
+/// `XREAD [COUNT count] [BLOCK milliseconds] STREAMS key … id …`.
+fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
+    let read = match parse_read(s, args, false) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let (keys, id_args) = read.streams(args);
     let view = s.state.storage.view(&s.exec, s.db);
     let mut after = Vec::with_capacity(keys.len());
     for (key, arg) in keys.iter().zip(id_args) {
@@ -921,7 +974,7 @@ fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     let mut found = Vec::new();
     for (key, &id) in keys.iter().zip(&after) {
-        match read_after(&view, key, id, count) {
+        match read_after(&view, key, id, read.count) {
             Ok(Some(entries)) => found.push((key.clone(), entries)),
             Ok(None) => {}
             Err(e) => return e,
@@ -931,11 +984,11 @@ fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
     if !found.is_empty() {
         return streams_reply(found, resp3);
     }
-    let Some(timeout) = block else { return Reply::NullArray };
+    let Some(timeout) = read.block else { return Reply::NullArray };
     // Blocked: each key is served on its own, with the entries after its ID.
     let waits: std::collections::HashMap<Bytes, StreamId> = keys.iter().cloned().zip(after).collect();
     let db = s.db;
-    let count = if count == 0 { 1000 } else { count };
+    let count = if read.count == 0 { 1000 } else { read.count };
     block_on(s, keys.to_vec(), timeout, Reply::NullArray, move |state, cx: &ExecContext, key| {
         let Some(&id) = waits.get(key) else { return Ok(None) };
         let view = state.storage.view(cx, db);
@@ -996,14 +1049,17 @@ fn xinfo(s: &mut Session, args: &[Bytes]) -> Reply {
         Err(e) => return e,
     };
     match sub.as_str() {
-        // Consumer groups are not implemented yet: a stream has none.
-        "groups" => return Reply::Array(Vec::new()),
+        "groups" => return groups::info_groups(&view, &meta, &sm).unwrap_or_else(engine_error),
         "consumers" => {
-            return Reply::error(format!(
-                "NOGROUP No such consumer group '{}' for key name '{}'",
-                String::from_utf8_lossy(&args[3]),
-                String::from_utf8_lossy(&args[2])
-            ))
+            return match groups::info_consumers(&view, &meta, &args[3]) {
+                Ok(Some(r)) => r,
+                Ok(None) => Reply::error(format!(
+                    "NOGROUP No such consumer group '{}' for key name '{}'",
+                    String::from_utf8_lossy(&args[3]),
+                    String::from_utf8_lossy(&args[2])
+                )),
+                Err(e) => engine_error(e),
+            }
         }
         _ => {}
     }
@@ -1052,9 +1108,12 @@ fn xinfo(s: &mut Session, args: &[Bytes]) -> Reply {
             Ok(entries) => out.push((text("entries"), Reply::Array(entries))),
             Err(e) => return engine_error(e),
         }
-        out.push((text("groups"), Reply::Array(Vec::new())));
+        match groups::info_full_groups(&view, &meta, &sm, count) {
+            Ok(g) => out.push((text("groups"), g)),
+            Err(e) => return engine_error(e),
+        }
     } else {
-        out.push((text("groups"), Reply::Integer(0)));
+        out.push((text("groups"), Reply::Integer(sm.groups as i64)));
         for (name, rev) in [("first-entry", false), ("last-entry", true)] {
             match range(&view, &meta, &sm, all, 1, rev) {
                 Ok(mut one) => out.push((text(name), one.pop().unwrap_or(Reply::Null))),
@@ -1115,6 +1174,7 @@ mod tests {
             tail_node: 2,
             tail_entries: 1,
             tail_bytes: 30,
+            groups: 2,
         };
         let meta = Meta { kind: KeyType::Stream, expire_at_ms: 0, uid: 1, body: sm.body() };
         assert_eq!(StreamMeta::of(&meta), sm);
