@@ -151,8 +151,8 @@ pub fn import(
                 let key = r.string().map_err(fail)?;
                 let value = load_value(kind, &mut r).map_err(|_| match kind {
                     6 | 7 => ImportError::Unsupported(format!("key {} holds module data", show(&key))),
-                    15 | 19 => ImportError::Unsupported(format!(
-                        "key {} is a stream, which this server does not support yet",
+                    21 => ImportError::Unsupported(format!(
+                        "key {} is a stream in Redis 7.2's form (type 21), newer than this server reads",
                         show(&key)
                     )),
                     _ => bad(&format!("a malformed value (type {kind}) for key {}", show(&key)), here),

@@ -20,14 +20,15 @@
 //! ```
 //! (strings, lengths and scores: see `codec`; packed blobs: see `packed`). Shale reads every
 //! type above, so payloads from Redis 7.0 (and the older encodings it still loads) restore
-//! here; it writes the plain types (0, 1, 2, 4, 5), which Redis 7.0 loads too. Streams,
-//! modules and zipmaps are refused as bad data.
+//! here; it writes the plain types (0, 1, 2, 4, 5) and streams as type 19, which Redis 7.0 loads too.
+//! Modules and zipmaps are refused as bad data.
 
 pub mod codec;
 pub mod crc64;
 pub mod file;
 pub mod lzf;
 pub mod packed;
+pub mod stream;
 
 use bytes::Bytes;
 
@@ -46,6 +47,8 @@ pub enum Value {
     ZSet(Vec<(Bytes, f64)>),
     /// Fields with their values.
     Hash(Vec<(Bytes, Bytes)>),
+    /// A stream with its consumer groups.
+    Stream(Box<stream::StreamValue>),
 }
 
 /// Pairs up a flat list of field, value, … (a packed hash or sorted set).
@@ -134,6 +137,7 @@ pub fn load_value(kind: u8, r: &mut Reader<'_>) -> Result<Value, BadFormat> {
             }
             Value::List(items)
         }
+        15 | 19 => Value::Stream(Box::new(stream::load(kind, r)?)),
         _ => return Err(BadFormat),
     };
     check(&value)?;
@@ -152,6 +156,7 @@ fn check(v: &Value) -> Result<(), BadFormat> {
         Value::Set(items) => !items.is_empty() && distinct(items.iter()),
         Value::ZSet(items) => !items.is_empty() && distinct(items.iter().map(|(m, _)| m)),
         Value::Hash(items) => !items.is_empty() && distinct(items.iter().map(|(f, _)| f)),
+        Value::Stream(v) => distinct(v.groups.iter().map(|g| &g.name)),
     };
     ok.then_some(()).ok_or(BadFormat)
 }
@@ -184,6 +189,7 @@ pub fn save_value(out: &mut Vec<u8>, v: &Value) {
                 put_string(out, val);
             }
         }
+        Value::Stream(v) => stream::save(out, v),
     }
 }
 
@@ -290,7 +296,7 @@ mod tests {
         };
         assert_eq!(with_crc(&[1, 0]), Err(RestoreError::BadData), "an empty list");
         assert_eq!(with_crc(&[2, 2, 1, b'a', 1, b'a']), Err(RestoreError::BadData), "a duplicate member");
-        assert_eq!(with_crc(&[15, 0]), Err(RestoreError::BadData), "streams");
+        assert_eq!(with_crc(&[15, 0]), Err(RestoreError::BadData), "a truncated stream");
         assert_eq!(with_crc(&[0, 1, b'a', b'b']), Err(RestoreError::BadData), "trailing bytes");
         assert_eq!(with_crc(&[1, 0x80, 0xff, 0xff, 0xff, 0xff]), Err(RestoreError::BadData), "a count past the end");
     }

@@ -19,10 +19,8 @@ impl View<'_> {
             KeyType::Set => Value::Set(elements()?.into_iter().map(|(m, _)| m).collect()),
             KeyType::Hash => Value::Hash(elements()?),
             KeyType::ZSet => Value::ZSet(elements()?.into_iter().map(|(m, sc)| (m, decode_score(&sc))).collect()),
-            // Redis's stream serialization (listpack nodes and consumer groups) is not written yet.
-            KeyType::Stream => {
-                return Err(lsm::Error::InvalidArgument("streams cannot be serialized in RDB form yet".into()))
-            }
+            // The stream layout belongs to its commands (`crate::commands::streams`).
+            KeyType::Stream => Value::Stream(Box::new(crate::commands::stream_value(self, meta)?)),
         })
     }
 
@@ -36,12 +34,13 @@ impl View<'_> {
             Value::Set(_) => KeyType::Set,
             Value::Hash(_) => KeyType::Hash,
             Value::ZSet(_) => KeyType::ZSet,
+            Value::Stream(v) => return crate::commands::write_stream_value(self, b, key, v, expire_at),
         };
         let mut meta = self.create(b, key, kind);
         meta.expire_at_ms = expire_at;
         let mut header = Header::of(&meta);
         match value {
-            Value::String(_) => {}
+            Value::String(_) | Value::Stream(_) => {}
             Value::List(items) => {
                 for v in &items {
                     self.put_element(b, meta.uid, &header.tail.to_be_bytes(), v);
@@ -91,6 +90,24 @@ mod tests {
             Value::Set(vec![b("x"), b("y")]),
             Value::Hash(vec![(b("f"), b("1")), (b("g"), b("2"))]),
             Value::ZSet(vec![(b("hi"), 7.0), (b("lo"), -1.5)]),
+            Value::Stream(Box::new(crate::rdb::stream::StreamValue {
+                nodes: vec![
+                    vec![((1, 0), vec![b("f"), b("v")]), ((2, 5), vec![b("g"), b("w")])],
+                    vec![((9, 0), vec![b("f"), b("z")])],
+                ],
+                length: 3,
+                last: (10, 0),
+                first: (1, 0),
+                max_deleted: (0, 0),
+                added: 4,
+                groups: vec![crate::rdb::stream::GroupValue {
+                    name: b("g"),
+                    last: (2, 5),
+                    entries_read: 2,
+                    pending: vec![((1, 0), 5, 1, b("c1"))],
+                    consumers: vec![(b("c1"), 6), (b("c2"), 7)],
+                }],
+            })),
         ];
         for (i, value) in values.into_iter().enumerate() {
             let key = format!("k{i}");
@@ -101,6 +118,6 @@ mod tests {
             assert_eq!(meta.expire_at_ms, 99_999_999_999_999);
             assert_eq!(v.read_value(&meta).unwrap(), value, "{key}");
         }
-        assert_eq!(s.dbsize(0), 5);
+        assert_eq!(s.dbsize(0), 6);
     }
 }

@@ -1346,6 +1346,61 @@ pub(super) fn info_full_groups(view: &View, meta: &Meta, sm: &StreamMeta, count:
     Ok(Reply::Array(out))
 }
 
+/// Every group of incarnation `uid` as RDB carries it.
+pub(super) fn rdb_groups(view: &View, uid: u64) -> lsm::Result<Vec<crate::rdb::stream::GroupValue>> {
+    let groups = Groups::new(view, uid);
+    let mut out = Vec::new();
+    for g in groups.all()? {
+        let pending = groups
+            .pending(&g.name, StreamId::default(), StreamId::MAX, usize::MAX)?
+            .into_iter()
+            .map(|(id, n)| ((id.ms, id.seq), n.time, n.deliveries, n.consumer))
+            .collect();
+        let consumers = groups.consumers_of(&g.name)?.into_iter().map(|(name, c)| (name, c.seen)).collect();
+        out.push(crate::rdb::stream::GroupValue {
+            name: g.name,
+            last: (g.last.ms, g.last.seq),
+            entries_read: g.entries_read,
+            pending,
+            consumers,
+        });
+    }
+    Ok(out)
+}
+
+/// Adds the records of `groups` (from RDB) under incarnation `uid` to `b`.
+pub(super) fn write_rdb_groups(
+    view: &View,
+    b: &mut lsm::WriteBatch,
+    uid: u64,
+    groups: &[crate::rdb::stream::GroupValue],
+) {
+    for gv in groups {
+        let mut counts: BTreeMap<&Bytes, u64> = BTreeMap::new();
+        for (id, time, deliveries, owner) in &gv.pending {
+            let id = StreamId { ms: id.0, seq: id.1 };
+            let n = Nack { time: *time, deliveries: *deliveries, consumer: owner.clone() };
+            view.put_element(b, uid, &pel_field(&gv.name, id), &n.encode());
+            let mut k = consumer_pel_prefix(&gv.name, owner);
+            k.extend_from_slice(&id_bytes(id));
+            view.put_element(b, uid, &k, b"");
+            *counts.entry(owner).or_default() += 1;
+        }
+        for (name, seen) in &gv.consumers {
+            let c = Consumer { seen: *seen, pending: counts.get(name).copied().unwrap_or(0) };
+            view.put_element(b, uid, &consumer_field(&gv.name, name), &c.encode());
+        }
+        let g = Group {
+            name: gv.name.clone(),
+            last: StreamId { ms: gv.last.0, seq: gv.last.1 },
+            entries_read: gv.entries_read,
+            pending: gv.pending.len() as u64,
+            consumers: gv.consumers.len() as u64,
+        };
+        view.put_element(b, uid, &group_field(&g.name), &g.encode());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

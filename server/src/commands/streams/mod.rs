@@ -996,6 +996,71 @@ fn xread(s: &mut Session, args: &[Bytes]) -> Reply {
     })
 }
 
+/// The whole stream `meta` describes, as RDB carries it (DUMP, SAVE, MIGRATE): its entries in
+/// their emulated nodes, its fields and its groups.
+pub(crate) fn stream_value(view: &View, meta: &Meta) -> lsm::Result<crate::rdb::stream::StreamValue> {
+    let sm = StreamMeta::of(meta);
+    let mut nodes: Vec<crate::rdb::stream::Node> = Vec::new();
+    let mut current = None;
+    if sm.length > 0 {
+        for kv in view.elements_between(meta.uid, &sm.first.field(), ENTRIES_END) {
+            let (field, value) = kv?;
+            let id = StreamId::of_field(&field).ok_or_else(damaged)?;
+            let node = entry_node(&value).ok_or_else(damaged)?;
+            let items = entry_items(&value).ok_or_else(damaged)?;
+            if current != Some(node) {
+                nodes.push(Vec::new());
+                current = Some(node);
+            }
+            nodes.last_mut().ok_or_else(damaged)?.push(((id.ms, id.seq), items));
+        }
+    }
+    Ok(crate::rdb::stream::StreamValue {
+        nodes,
+        length: sm.length,
+        last: (sm.last.ms, sm.last.seq),
+        first: (sm.first.ms, sm.first.seq),
+        max_deleted: (sm.max_deleted.ms, sm.max_deleted.seq),
+        added: sm.added,
+        groups: groups::rdb_groups(view, meta.uid)?,
+    })
+}
+
+/// Adds writing stream `v` (from RDB) at `key` with expiry `expire_at` to `b`, under a new
+/// incarnation; each RDB node is one emulated node.
+pub(crate) fn write_stream_value(
+    view: &View,
+    b: &mut lsm::WriteBatch,
+    key: &[u8],
+    v: &crate::rdb::stream::StreamValue,
+    expire_at: u64,
+) {
+    let mut meta = view.create(b, key, KeyType::Stream);
+    meta.expire_at_ms = expire_at;
+    let id = |(ms, seq): (u64, u64)| StreamId { ms, seq };
+    let mut sm = StreamMeta {
+        last: id(v.last),
+        max_deleted: id(v.max_deleted),
+        added: v.added,
+        groups: v.groups.len() as u64,
+        ..StreamMeta::default()
+    };
+    for (i, node) in v.nodes.iter().enumerate() {
+        sm.tail_node = i as u64 + 1;
+        sm.tail_entries = node.len() as u64;
+        sm.tail_bytes = 0;
+        for (entry, items) in node {
+            view.put_element(b, meta.uid, &id(*entry).field(), &encode_entry(sm.tail_node, items));
+            sm.tail_bytes += items.iter().map(|f| f.len() as u64 + 2).sum::<u64>();
+            sm.length += 1;
+        }
+    }
+    // The first live entry bounds every read: it is the first one loaded, whatever was recorded.
+    sm.first = v.nodes.first().and_then(|n| n.first()).map_or_else(StreamId::default, |(e, _)| id(*e));
+    groups::write_rdb_groups(view, b, meta.uid, &v.groups);
+    put(view, b, key, &meta, &sm);
+}
+
 /// The emulated node of the stream's first live entry.
 fn head_node(view: &View, meta: &Meta, sm: &StreamMeta) -> lsm::Result<Option<u64>> {
     if sm.length == 0 {
