@@ -56,7 +56,11 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
         Reply::Error(why) => Some(why.as_str()),
         _ => None,
     };
-    s.state.command_stats.called(stats_id(spec, args), s.id, took, error);
+    let id = stats_id(spec, args);
+    s.state.command_stats.called(id, s.id, took, error);
+    if s.blocked.is_some() {
+        s.blocked_stats = Some(id);
+    }
     let micros = took.as_micros() as u64;
     // EXEC is not logged: the commands it ran are.
     if spec.name != "exec" && s.state.slowlog.wants(micros) {

@@ -73,6 +73,9 @@ pub struct Session {
     /// A blocked command's arguments and run time (µs), for the slow log once it is served
     /// or times out (as Redis logs blocked commands).
     pub blocked_log: Option<(Vec<Bytes>, u64)>,
+    /// The command-stats id of the command this client is blocked in (an error that ends the
+    /// wait counts as its failure).
+    pub blocked_stats: Option<usize>,
     /// Keys (of `db`) the command just run may have given elements (blocked clients are
     /// served once it has finished).
     pub signals: Vec<Bytes>,
@@ -146,6 +149,7 @@ impl Session {
             blocked: None,
             signals: Vec::new(),
             blocked_log: None,
+            blocked_stats: None,
             arrival: 0,
             multi: None,
             multi_error: false,

@@ -19,6 +19,9 @@ use bytes::Bytes;
 use super::codec::{put_len, put_string, BadFormat, Reader};
 use super::packed;
 
+/// A group's `entries_read` that type 15 does not record.
+pub const ESTIMATE_READS: i64 = i64::MIN;
+
 /// A stream ID (ms, seq).
 pub type Id = (u64, u64);
 
@@ -43,7 +46,8 @@ pub struct StreamValue {
 pub struct GroupValue {
     pub name: Bytes,
     pub last: Id,
-    /// -1: unknown.
+    /// -1: unknown; [`ESTIMATE_READS`]: not recorded (type 15), to be estimated as Redis 7.0
+    /// does when it loads such a stream.
     pub entries_read: i64,
     /// Pending entries: ID, delivery time (ms), deliveries, owner.
     pub pending: Vec<(Id, u64, u64, Bytes)>,
@@ -139,7 +143,7 @@ pub fn load(kind: u8, r: &mut Reader<'_>) -> Result<StreamValue, BadFormat> {
     }
     for _ in 0..r.count()? {
         let mut g = GroupValue { name: r.string()?, last: (r.length()?, r.length()?), ..GroupValue::default() };
-        g.entries_read = if kind == 19 { r.length()? as i64 } else { -1 };
+        g.entries_read = if kind == 19 { r.length()? as i64 } else { ESTIMATE_READS };
         let mut owners: std::collections::HashMap<Id, Option<Bytes>> = std::collections::HashMap::new();
         let mut pending = Vec::new();
         for _ in 0..r.count()? {

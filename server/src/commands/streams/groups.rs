@@ -1372,7 +1372,7 @@ pub(super) fn rdb_groups(view: &View, uid: u64) -> lsm::Result<Vec<crate::rdb::s
 pub(super) fn write_rdb_groups(
     view: &View,
     b: &mut lsm::WriteBatch,
-    uid: u64,
+    (uid, sm): (u64, &StreamMeta),
     groups: &[crate::rdb::stream::GroupValue],
 ) {
     for gv in groups {
@@ -1390,10 +1390,15 @@ pub(super) fn write_rdb_groups(
             let c = Consumer { seen: *seen, pending: counts.get(name).copied().unwrap_or(0) };
             view.put_element(b, uid, &consumer_field(&gv.name, name), &c.encode());
         }
+        let last = StreamId { ms: gv.last.0, seq: gv.last.1 };
+        let entries_read = match gv.entries_read {
+            crate::rdb::stream::ESTIMATE_READS => reads_up_to(sm, last).unwrap_or(UNKNOWN_READS),
+            n => n,
+        };
         let g = Group {
             name: gv.name.clone(),
-            last: StreamId { ms: gv.last.0, seq: gv.last.1 },
-            entries_read: gv.entries_read,
+            last,
+            entries_read,
             pending: gv.pending.len() as u64,
             consumers: gv.consumers.len() as u64,
         };

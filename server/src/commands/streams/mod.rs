@@ -1057,7 +1057,7 @@ pub(crate) fn write_stream_value(
     }
     // The first live entry bounds every read: it is the first one loaded, whatever was recorded.
     sm.first = v.nodes.first().and_then(|n| n.first()).map_or_else(StreamId::default, |(e, _)| id(*e));
-    groups::write_rdb_groups(view, b, meta.uid, &v.groups);
+    groups::write_rdb_groups(view, b, (meta.uid, &sm), &v.groups);
     put(view, b, key, &meta, &sm);
 }
 
