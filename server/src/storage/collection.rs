@@ -502,9 +502,9 @@ impl DoubleEndedIterator for ScoreIter {
     }
 }
 
-/// The first key after every key starting with `prefix` (which never ends in 0xff here: it ends
-/// in a uid or db byte pattern followed by at least the tag, so incrementing works).
-pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+/// The first key after every key starting with `prefix` (trailing 0xff bytes are dropped before
+/// the last byte is incremented).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

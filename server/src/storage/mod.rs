@@ -42,6 +42,7 @@ use bytes::Bytes;
 use crate::services::notifications;
 
 pub use blind_writes::{BlindWrite, CountChanges};
+pub(crate) use collection::prefix_end;
 pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
 pub use context::{ExecContext, RawRange};

@@ -27,7 +27,7 @@ use crate::commands::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_K
 use crate::resp::Reply;
 use crate::services::notifications::STREAM;
 use crate::state::ServerState;
-use crate::storage::{now_ms, ExecContext, KeyType, Meta, View};
+use crate::storage::{now_ms, prefix_end, ExecContext, KeyType, Meta, View};
 
 pub(in crate::commands) static COMMANDS: &[CommandSpec] = &[
     spec("xgroup", -2, &["write"], (2, 2, 1), xgroup),
@@ -66,18 +66,6 @@ fn named(tag: u8, name: &[u8]) -> Vec<u8> {
     k.extend_from_slice(&(name.len() as u32).to_be_bytes());
     k.extend_from_slice(name);
     k
-}
-
-/// The first field after every field starting with `prefix`.
-fn after_prefix(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0xff; prefix.len() + 1]
 }
 
 fn group_field(name: &[u8]) -> Vec<u8> {
@@ -346,7 +334,7 @@ impl<'v, 'a> Groups<'v, 'a> {
     fn consumers_of(&self, group: &[u8]) -> lsm::Result<Vec<(Bytes, Consumer)>> {
         let prefix = named(b'c', group);
         let mut out = Vec::new();
-        for kv in self.view.elements_between(self.uid, &prefix, &after_prefix(&prefix)) {
+        for kv in self.view.elements_between(self.uid, &prefix, &prefix_end(&prefix)) {
             let (field, v) = kv?;
             out.push((field.slice(prefix.len()..), Consumer::decode(&v).ok_or_else(damaged)?));
         }
@@ -364,7 +352,7 @@ impl<'v, 'a> Groups<'v, 'a> {
     ) -> lsm::Result<Vec<(StreamId, Nack)>> {
         let prefix = named(b'p', group);
         let from = pel_field(group, start);
-        let to = end.incr().map_or_else(|| after_prefix(&prefix), |e| pel_field(group, e));
+        let to = end.incr().map_or_else(|| prefix_end(&prefix), |e| pel_field(group, e));
         let mut out = Vec::new();
         for kv in self.view.elements_between(self.uid, &from, &to) {
             if out.len() >= limit {
@@ -389,7 +377,7 @@ impl<'v, 'a> Groups<'v, 'a> {
         let mut from = prefix.clone();
         from.extend_from_slice(&id_bytes(start));
         let mut out = Vec::new();
-        for kv in self.view.elements_between(self.uid, &from, &after_prefix(&prefix)) {
+        for kv in self.view.elements_between(self.uid, &from, &prefix_end(&prefix)) {
             if out.len() >= limit {
                 break;
             }
@@ -403,7 +391,7 @@ impl<'v, 'a> Groups<'v, 'a> {
         self.view.delete_element(b, self.uid, &group_field(name));
         for tag in [b'p', b'c', b'q'] {
             let prefix = named(tag, name);
-            self.view.delete_elements(b, self.uid, &prefix, &after_prefix(&prefix));
+            self.view.delete_elements(b, self.uid, &prefix, &prefix_end(&prefix));
         }
     }
 }
@@ -860,49 +848,60 @@ fn serve_blocked(
     deliver_new((state, cx, db), &view, key, (group, consumer), count, noack)
 }
 
-/// `XACK key group id …`: how many pending entries were acknowledged.
-fn xack(s: &mut Session, args: &[Bytes]) -> Reply {
-    let (key, group) = (&args[1], &args[2]);
+/// Runs `f` on group `group` of the stream at `key` (locked for the command), then writes the
+/// group, the records `f` changed and the stream's metadata in one batch — unless `f` answers
+/// that nothing changed. `missing` answers when the key or the group does not exist.
+fn change_group(
+    s: &Session,
+    (key, group): (&Bytes, &Bytes),
+    missing: Reply,
+    f: impl FnOnce(&View, &Meta, &mut Groups, &mut Group) -> Result<(Reply, bool), Reply>,
+) -> Reply {
     let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
     let view = s.state.storage.view(&s.exec, s.db);
     let (meta, sm) = match stream_at(&view, key) {
         Ok(Some(found)) => found,
-        Ok(None) => return Reply::Integer(0),
+        Ok(None) => return missing,
         Err(e) => return e,
     };
     let mut groups = Groups::new(&view, meta.uid);
     let mut g = match groups.group(group) {
         Ok(Some(g)) => g,
-        Ok(None) => return Reply::Integer(0),
+        Ok(None) => return missing,
         Err(e) => return engine_error(e),
     };
-    let mut ids = Vec::with_capacity(args.len() - 3);
-    for arg in &args[3..] {
-        match strict_id(arg) {
-            Ok(id) => ids.push(id),
-            Err(e) => return e,
-        }
-    }
-    let mut acked = 0;
-    for id in ids {
-        match groups.release(&mut g, id) {
-            Ok(true) => acked += 1,
-            Ok(false) => {}
-            Err(e) => return engine_error(e),
-        }
-    }
-    if acked == 0 {
-        return Reply::Integer(0);
+    let (reply, changed) = match f(&view, &meta, &mut groups, &mut g) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if !changed {
+        return reply;
     }
     let mut b = lsm::WriteBatch::new();
     groups.put_group(&mut b, &g);
     if let Err(e) = groups.write(&mut b) {
         return engine_error(e);
     }
-    match commit(place(s), &view, b, (key, &meta, &sm), &[]) {
-        Ok(()) => Reply::Integer(acked),
+    let events = std::mem::take(&mut groups.events);
+    match commit(place(s), &view, b, (key, &meta, &sm), &events) {
+        Ok(()) => reply,
         Err(e) => e,
     }
+}
+
+/// `XACK key group id …`: how many pending entries were acknowledged.
+fn xack(s: &mut Session, args: &[Bytes]) -> Reply {
+    change_group(s, (&args[1], &args[2]), Reply::Integer(0), |_, _, groups, g| {
+        let mut ids = Vec::with_capacity(args.len() - 3);
+        for arg in &args[3..] {
+            ids.push(strict_id(arg)?);
+        }
+        let mut acked = 0;
+        for id in ids {
+            acked += i64::from(groups.release(g, id).map_err(engine_error)?);
+        }
+        Ok((Reply::Integer(acked), acked > 0))
+    })
 }
 
 /// An interval bound of XPENDING / XAUTOCLAIM: `(id` is exclusive.
@@ -971,7 +970,7 @@ fn xpending(s: &mut Session, args: &[Bytes]) -> Reply {
             }
             let first = groups.pending(group, StreamId::default(), StreamId::MAX, 1)?;
             let prefix = named(b'p', group);
-            let last = match view.elements_between(meta.uid, &prefix, &after_prefix(&prefix)).next_back() {
+            let last = match view.elements_between(meta.uid, &prefix, &prefix_end(&prefix)).next_back() {
                 Some(kv) => id_of(&kv?.0[prefix.len()..]).ok_or_else(damaged)?,
                 None => StreamId::default(),
             };
@@ -1035,128 +1034,98 @@ fn xpending(s: &mut Session, args: &[Bytes]) -> Reply {
 /// [JUSTID] [LASTID id]`.
 fn xclaim(s: &mut Session, args: &[Bytes]) -> Reply {
     let (key, group, consumer) = (&args[1], &args[2], &args[3]);
-    let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
-    let view = s.state.storage.view(&s.exec, s.db);
-    let (meta, sm) = match stream_at(&view, key) {
-        Ok(Some(found)) => found,
-        Ok(None) => return nogroup(key, group),
-        Err(e) => return e,
-    };
-    let mut groups = Groups::new(&view, meta.uid);
-    let mut g = match groups.group(group) {
-        Ok(Some(g)) => g,
-        Ok(None) => return nogroup(key, group),
-        Err(e) => return engine_error(e),
-    };
-    let Some(min_idle) = parse_i64(&args[4]) else {
-        return Reply::error("ERR Invalid min-idle-time argument for XCLAIM");
-    };
-    let mut ids = Vec::new();
-    let mut j = 5;
-    while j < args.len() {
-        match strict_id(&args[j]) {
-            Ok(id) => ids.push(id),
-            Err(_) => break,
-        }
-        j += 1;
-    }
-    let now = now_ms() as i64;
-    let (mut force, mut justid, mut retry, mut time, mut last_id) = (false, false, None, None, StreamId::default());
-    while j < args.len() {
-        let more = args.len() - 1 - j;
-        let opt = args[j].to_ascii_lowercase();
-        let number = |what: &str| {
-            parse_i64(&args[j + 1])
-                .ok_or_else(|| Reply::error(format!("ERR Invalid {what} option argument for XCLAIM")))
+    let missing = nogroup(key, group);
+    change_group(s, (key, group), missing, |view, meta, groups, g| {
+        let Some(min_idle) = parse_i64(&args[4]) else {
+            return Err(Reply::error("ERR Invalid min-idle-time argument for XCLAIM"));
         };
-        match opt.as_slice() {
-            b"force" => force = true,
-            b"justid" => justid = true,
-            b"idle" if more > 0 => {
-                match number("IDLE") {
-                    Ok(ms) => time = Some(now - ms),
-                    Err(e) => return e,
-                }
-                j += 1;
+        let mut ids = Vec::new();
+        let mut j = 5;
+        while j < args.len() {
+            match strict_id(&args[j]) {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
             }
-            b"time" if more > 0 => {
-                match number("TIME") {
-                    Ok(t) => time = Some(t),
-                    Err(e) => return e,
-                }
-                j += 1;
-            }
-            b"retrycount" if more > 0 => {
-                match number("RETRYCOUNT") {
-                    Ok(n) => retry = Some(n),
-                    Err(e) => return e,
-                }
-                j += 1;
-            }
-            b"lastid" if more > 0 => {
-                match strict_id(&args[j + 1]) {
-                    Ok(id) => last_id = id,
-                    Err(e) => return e,
-                }
-                j += 1;
-            }
-            _ => {
-                return Reply::error(format!("ERR Unrecognized XCLAIM option '{}'", String::from_utf8_lossy(&args[j])))
-            }
+            j += 1;
         }
-        j += 1;
-    }
-    if last_id > g.last {
-        g.last = last_id;
-    }
-    // A bogus delivery time (negative, or in the future) is now.
-    let time = time.filter(|&t| (0..=now).contains(&t)).unwrap_or(now) as u64;
-    let mut out = Vec::new();
-    let result = (|| -> lsm::Result<()> {
-        for id in ids {
-            let entry = view.element(meta.uid, &id.field())?;
-            let nack = groups.nack(group, id)?;
-            let Some(value) = entry else {
-                // Pending but no longer in the stream: it leaves the PEL.
-                groups.release(&mut g, id)?;
-                continue;
+        let now = now_ms() as i64;
+        let (mut force, mut justid, mut retry, mut time, mut last_id) = (false, false, None, None, StreamId::default());
+        while j < args.len() {
+            let more = args.len() - 1 - j;
+            let opt = args[j].to_ascii_lowercase();
+            let number = |what: &str| {
+                parse_i64(&args[j + 1])
+                    .ok_or_else(|| Reply::error(format!("ERR Invalid {what} option argument for XCLAIM")))
             };
-            let nack = match nack {
-                Some(n) => {
-                    if min_idle > 0 && (now as u64).saturating_sub(n.time) < min_idle as u64 {
-                        continue;
+            match opt.as_slice() {
+                b"force" => force = true,
+                b"justid" => justid = true,
+                b"idle" if more > 0 => {
+                    time = Some(now - number("IDLE")?);
+                    j += 1;
+                }
+                b"time" if more > 0 => {
+                    time = Some(number("TIME")?);
+                    j += 1;
+                }
+                b"retrycount" if more > 0 => {
+                    retry = Some(number("RETRYCOUNT")?);
+                    j += 1;
+                }
+                b"lastid" if more > 0 => {
+                    last_id = strict_id(&args[j + 1])?;
+                    j += 1;
+                }
+                _ => {
+                    return Err(Reply::error(format!(
+                        "ERR Unrecognized XCLAIM option '{}'",
+                        String::from_utf8_lossy(&args[j])
+                    )))
+                }
+            }
+            j += 1;
+        }
+        if last_id > g.last {
+            g.last = last_id;
+        }
+        // A bogus delivery time (negative, or in the future) is now.
+        let time = time.filter(|&t| (0..=now).contains(&t)).unwrap_or(now) as u64;
+        let mut out = Vec::new();
+        let result = (|| -> lsm::Result<()> {
+            for id in ids {
+                let entry = view.element(meta.uid, &id.field())?;
+                let nack = groups.nack(group, id)?;
+                let Some(value) = entry else {
+                    // Pending but no longer in the stream: it leaves the PEL.
+                    groups.release(g, id)?;
+                    continue;
+                };
+                let nack = match nack {
+                    Some(n) => {
+                        if min_idle > 0 && (now as u64).saturating_sub(n.time) < min_idle as u64 {
+                            continue;
+                        }
+                        Some(n)
                     }
-                    Some(n)
-                }
-                None if force => None,
-                None => continue,
-            };
-            groups.consumer_or_create(&mut g, consumer, true)?;
-            let deliveries = match (retry, &nack) {
-                (Some(n), _) => n.max(0) as u64,
-                (None, Some(n)) if !justid => n.deliveries + 1,
-                (None, Some(n)) => n.deliveries,
-                (None, None) if justid => 0,
-                (None, None) => 1,
-            };
-            groups.assign(&mut g, id, consumer, time, deliveries)?;
-            out.push(if justid { id_reply(id) } else { entry_reply(id, &value)? });
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        return engine_error(e);
-    }
-    let mut b = lsm::WriteBatch::new();
-    groups.put_group(&mut b, &g);
-    if let Err(e) = groups.write(&mut b) {
-        return engine_error(e);
-    }
-    let events = std::mem::take(&mut groups.events);
-    match commit(place(s), &view, b, (key, &meta, &sm), &events) {
-        Ok(()) => Reply::Array(out),
-        Err(e) => e,
-    }
+                    None if force => None,
+                    None => continue,
+                };
+                groups.consumer_or_create(g, consumer, true)?;
+                let deliveries = match (retry, &nack) {
+                    (Some(n), _) => n.max(0) as u64,
+                    (None, Some(n)) if !justid => n.deliveries + 1,
+                    (None, Some(n)) => n.deliveries,
+                    (None, None) if justid => 0,
+                    (None, None) => 1,
+                };
+                groups.assign(g, id, consumer, time, deliveries)?;
+                out.push(if justid { id_reply(id) } else { entry_reply(id, &value)? });
+            }
+            Ok(())
+        })();
+        result.map_err(engine_error)?;
+        Ok((Reply::Array(out), true))
+    })
 }
 
 /// `XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]`.
@@ -1185,64 +1154,43 @@ fn xautoclaim(s: &mut Session, args: &[Bytes]) -> Reply {
             return Reply::error(SYNTAX);
         }
     }
-    let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
-    let view = s.state.storage.view(&s.exec, s.db);
-    let (meta, sm) = match stream_at(&view, key) {
-        Ok(Some(found)) => found,
-        Ok(None) => return nogroup(key, group),
-        Err(e) => return e,
-    };
-    let mut groups = Groups::new(&view, meta.uid);
-    let mut g = match groups.group(group) {
-        Ok(Some(g)) => g,
-        Ok(None) => return nogroup(key, group),
-        Err(e) => return engine_error(e),
-    };
-    let now = now_ms();
-    let (mut claimed, mut deleted) = (Vec::new(), Vec::new());
-    let mut next = StreamId::default();
-    let result = (|| -> lsm::Result<()> {
-        let mut attempts = count.saturating_mul(10);
-        let mut left = count;
-        // One more than can be visited, to know where the next call starts.
-        let pending = groups.pending(group, start, StreamId::MAX, attempts.saturating_add(1))?;
-        let mut it = pending.into_iter();
-        for (id, n) in it.by_ref() {
-            if attempts == 0 || left == 0 {
-                next = id;
-                return Ok(());
-            }
-            attempts -= 1;
-            let Some(value) = view.element(meta.uid, &id.field())? else {
-                groups.release(&mut g, id)?;
-                deleted.push(id_reply(id));
+    let missing = nogroup(key, group);
+    change_group(s, (key, group), missing, |view, meta, groups, g| {
+        let now = now_ms();
+        let (mut claimed, mut deleted) = (Vec::new(), Vec::new());
+        let mut next = StreamId::default();
+        let result = (|| -> lsm::Result<()> {
+            let mut attempts = count.saturating_mul(10);
+            let mut left = count;
+            // One more than can be visited, to know where the next call starts.
+            let pending = groups.pending(group, start, StreamId::MAX, attempts.saturating_add(1))?;
+            let mut it = pending.into_iter();
+            for (id, n) in it.by_ref() {
+                if attempts == 0 || left == 0 {
+                    next = id;
+                    return Ok(());
+                }
+                attempts -= 1;
+                let Some(value) = view.element(meta.uid, &id.field())? else {
+                    groups.release(g, id)?;
+                    deleted.push(id_reply(id));
+                    left -= 1;
+                    continue;
+                };
+                if min_idle > 0 && now.saturating_sub(n.time) < min_idle as u64 {
+                    continue;
+                }
+                groups.consumer_or_create(g, consumer, true)?;
+                let deliveries = if justid { n.deliveries } else { n.deliveries + 1 };
+                groups.assign(g, id, consumer, now, deliveries)?;
+                claimed.push(if justid { id_reply(id) } else { entry_reply(id, &value)? });
                 left -= 1;
-                continue;
-            };
-            if min_idle > 0 && now.saturating_sub(n.time) < min_idle as u64 {
-                continue;
             }
-            groups.consumer_or_create(&mut g, consumer, true)?;
-            let deliveries = if justid { n.deliveries } else { n.deliveries + 1 };
-            groups.assign(&mut g, id, consumer, now, deliveries)?;
-            claimed.push(if justid { id_reply(id) } else { entry_reply(id, &value)? });
-            left -= 1;
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        return engine_error(e);
-    }
-    let mut b = lsm::WriteBatch::new();
-    groups.put_group(&mut b, &g);
-    if let Err(e) = groups.write(&mut b) {
-        return engine_error(e);
-    }
-    let events = std::mem::take(&mut groups.events);
-    match commit(place(s), &view, b, (key, &meta, &sm), &events) {
-        Ok(()) => Reply::Array(vec![id_reply(next), Reply::Array(claimed), Reply::Array(deleted)]),
-        Err(e) => e,
-    }
+            Ok(())
+        })();
+        result.map_err(engine_error)?;
+        Ok((Reply::Array(vec![id_reply(next), Reply::Array(claimed), Reply::Array(deleted)]), true))
+    })
 }
 
 /// XINFO GROUPS: each group's name, consumers, pending, last delivered ID, entries read and lag.
@@ -1425,9 +1373,9 @@ mod tests {
         assert_eq!(Nack::decode(&Bytes::from(n.encode())), Some(n));
         let a = pel_field(b"g", StreamId { ms: 1, seq: u64::MAX });
         let b = pel_field(b"g", StreamId { ms: 2, seq: 0 });
-        assert!(a < b && b < after_prefix(&named(b'p', b"g")));
+        assert!(a < b && b < prefix_end(&named(b'p', b"g")));
         assert!(named(b'p', b"g") < named(b'p', b"g\0"), "one group's records never run into another's");
-        assert!(after_prefix(&named(b'p', b"g")) <= named(b'p', b"h"));
+        assert!(prefix_end(&named(b'p', b"g")) <= named(b'p', b"h"));
     }
 
     #[test]

@@ -596,34 +596,48 @@ fn xadd(s: &mut Session, args: &[Bytes]) -> Reply {
     Reply::Bulk(id.text())
 }
 
+/// Runs `f` on the stream at `key` (locked for the command); if it answers that it changed
+/// something, commits its batch with the stream's new metadata and records `event`. `missing`
+/// answers when there is no stream at `key`.
+fn change_stream(
+    s: &Session,
+    (key, event): (&Bytes, &'static str),
+    missing: Reply,
+    f: impl FnOnce(&View, &Meta, &mut StreamMeta, &mut lsm::WriteBatch) -> Result<(Reply, bool), Reply>,
+) -> Reply {
+    let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
+    let view = s.state.storage.view(&s.exec, s.db);
+    let (meta, mut sm) = match stream_at(&view, key) {
+        Ok(Some(found)) => found,
+        Ok(None) => return missing,
+        Err(e) => return e,
+    };
+    let mut b = lsm::WriteBatch::new();
+    let (reply, changed) = match f(&view, &meta, &mut sm, &mut b) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if !changed {
+        return reply;
+    }
+    put(&view, &mut b, key, &meta, &sm);
+    if let Err(e) = s.state.storage.write(&s.exec, b) {
+        return engine_error(e);
+    }
+    s.notify(STREAM, event, key);
+    reply
+}
+
 /// `XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]`.
 fn xtrim(s: &mut Session, args: &[Bytes]) -> Reply {
     let parsed = match parse_add_or_trim(s, args, false) {
         Ok(p) => p,
         Err(e) => return e,
     };
-    let key = &args[1];
-    let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
-    let view = s.state.storage.view(&s.exec, s.db);
-    let (meta, mut sm) = match stream_at(&view, key) {
-        Ok(Some(found)) => found,
-        Ok(None) => return Reply::Integer(0),
-        Err(e) => return e,
-    };
-    let mut b = lsm::WriteBatch::new();
-    let trimmed = match trim(&view, &mut b, (&meta, &mut sm), parsed.trim, None) {
-        Ok(n) => n,
-        Err(e) => return engine_error(e),
-    };
-    if trimmed == 0 {
-        return Reply::Integer(0);
-    }
-    put(&view, &mut b, key, &meta, &sm);
-    if let Err(e) = s.state.storage.write(&s.exec, b) {
-        return engine_error(e);
-    }
-    s.notify(STREAM, "xtrim", key);
-    Reply::Integer(trimmed as i64)
+    change_stream(s, (&args[1], "xtrim"), Reply::Integer(0), |view, meta, sm, b| {
+        let trimmed = trim(view, b, (meta, sm), parsed.trim, None).map_err(engine_error)?;
+        Ok((Reply::Integer(trimmed as i64), trimmed > 0))
+    })
 }
 
 fn xlen(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -707,57 +721,45 @@ fn xdel(s: &mut Session, args: &[Bytes]) -> Reply {
             Err(e) => return e,
         }
     }
-    let key = &args[1];
-    let _guard = s.state.storage.lock(&s.exec, s.db, [&key[..]]);
-    let view = s.state.storage.view(&s.exec, s.db);
-    let (meta, mut sm) = match stream_at(&view, key) {
-        Ok(Some(found)) => found,
-        Ok(None) => return Reply::Integer(0),
-        Err(e) => return e,
-    };
-    let mut b = lsm::WriteBatch::new();
-    let mut deleted = std::collections::BTreeSet::new();
-    for id in ids {
-        if id < sm.first || deleted.contains(&id) {
-            continue;
-        }
-        match view.element(meta.uid, &id.field()) {
-            Ok(Some(_)) => {
-                view.delete_element(&mut b, meta.uid, &id.field());
-                deleted.insert(id);
-                sm.max_deleted = sm.max_deleted.max(id);
+    change_stream(s, (&args[1], "xdel"), Reply::Integer(0), |view, meta, sm, b| {
+        let mut deleted = std::collections::BTreeSet::new();
+        for id in ids {
+            if id < sm.first || deleted.contains(&id) {
+                continue;
             }
-            Ok(None) => {}
-            Err(e) => return engine_error(e),
-        }
-    }
-    if deleted.is_empty() {
-        return Reply::Integer(0);
-    }
-    sm.length -= deleted.len() as u64;
-    if sm.length == 0 {
-        sm.first = StreamId::default();
-    } else if deleted.contains(&sm.first) {
-        // The new first entry: the first live one after the deleted first, skipping the ones
-        // this command deletes (not yet written).
-        let mut from = sm.first.incr();
-        loop {
-            match first_from(&view, meta.uid, from) {
-                Ok(Some(id)) if deleted.contains(&id) => from = id.incr(),
-                Ok(found) => {
-                    sm.first = found.unwrap_or_default();
-                    break;
+            match view.element(meta.uid, &id.field()) {
+                Ok(Some(_)) => {
+                    view.delete_element(b, meta.uid, &id.field());
+                    deleted.insert(id);
+                    sm.max_deleted = sm.max_deleted.max(id);
                 }
-                Err(e) => return engine_error(e),
+                Ok(None) => {}
+                Err(e) => return Err(engine_error(e)),
             }
         }
-    }
-    put(&view, &mut b, key, &meta, &sm);
-    if let Err(e) = s.state.storage.write(&s.exec, b) {
-        return engine_error(e);
-    }
-    s.notify(STREAM, "xdel", key);
-    Reply::Integer(deleted.len() as i64)
+        if deleted.is_empty() {
+            return Ok((Reply::Integer(0), false));
+        }
+        sm.length -= deleted.len() as u64;
+        if sm.length == 0 {
+            sm.first = StreamId::default();
+        } else if deleted.contains(&sm.first) {
+            // The new first entry: the first live one after the deleted first, skipping the ones
+            // this command deletes (not yet written).
+            let mut from = sm.first.incr();
+            loop {
+                match first_from(view, meta.uid, from) {
+                    Ok(Some(id)) if deleted.contains(&id) => from = id.incr(),
+                    Ok(found) => {
+                        sm.first = found.unwrap_or_default();
+                        break;
+                    }
+                    Err(e) => return Err(engine_error(e)),
+                }
+            }
+        }
+        Ok((Reply::Integer(deleted.len() as i64), true))
+    })
 }
 
 /// `XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]`.
