@@ -134,6 +134,24 @@ fn trimming_is_exact_or_by_whole_nodes() {
     cmd("XADD").arg("s").arg("MAXLEN").arg(0).arg("*").arg("a").arg("b").query::<()>(&mut c).unwrap();
     assert_eq!(cmd("XLEN").arg("s").query::<i64>(&mut c).unwrap(), 0);
     assert_eq!(cmd("EXISTS").arg("s").query::<i64>(&mut c).unwrap(), 1);
+    // Pipelined adds run as one write group: each sees the one before it.
+    let mut pipe = redis::pipe();
+    for i in 0..100 {
+        pipe.cmd("XADD").arg("piped").arg("MAXLEN").arg(50).arg("*").arg("i").arg(i);
+    }
+    pipe.cmd("XLEN").arg("piped");
+    let mut replies: Vec<Value> = pipe.query(&mut c).unwrap();
+    assert_eq!(replies.pop(), Some(Value::Int(50)));
+    let added: Vec<String> = replies.into_iter().map(|v| redis::from_redis_value(&v).unwrap()).collect();
+    let parsed: Vec<(u64, u64)> = added
+        .iter()
+        .map(|id| {
+            let (ms, seq) = id.split_once('-').unwrap();
+            (ms.parse().unwrap(), seq.parse().unwrap())
+        })
+        .collect();
+    assert!(parsed.windows(2).all(|w| w[0] < w[1]), "{added:?}");
+    assert_eq!(xrange(&mut c, "piped", "-", "+")[0].0, added[50]);
     // A capped stream: each add drops the oldest entry, reads start at the live head.
     for i in 0..500 {
         cmd("XADD").arg("capped").arg("MAXLEN").arg(3).arg("*").arg("i").arg(i).query::<()>(&mut c).unwrap();
