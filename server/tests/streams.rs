@@ -515,6 +515,12 @@ fn consumer_groups_track_pending_entries_and_answer_blocked_readers_when_their_s
     let summary: (u64, String, String, Vec<(String, String)>) =
         cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
     assert_eq!(summary.3, vec![("alice".to_string(), "1".to_string()), ("bob".to_string(), "1".to_string())]);
+    // FORCE makes an entry pending that was not: one delivery, plus one unless JUSTID.
+    cmd("XCLAIM").arg("s").arg("g").arg("carol").arg(0).arg("1-0").arg("FORCE").query::<()>(&mut c).unwrap();
+    let forced: Vec<(String, String, u64, u64)> =
+        cmd("XPENDING").arg("s").arg("g").arg("1-0").arg("1-0").arg(1).query(&mut c).unwrap();
+    assert_eq!((forced[0].1.as_str(), forced[0].3), ("carol", 2));
+    cmd("XACK").arg("s").arg("g").arg("1-0").query::<()>(&mut c).unwrap();
     // DELCONSUMER answers how many entries the consumer still had.
     assert_eq!(cmd("XGROUP").arg("DELCONSUMER").arg("s").arg("g").arg("alice").query::<i64>(&mut c).unwrap(), 1);
     // A reader blocked in a group is told when its stream is deleted, or its group destroyed.

@@ -1111,12 +1111,13 @@ fn xclaim(s: &mut Session, args: &[Bytes]) -> Reply {
                     None => continue,
                 };
                 groups.consumer_or_create(g, consumer, true)?;
-                let deliveries = match (retry, &nack) {
-                    (Some(n), _) => n.max(0) as u64,
-                    (None, Some(n)) if !justid => n.deliveries + 1,
-                    (None, Some(n)) => n.deliveries,
-                    (None, None) if justid => 0,
-                    (None, None) => 1,
+                // A new entry (FORCE) starts at one delivery, as Redis's NACKs do; then the count
+                // is set (RETRYCOUNT >= 0) or goes up by one (unless JUSTID).
+                let base = nack.as_ref().map_or(1, |n| n.deliveries);
+                let deliveries = match retry {
+                    Some(n) if n >= 0 => n as u64,
+                    _ if justid => base,
+                    _ => base + 1,
                 };
                 groups.assign(g, id, consumer, time, deliveries)?;
                 out.push(if justid { id_reply(id) } else { entry_reply(id, &value)? });
