@@ -350,6 +350,11 @@ pub static ALIASES: &[(&str, &str)] = &[
 
 /// The parameter `name` (canonical or alias, any case) stands for.
 pub fn find(name: &str) -> Option<&'static Param> {
+    // The server's own lookups (per command, e.g. `stream-node-max-entries` for every XADD)
+    // use canonical names: found without allocating.
+    if let Ok(i) = PARAMS.binary_search_by(|p| p.name.cmp(name)) {
+        return Some(&PARAMS[i]);
+    }
     let lower = name.to_ascii_lowercase();
     let canonical = ALIASES.iter().find(|(a, _)| *a == lower).map_or(lower.as_str(), |(_, c)| c);
     PARAMS.binary_search_by(|p| p.name.cmp(canonical)).ok().map(|i| &PARAMS[i])
