@@ -51,6 +51,9 @@ pub struct ServerState {
     pub keyspace_misses: AtomicU64,
     /// Keys deleted because their TTL passed (lazily or by the active cycle).
     pub expired_keys: AtomicU64,
+    /// Values UNLINK and FLUSH… ASYNC freed that Redis would free in the background (INFO
+    /// `lazyfreed_objects`; see `commands::keys::inspect::free_effort`).
+    pub lazyfreed_objects: AtomicU64,
     /// Unix time of the last successful `SAVE`/`BGSAVE` (engine flush), or of startup.
     pub lastsave: AtomicU64,
     /// `Storage::changes` when the last save (engine flush) began.
@@ -155,6 +158,7 @@ impl ServerState {
             keyspace_hits: AtomicU64::new(0),
             keyspace_misses: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
+            lazyfreed_objects: AtomicU64::new(0),
             lastsave: AtomicU64::new(now_s),
             changes_at_save: AtomicU64::new(0),
             shutdown: Notify::new(),
@@ -239,6 +243,7 @@ impl ServerState {
             &self.keyspace_hits,
             &self.keyspace_misses,
             &self.expired_keys,
+            &self.lazyfreed_objects,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

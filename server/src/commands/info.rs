@@ -157,10 +157,11 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
                 ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
                 ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
-                // UNLINK and FLUSHDB/FLUSHALL ASYNC free nothing in the background: a key, of any
-                // size, goes with one metadata write, and compaction reclaims its records.
+                // UNLINK and FLUSHDB/FLUSHALL ASYNC leave nothing pending: a key, of any size,
+                // goes with one metadata write, and compaction reclaims its records. Values
+                // Redis would have freed in the background are counted as freed lazily.
                 ("lazyfree_pending_objects", "0".into()),
-                ("lazyfreed_objects", "0".into()),
+                ("lazyfreed_objects", st.lazyfreed_objects.load(Ordering::Relaxed).to_string()),
                 // One Lua VM runs both EVAL scripts and functions (see `scripting`).
                 ("used_memory_lua", lua.to_string()),
                 ("used_memory_vm_eval", lua.to_string()),

@@ -230,3 +230,49 @@ mod costs {
         assert_eq!(run(&mut s, &["scard", "s"]), Reply::Integer(71));
     }
 }
+
+/// `lazyfreed_objects` from `INFO memory`.
+fn lazyfreed(s: &mut Session) -> u64 {
+    let Reply::Verbatim(info) = run(s, &["INFO", "memory"]) else { panic!("INFO is verbatim text") };
+    let text = String::from_utf8_lossy(&info).to_string();
+    let line = text.lines().find_map(|l| l.strip_prefix("lazyfreed_objects:")).expect("lazyfreed_objects line");
+    line.trim().parse().unwrap()
+}
+
+#[test]
+fn unlink_and_async_flushes_count_what_redis_would_free_in_the_background() {
+    let (_d, mut s) = session();
+    let many: Vec<String> = (0..600).map(|i| i.to_string()).collect();
+    let sadd = |s: &mut Session, key: &str, n: usize| {
+        let mut args = vec!["SADD", key];
+        args.extend(many[..n].iter().map(String::as_str));
+        run(s, &args)
+    };
+    // 600 integers: a hash table in Redis (freed lazily); 100: an intset (one allocation).
+    sadd(&mut s, "big", 600);
+    sadd(&mut s, "small", 100);
+    sadd(&mut s, "deleted", 600);
+    assert_eq!(run(&mut s, &["DEL", "deleted"]), Reply::Integer(1));
+    assert_eq!(lazyfreed(&mut s), 0, "DEL frees at once (lazyfree-lazy-user-del no)");
+    assert_eq!(run(&mut s, &["UNLINK", "big", "small", "missing"]), Reply::Integer(2));
+    assert_eq!(lazyfreed(&mut s), 1);
+    // A stream of 200 nodes of 5 entries is freed lazily; one of a single entry is not.
+    run(&mut s, &["CONFIG", "SET", "stream-node-max-entries", "5"]);
+    for _ in 0..1000 {
+        run(&mut s, &["XADD", "st", "*", "f", "v"]);
+    }
+    run(&mut s, &["XADD", "one", "*", "f", "v"]);
+    assert_eq!(run(&mut s, &["UNLINK", "st", "one"]), Reply::Integer(2));
+    assert_eq!(lazyfreed(&mut s), 2);
+    // FLUSHALL ASYNC counts every key it drops; SYNC none.
+    run(&mut s, &["SET", "a", "1"]);
+    run(&mut s, &["SELECT", "3"]);
+    run(&mut s, &["SET", "b", "1"]);
+    assert_eq!(run(&mut s, &["FLUSHALL", "ASYNC"]), Reply::ok());
+    assert_eq!(lazyfreed(&mut s), 4);
+    run(&mut s, &["SET", "c", "1"]);
+    assert_eq!(run(&mut s, &["FLUSHDB", "SYNC"]), Reply::ok());
+    assert_eq!(lazyfreed(&mut s), 4);
+    assert_eq!(run(&mut s, &["CONFIG", "RESETSTAT"]), Reply::ok());
+    assert_eq!(lazyfreed(&mut s), 0);
+}

@@ -515,6 +515,12 @@ impl Storage {
         self.counts.get(self.phys(db), now_ms()).keys
     }
 
+    /// Keys in every database (64K counter reads: for FLUSHALL, not for hot paths).
+    pub fn keys_total(&self) -> u64 {
+        let now = now_ms();
+        (0..DATABASES).map(|pdb| self.counts.get(pdb as u16, now).keys).sum()
+    }
+
     /// Keys in `db` as the command running in `cx` sees them: with the writes its transaction
     /// (EXEC, a script) has buffered and not committed yet.
     pub fn dbsize_seen(&self, cx: &ExecContext, db: u32) -> lsm::Result<u64> {

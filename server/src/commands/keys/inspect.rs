@@ -173,6 +173,48 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
     })
 }
 
+/// Above this free effort redis-server frees a value in the background (`LAZYFREE_THRESHOLD`).
+pub(crate) const LAZYFREE_THRESHOLD: u64 = 64;
+
+/// What freeing `meta`'s value would cost redis-server 7.0 (`lazyfreeGetFreeEffort`): its
+/// element count for a hash table, skiplist or hashtable-encoded set, its quicklist nodes for a
+/// list, its radix-tree nodes and consumer groups for a stream, 1 for anything in one
+/// allocation. UNLINK and FLUSH… ASYNC count a value above [`LAZYFREE_THRESHOLD`] as freed
+/// lazily (`lazyfreed_objects`), as Redis's background thread would: here its records go with
+/// one metadata write and compaction reclaims them in the background.
+pub(crate) fn free_effort(s: &Session, meta: &crate::storage::Meta) -> Result<u64, Reply> {
+    let count = crate::storage::Header::of(meta).count;
+    Ok(match meta.kind {
+        KeyType::String => 1,
+        // Fewer elements than the threshold cannot make a costly value.
+        KeyType::Set | KeyType::Hash | KeyType::ZSet if count <= LAZYFREE_THRESHOLD => 1,
+        KeyType::Set | KeyType::Hash | KeyType::ZSet => match collection_encoding(s, meta)? {
+            "hashtable" | "skiplist" => count,
+            _ => 1,
+        },
+        KeyType::List if count <= LAZYFREE_THRESHOLD => count.max(1),
+        KeyType::List => {
+            // Quicklist nodes: `list-max-listpack-size` entries each, or (negative) 4 KB << (n-1)
+            // of them, judged from the first element's size.
+            let fill: i64 = s.state.config().get("list-max-listpack-size").and_then(|v| v.parse().ok()).unwrap_or(-2);
+            let per_node = if fill > 0 {
+                fill as u64
+            } else {
+                let view = s.state.storage.view(&s.exec, s.db);
+                let first =
+                    view.elements(meta.uid, std::ops::Bound::Unbounded).next().transpose().map_err(engine_error)?;
+                let entry = first.map_or(1, |(_, v)| v.len() as u64 + 2);
+                (4096u64 << (fill.unsigned_abs().clamp(1, 5) - 1)) / entry
+            };
+            count.div_ceil(per_node.max(1))
+        }
+        KeyType::Stream => {
+            let view = s.state.storage.view(&s.exec, s.db);
+            crate::commands::streams::free_effort(&view, meta).map_err(engine_error)?
+        }
+    })
+}
+
 /// `OBJECT ENCODING | REFCOUNT | IDLETIME | FREQ key`, `OBJECT HELP`.
 fn object(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();

@@ -135,15 +135,25 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     },
 ];
 
+/// DEL and UNLINK. UNLINK (and DEL with `lazyfree-lazy-user-del yes`) counts the values Redis
+/// would free in the background (see [`inspect::free_effort`]).
 fn del(s: &mut Session, args: &[Bytes]) -> Reply {
+    let lazy = args[0].eq_ignore_ascii_case(b"unlink") || s.state.config().get("lazyfree-lazy-user-del") == Some("yes");
     let storage = &s.state.storage;
     let _guard = storage.lock(&s.exec, s.db, args[1..].iter().map(|k| &k[..]));
     let mut b = lsm::WriteBatch::new();
     let mut deleted = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut lazily = 0;
     for key in &args[1..] {
         match storage.get(&s.exec, s.db, key) {
-            Ok(Some(_)) if seen.insert(key) => {
+            Ok(Some(meta)) if seen.insert(key) => {
+                if lazy {
+                    match inspect::free_effort(s, &meta) {
+                        Ok(effort) => lazily += u64::from(effort > inspect::LAZYFREE_THRESHOLD),
+                        Err(e) => return e,
+                    }
+                }
                 storage.delete_into(&mut b, s.db, key);
                 deleted.push(key);
             }
@@ -156,6 +166,7 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
             return engine_error(e);
         }
     }
+    s.state.lazyfreed_objects.fetch_add(lazily, std::sync::atomic::Ordering::Relaxed);
     for key in &deleted {
         s.notify(GENERIC, "del", key);
     }
@@ -287,25 +298,43 @@ fn dbsize(s: &mut Session, _: &[Bytes]) -> Reply {
     s.state.storage.dbsize_seen(&s.exec, s.db).map_or_else(engine_error, |n| Reply::Integer(n as i64))
 }
 
-/// FLUSHDB / FLUSHALL accept ASYNC or SYNC; both are one range delete here.
-fn flush_mode_ok(args: &[Bytes]) -> bool {
+/// FLUSHDB / FLUSHALL's mode: `Some(true)` for ASYNC (or no mode with
+/// `lazyfree-lazy-user-flush yes`), `None` for a syntax error. Both modes are one range delete
+/// here; ASYNC counts the keys as freed lazily (`lazyfreed_objects`), as Redis's background
+/// thread counts them.
+fn flush_async(s: &Session, args: &[Bytes]) -> Option<bool> {
     match args {
-        [_] => true,
-        [_, mode] => matches!(String::from_utf8_lossy(mode).to_ascii_uppercase().as_str(), "ASYNC" | "SYNC"),
-        _ => false,
+        [_] => Some(s.state.config().get("lazyfree-lazy-user-flush") == Some("yes")),
+        [_, mode] if mode.eq_ignore_ascii_case(b"async") => Some(true),
+        [_, mode] if mode.eq_ignore_ascii_case(b"sync") => Some(false),
+        _ => None,
     }
 }
 
 fn flushdb(s: &mut Session, args: &[Bytes]) -> Reply {
-    if !flush_mode_ok(args) {
+    let Some(lazy) = flush_async(s, args) else {
         return Reply::error("ERR syntax error");
+    };
+    let keys = s.state.storage.dbsize(s.db);
+    if let Err(e) = s.state.storage.flushdb(&s.exec, s.db) {
+        return engine_error(e);
     }
-    s.state.storage.flushdb(&s.exec, s.db).map_or_else(engine_error, |_| Reply::ok())
+    if lazy {
+        s.state.lazyfreed_objects.fetch_add(keys, std::sync::atomic::Ordering::Relaxed);
+    }
+    Reply::ok()
 }
 
 fn flushall(s: &mut Session, args: &[Bytes]) -> Reply {
-    if !flush_mode_ok(args) {
+    let Some(lazy) = flush_async(s, args) else {
         return Reply::error("ERR syntax error");
+    };
+    let keys = s.state.storage.keys_total();
+    if let Err(e) = s.state.storage.flushall(&s.exec) {
+        return engine_error(e);
     }
-    s.state.storage.flushall(&s.exec).map_or_else(engine_error, |_| Reply::ok())
+    if lazy {
+        s.state.lazyfreed_objects.fetch_add(keys, std::sync::atomic::Ordering::Relaxed);
+    }
+    Reply::ok()
 }

@@ -308,6 +308,17 @@ impl<'v, 'a> Groups<'v, 'a> {
         Ok(out)
     }
 
+    /// The first group in name order.
+    pub(super) fn first_group(&self) -> lsm::Result<Option<Group>> {
+        match self.view.elements_between(self.uid, b"g", b"h").next() {
+            Some(kv) => {
+                let (field, v) = kv?;
+                Ok(Some(Group::decode(field.slice(1..), &v).ok_or_else(damaged)?))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The group's consumers in name order.
     pub(super) fn consumers_of(&self, group: &[u8]) -> lsm::Result<Vec<(Bytes, Consumer)>> {
         let prefix = named(b'c', group);

@@ -36,6 +36,7 @@ mod read;
 
 pub(super) use groups::COMMANDS as GROUP_COMMANDS;
 use model::*;
+pub(crate) use read::free_effort;
 use read::{parse_read, streams_reply, xinfo, xread};
 
 use super::blocking_pops::block_on;

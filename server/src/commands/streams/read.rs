@@ -187,6 +187,21 @@ fn head_node(view: &View, meta: &Meta, sm: &StreamMeta) -> lsm::Result<Option<u6
     }
 }
 
+/// What freeing the stream would cost redis-server 7.0 (its `lazyfreeGetFreeEffort`): one
+/// allocation per radix-tree node, and per consumer group one plus the first group's pending
+/// entries (Redis's own estimate for every group).
+pub(crate) fn free_effort(view: &View, meta: &Meta) -> lsm::Result<u64> {
+    let sm = StreamMeta::of(meta);
+    let nodes = head_node(view, meta, &sm)?.map_or(0, |h| sm.tail_node.saturating_sub(h) + 1) + 1;
+    let groups = if sm.groups == 0 {
+        0
+    } else {
+        let first = Groups::new(view, meta.uid).first_group()?;
+        sm.groups * (1 + first.map_or(0, |g| g.pending))
+    };
+    Ok(nodes + groups)
+}
+
 /// `XINFO STREAM key [FULL [COUNT count]]`, `XINFO GROUPS key`, `XINFO CONSUMERS key group`,
 /// `XINFO HELP`.
 pub(super) fn xinfo(s: &mut Session, args: &[Bytes]) -> Reply {
