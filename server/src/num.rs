@@ -5,6 +5,22 @@
 //! Rust has no 80-bit float; decimal arithmetic on `i128` reproduces those answers exactly for
 //! every value that fits in 38 digits, and `f64` covers the rest.
 
+/// Appends the decimal digits of `v` (what `v.to_string()` gives, without `fmt`'s
+/// machinery: IDs and counters formatted on hot reply paths).
+pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[at..]);
+}
+
 /// Parses a float the way Redis's `string2ld` does: no surrounding spaces, decimal or exponent
 /// notation, `inf`; NaN is rejected.
 pub fn parse_float(arg: &[u8]) -> Option<f64> {
@@ -152,6 +168,15 @@ mod tests {
 
     fn incr(a: &str, b: &str) -> Result<String, FloatError> {
         incr_by_float(a.as_bytes(), b.as_bytes())
+    }
+
+    #[test]
+    fn push_u64_writes_what_to_string_writes() {
+        for v in [0, 7, 10, 99, 1_000_000, u64::MAX - 1, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_u64(&mut out, v);
+            assert_eq!(out, format!("x{v}").into_bytes());
+        }
     }
 
     #[test]

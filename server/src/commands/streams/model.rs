@@ -59,7 +59,11 @@ impl StreamId {
 
     /// `ms-seq`.
     pub fn text(self) -> Bytes {
-        Bytes::from(format!("{}-{}", self.ms, self.seq))
+        let mut out = Vec::with_capacity(41);
+        crate::num::push_u64(&mut out, self.ms);
+        out.push(b'-');
+        crate::num::push_u64(&mut out, self.seq);
+        Bytes::from(out)
     }
 
     /// The ID an automatic XADD gives after `last` at time `now` (Redis's `streamNextID`).
@@ -224,7 +228,9 @@ pub(super) fn damaged() -> lsm::Error {
 /// One entry as the range commands reply it: `[id, [field, value, …]]`.
 pub(super) fn entry_reply(id: StreamId, value: &Bytes) -> lsm::Result<Reply> {
     let items = entry_items(value).ok_or_else(damaged)?;
-    Ok(Reply::Array(vec![Reply::Bulk(id.text()), Reply::Array(items.into_iter().map(Reply::Bulk).collect())]))
+    let mut fields = Vec::with_capacity(items.len());
+    fields.extend(items.into_iter().map(Reply::Bulk));
+    Ok(Reply::Array(vec![Reply::Bulk(id.text()), Reply::Array(fields)]))
 }
 
 /// The stream at `key`, with its fields.
@@ -250,7 +256,7 @@ pub(super) fn range(
     }
     let to = end.incr().map_or_else(|| ENTRIES_END.to_vec(), |e| e.field().to_vec());
     let mut it = view.elements_between(meta.uid, &start.field(), &to);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(if count == 0 { 16 } else { count.min(1024) });
     while count == 0 || out.len() < count {
         let next = if rev { it.next_back() } else { it.next() };
         let Some(kv) = next else { break };
