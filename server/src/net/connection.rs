@@ -475,6 +475,9 @@ async fn send_file<S: Socket>(socket: &mut S, path: &std::path::Path) {
     let sent = async {
         let mut file = tokio::fs::File::open(path).await?;
         let len = file.metadata().await?.len();
+        // Gone from the directory before the first byte goes out (the open handle still reads
+        // it): a client that has the whole snapshot never finds it left behind.
+        tokio::fs::remove_file(path).await?;
         socket.write_all(format!("${len}\r\n").as_bytes()).await?;
         let copied = tokio::io::copy(&mut file, socket).await?;
         if copied != len {
