@@ -115,9 +115,12 @@ impl RunStatus {
         }
     }
 
-    /// SCRIPT KILL (`eval`) or FUNCTION KILL.
+    /// SCRIPT KILL (`eval`) or FUNCTION KILL. Only a script past `busy-reply-threshold` can be
+    /// killed: Redis's single thread reads another client's SCRIPT KILL only once the script is
+    /// that slow (before, the kill waits for the script to end and finds nothing running), so a
+    /// script is never killed in its first moments, before it could even have written.
     pub fn kill(&self, eval: bool) -> Result<(), KillRefused> {
-        if !self.running.load(Ordering::Acquire) {
+        if !self.running.load(Ordering::Acquire) || !self.timed_out.load(Ordering::Acquire) {
             return Err(KillRefused::NotBusy);
         }
         if self.wrote.load(Ordering::Relaxed) {
