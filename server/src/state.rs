@@ -87,6 +87,8 @@ pub struct ServerState {
     pub locks: crate::services::named_locks::Locks,
     /// The threads commands run on.
     pub executor: crate::exec::Executor,
+    /// Single writes of different clients waiting to run as one group.
+    pub combiner: crate::exec::combine::Combiner,
     /// ACL users, the ACL log and refusal counters.
     pub acl: crate::acl::Acl,
     /// Role, replication ids, the link to a primary, connected replicas.
@@ -124,6 +126,7 @@ impl ServerState {
         scripting.load_saved_functions(&db)?;
         Ok(ServerState {
             scripting,
+            combiner: crate::exec::combine::Combiner::new(executor.threads()),
             executor,
             acl,
             replication,

@@ -76,3 +76,63 @@ fn a_pipelined_push_wakes_a_blocked_client() {
     assert_eq!(blocked.join().unwrap(), ("q".to_string(), "one".to_string()));
     assert_eq!(cmd("LRANGE").arg("q").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["two"]);
 }
+
+/// A field of `INFO stats`.
+fn stat(c: &mut redis::Connection, name: &str) -> u64 {
+    let info: String = cmd("INFO").arg("stats").query(c).unwrap();
+    let prefix = format!("{name}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in INFO"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn single_writes_of_many_clients_combined_into_groups_stay_exact() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("SET").arg("str").arg("x").query::<()>(&mut c).unwrap();
+    let (clients, each) = (8, 400);
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let mut c = server.client();
+            thread::spawn(move || {
+                let mut counters = Vec::with_capacity(each);
+                for i in 0..each {
+                    // One write per round trip: what the combiner queues.
+                    counters.push(cmd("INCR").arg("counter").query::<i64>(&mut c).unwrap());
+                    cmd("RPUSH").arg("list").arg(format!("{t}:{i}")).query::<i64>(&mut c).unwrap();
+                    let id: String = cmd("XADD").arg("stream").arg("*").arg("c").arg(t).query(&mut c).unwrap();
+                    assert!(id.contains('-'));
+                    // An error stays with its command, whatever it was combined with.
+                    let err = cmd("LPUSH").arg("str").arg("v").query::<i64>(&mut c).unwrap_err();
+                    assert_eq!(err.code(), Some("WRONGTYPE"));
+                }
+                counters
+            })
+        })
+        .collect();
+    let mut seen: Vec<i64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    seen.sort_unstable();
+    let total = (clients * each) as i64;
+    // Every INCR saw a distinct value: no increment lost or doubled across combined groups.
+    assert_eq!(seen, (1..=total).collect::<Vec<_>>());
+    assert_eq!(cmd("GET").arg("counter").query::<i64>(&mut c).unwrap(), total);
+    assert_eq!(cmd("LLEN").arg("list").query::<i64>(&mut c).unwrap(), total);
+    assert_eq!(cmd("XLEN").arg("stream").query::<i64>(&mut c).unwrap(), total);
+    assert_eq!(cmd("GET").arg("str").query::<String>(&mut c).unwrap(), "x");
+    // Each client's pushes kept their order.
+    let all: Vec<String> = cmd("LRANGE").arg("list").arg(0).arg(-1).query(&mut c).unwrap();
+    for t in 0..clients {
+        let mine: Vec<String> = all.iter().filter(|e| e.starts_with(&format!("{t}:"))).cloned().collect();
+        assert_eq!(mine, (0..each).map(|i| format!("{t}:{i}")).collect::<Vec<_>>());
+    }
+    assert!(stat(&mut c, "combined_write_groups") > 0, "eight clients writing one key at once were combined");
+    assert!(stat(&mut c, "combined_writes") >= 2 * stat(&mut c, "combined_write_groups"));
+    // Combined or not, every command counted once.
+    let stats: String = cmd("INFO").arg("commandstats").query(&mut c).unwrap();
+    assert!(stats.contains(&format!("cmdstat_incr:calls={total},")), "{stats}");
+    assert!(stats.contains(&format!("cmdstat_lpush:calls={total},")), "{stats}");
+}

@@ -240,6 +240,9 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("executor_helpers_active", st.executor.helpers().to_string()),
                 ("executor_helpers_started", st.executor.helpers_started().to_string()),
                 ("executor_queued_jobs", st.executor.queued().to_string()),
+                // Single writes of different clients run as one group (`exec::combine`).
+                ("combined_write_groups", st.combiner.groups.load(Ordering::Relaxed).to_string()),
+                ("combined_writes", st.combiner.writes.load(Ordering::Relaxed).to_string()),
                 // Requests the connections' own tasks ran (memory reads, queued SET batches).
                 ("in_memory_reads", st.in_memory.reads.load(Ordering::Relaxed).to_string()),
                 ("in_memory_reads_voided", st.in_memory.reads_voided.load(Ordering::Relaxed).to_string()),

@@ -425,7 +425,7 @@ const MAX_GROUP: usize = 256;
 /// Whether `args` may join a write group on this session now (plain `SET`s have their own,
 /// cheaper batch). Clients of a restricted ACL user run their writes one by one, so a refusal is
 /// logged as a top-level command, never as part of a transaction.
-fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+pub(super) fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
     GROUPABLE.contains(&spec.name)
         && !(spec.name == "set" && args.len() == 3)
         && s.authenticated
@@ -500,7 +500,7 @@ fn run_group(s: &mut Session, mut group: Vec<Vec<Bytes>>, out: &mut BytesMut, ou
 }
 
 /// The text a panic carried.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -12,8 +12,13 @@
 //! Per-command state (transaction buffer, read snapshot, held key stripes, memory-only mode)
 //! travels in the session's [`ExecContext`](crate::storage::ExecContext), reset after each
 //! command, and a connection whose unsent replies pass a bound is not read until they drain.
+//! A round that is a single write of the kinds pipelines group (INCR, LPUSH, XADD, …) goes to
+//! the [`combine`] queue instead: one executor job runs the single writes of many clients as
+//! one write group with one commit, so fifty clients writing one key do not wait for fifty
+//! commits in turn.
 
 mod after_command;
+pub mod combine;
 pub mod gate;
 pub mod in_memory;
 pub mod observe;

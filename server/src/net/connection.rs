@@ -112,7 +112,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             }
         };
         if !requests.is_empty() && !output_full {
-            let (s, rest, out, end) = match execute(&state, session, std::mem::take(&mut requests), output).await {
+            let round = if crate::exec::combine::eligible(&session, &requests) {
+                crate::exec::combine::run(&state, session, std::mem::take(&mut requests), output).await
+            } else {
+                execute(&state, session, std::mem::take(&mut requests), output).await
+            };
+            let (s, rest, out, end) = match round {
                 Some(done) => done,
                 None => return,
             };

@@ -43,6 +43,17 @@ struct TxnBuffer {
     range_dels: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// A transaction buffer between two contexts (see [`ExecContext::suspend_transaction`]).
+#[derive(Debug)]
+pub struct Suspended(TxnBuffer);
+
+impl Suspended {
+    /// The buffered batch.
+    pub fn into_batch(self) -> lsm::WriteBatch {
+        self.0.batch
+    }
+}
+
 /// One command's execution state (see the module docs).
 #[derive(Debug, Default)]
 pub struct ExecContext {
@@ -178,6 +189,18 @@ impl ExecContext {
     /// Starts buffering writes (EXEC).
     pub fn begin_transaction(&self) {
         *self.txn.borrow_mut() = Some(TxnBuffer::default());
+    }
+
+    /// Stops buffering in this context and hands the buffer over, for another context to go
+    /// on with ([`ExecContext::resume_transaction`]): commands of several clients combined into
+    /// one write group share one buffer (`exec::combine`).
+    pub fn suspend_transaction(&self) -> Option<Suspended> {
+        self.txn.borrow_mut().take().map(Suspended)
+    }
+
+    /// Buffers into `suspended` (a buffer another context started), or a fresh one.
+    pub fn resume_transaction(&self, suspended: Option<Suspended>) {
+        *self.txn.borrow_mut() = Some(suspended.map(|s| s.0).unwrap_or_default());
     }
 
     /// Stops buffering and returns the buffered batch.

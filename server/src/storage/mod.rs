@@ -45,7 +45,7 @@ pub use blind_writes::{BlindWrite, CountChanges};
 pub(crate) use collection::prefix_end;
 pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
-pub use context::{ExecContext, RawRange};
+pub use context::{ExecContext, RawRange, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};

@@ -1,0 +1,257 @@
+//! Write combining across connections: the writes of different clients run as one write
+//! group.
+//!
+//! Fifty clients appending to one stream (or pushing to one list) each send one write and wait
+//! for it. Run one by one, every write takes the key's stripe, waits for its own group commit
+//! while holding it, and costs a hand-off to an executor thread and back: the key's writes are
+//! serialised behind one commit each, and the machine spends its time switching threads.
+//! Here a connection whose round is made of writes that may join a write group (the commands
+//! of `gate::GROUPABLE`: one write, or a pipeline of up to 64) queues them with its session in
+//! the [`Combiner`]; one executor job drains the queue and runs the rounds it finds as one
+//! group, the way a pipeline's write group runs
+//! (`gate::run_group`): the stripes of all their keys are locked up front in one order, each
+//! command passes the gate as its own client and writes into one buffer that the next command
+//! (of whichever client) reads through, the buffer is committed as one batch, and only then
+//! does any client get its reply. Writes queued meanwhile make the next group.
+//!
+//! Each command keeps its own reply, statistics, slow-log entry and keyspace events; a
+//! command's error stays its own; if the commit fails, every command of the group is answered
+//! with the engine's error, since none of their writes happened. A group of one runs the usual
+//! way ([`super::run_batch`]), so a lone client pays nothing for this.
+//!
+//! What is never combined: a client with `CLIENT TRACKING` on (its `NOLOOP` needs its writes
+//! committed as its own), a client inside MULTI, subscribed or of a restricted ACL user (see
+//! `gate::groupable`), and anything while `CLIENT PAUSE` is in force (the usual path honours it).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::oneshot;
+
+use super::gate::{groupable, panic_message};
+use super::{dispatch, run_batch, serve_signals, BatchEnd, Session};
+use crate::commands::{engine_error, lookup, queued_keys};
+use crate::resp::Reply;
+use crate::state::ServerState;
+
+/// Most writes one combined group runs (a client's round joins whole, so a group may pass it
+/// by one round).
+const MAX_COMBINED: usize = 128;
+/// Most writes of one client's round that may join (a pipeline's write group is this long).
+const MAX_ROUND: usize = 64;
+
+/// What a round gives back to its connection: the session, requests not run, the replies, and
+/// why it stopped (as `connection::execute` returns).
+pub type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
+
+/// One client's queued writes (its round).
+struct Entry {
+    session: Session,
+    requests: Vec<Vec<Bytes>>,
+    output: BytesMut,
+    done: oneshot::Sender<Round>,
+}
+
+/// Writes waiting to be combined, and whether an executor job is draining them.
+#[derive(Default)]
+struct Queue {
+    entries: Vec<Entry>,
+    draining: bool,
+}
+
+/// The queues of writes waiting to run as a group (see the module docs): one per executor
+/// thread, a round going to the queue its first key hashes to, so writes of one key always meet
+/// in one queue and writes of unrelated keys still run on every executor thread.
+pub struct Combiner {
+    shards: Vec<Mutex<Queue>>,
+    /// Groups of two or more writes run (INFO `combined_write_groups`).
+    pub groups: AtomicU64,
+    /// Writes those groups ran (INFO `combined_writes`).
+    pub writes: AtomicU64,
+}
+
+impl Combiner {
+    /// `n` queues (at least one).
+    pub fn new(n: usize) -> Combiner {
+        Combiner {
+            shards: (0..n.max(1)).map(|_| Mutex::default()).collect(),
+            groups: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    /// The queue for a round whose first key is `key` of `db`.
+    fn shard_of(&self, db: u32, key: &[u8]) -> usize {
+        let hash = xxhash_rust::xxh3::xxh3_64_with_seed(key, u64::from(db));
+        (hash % self.shards.len() as u64) as usize
+    }
+
+    fn queue(&self, shard: usize) -> std::sync::MutexGuard<'_, Queue> {
+        self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner").finish_non_exhaustive()
+    }
+}
+
+/// True if `requests` (a connection's round) are writes that may be combined with other
+/// clients' writes: each may join a write group.
+pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
+    !requests.is_empty()
+        && requests.len() <= MAX_ROUND
+        && !s.tracking
+        && !s.state.pause_in_force()
+        && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(s, spec, args)))
+}
+
+/// Queues the writes `requests` of `session` and waits until a combined group has run them.
+/// `None` if the job was lost (the pool is gone, or it panicked outside a command): the
+/// connection closes.
+pub async fn run(
+    state: &Arc<ServerState>,
+    session: Session,
+    requests: VecDeque<Vec<Bytes>>,
+    output: BytesMut,
+) -> Option<Round> {
+    let (done, rx) = oneshot::channel();
+    let shard = match queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).first() {
+        Some((db, key)) => state.combiner.shard_of(*db, key),
+        None => 0,
+    };
+    let start = {
+        let mut q = state.combiner.queue(shard);
+        q.entries.push(Entry { session, requests: requests.into(), output, done });
+        !std::mem::replace(&mut q.draining, true)
+    };
+    if start {
+        schedule(state, shard);
+    }
+    rx.await.ok()
+}
+
+/// Queues the draining job on the executor; its result is not awaited (each entry gets its
+/// own).
+fn schedule(state: &Arc<ServerState>, shard: usize) {
+    let drainer = Arc::clone(state);
+    drop(state.executor.run(move || drain(&drainer, shard)));
+}
+
+/// Groups one draining job runs before it queues itself again behind other jobs.
+const GROUPS_PER_TURN: usize = 16;
+
+/// The executor job: runs queued writes, a group at a time, until none is left (or its turn is
+/// over: it then queues itself again, so a steady stream of writes does not hold a thread).
+fn drain(state: &Arc<ServerState>, shard: usize) {
+    for turn in 0.. {
+        let group: Vec<Entry> = {
+            let mut q = state.combiner.queue(shard);
+            if q.entries.is_empty() {
+                q.draining = false;
+                return;
+            }
+            if turn == GROUPS_PER_TURN {
+                drop(q);
+                schedule(state, shard);
+                return;
+            }
+            let (mut n, mut writes) = (0, 0);
+            while n < q.entries.len() && writes < MAX_COMBINED {
+                writes += q.entries[n].requests.len();
+                n += 1;
+            }
+            q.entries.drain(..n).collect()
+        };
+        if group.len() == 1 || state.pause_in_force() {
+            for entry in group {
+                alone(entry);
+            }
+        } else {
+            state.combiner.groups.fetch_add(1, Ordering::Relaxed);
+            let writes = group.iter().map(|e| e.requests.len() as u64).sum();
+            state.combiner.writes.fetch_add(writes, Ordering::Relaxed);
+            run_group(state, group);
+        }
+    }
+}
+
+/// Runs one entry the usual way.
+fn alone(entry: Entry) {
+    let Entry { mut session, requests, mut output, done } = entry;
+    let mut requests = VecDeque::from(requests);
+    let end = run_batch(&mut session, &mut requests, &mut output, usize::MAX);
+    let _ = done.send((session, requests, output, end));
+}
+
+/// Runs several clients' writes as one group (see the module docs) and answers each.
+fn run_group(state: &ServerState, mut group: Vec<Entry>) {
+    // Each command's reply (None: not sent), per entry, kept until the group is committed.
+    let mut replies: Vec<Vec<Option<Reply>>> = Vec::with_capacity(group.len());
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> lsm::Result<()> {
+        let keys: Vec<(u32, Bytes)> = group.iter().flat_map(|e| queued_keys(e.session.db, &e.requests)).collect();
+        let locker = crate::storage::ExecContext::new();
+        let guard = state.storage.lock_pairs(&locker, keys.iter().map(|(db, k)| (*db, &k[..])));
+        let mut buffer = None;
+        for entry in group.iter_mut() {
+            let s = &mut entry.session;
+            let mut mine = Vec::with_capacity(entry.requests.len());
+            if !s.handle.killed.load(Ordering::Acquire) {
+                state.storage.hold_for_exec(&s.exec, &guard);
+                s.exec.resume_transaction(buffer.take());
+                s.in_exec = true;
+                for args in &entry.requests {
+                    let reply = dispatch(s, args);
+                    mine.push(s.take_reply_permission().then_some(reply));
+                }
+                s.in_exec = false;
+                buffer = s.exec.suspend_transaction();
+                state.storage.end_exec(&s.exec);
+            }
+            replies.push(mine);
+        }
+        let batch = buffer.map(crate::storage::Suspended::into_batch).unwrap_or_default();
+        let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit_from(batch, 0) };
+        drop(guard);
+        committed
+    }));
+    let failure = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(engine_error(e)),
+        Err(panic) => {
+            let what = panic_message(&*panic);
+            tracing::error!(target: "shale::exec", writes = group.len(), panic = %what, "a combined write group panicked; its commands get errors");
+            Some(Reply::error("ERR internal error running a pipelined write (see the server log)"))
+        }
+    };
+    // After a panic, the commands that did not run are answered with the error too.
+    replies.resize(group.len(), Vec::new());
+    for (entry, mut mine) in group.into_iter().zip(replies) {
+        if failure.is_some() && !entry.session.handle.killed.load(Ordering::Acquire) {
+            mine.resize(entry.requests.len(), Some(Reply::Null));
+        }
+        let Entry { mut session, mut output, done, .. } = entry;
+        let events = session.exec.take_events();
+        if failure.is_none() {
+            // Its keyspace events and blocked clients, once its writes are visible.
+            crate::services::notifications::publish(&session.state, events);
+            serve_signals(&mut session);
+        } else {
+            session.in_exec = false;
+            session.signals.clear();
+        }
+        session.exec.reset();
+        let end = if session.handle.killed.load(Ordering::Acquire) {
+            BatchEnd::Close
+        } else {
+            for reply in mine.iter().flatten() {
+                failure.as_ref().unwrap_or(reply).encode(session.protocol, &mut output);
+            }
+            BatchEnd::Drained
+        };
+        let _ = done.send((session, VecDeque::new(), output, end));
+    }
+}
