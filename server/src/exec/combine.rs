@@ -7,8 +7,9 @@
 //! serialised behind one commit each, and the machine spends its time switching threads.
 //! Here a connection whose round is made of writes that may join a write group (the commands
 //! of `gate::GROUPABLE`: one write, or a pipeline of up to 64) queues them with its session in
-//! the [`Combiner`]; one executor job drains the queue and runs the rounds it finds as one
-//! group, the way a pipeline's write group runs
+//! the [`Combiner`]; one executor job drains the queue and runs the rounds it finds with the
+//! same first key as one group (rounds of unrelated keys gain nothing from sharing a commit and
+//! run on their own), the way a pipeline's write group runs
 //! (`gate::run_group`): the stripes of all their keys are locked up front in one order, each
 //! command passes the gate as its own client and writes into one buffer that the next command
 //! (of whichever client) reads through, the buffer is committed as one batch, and only then
@@ -48,6 +49,8 @@ pub type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
 
 /// One client's queued writes (its round).
 struct Entry {
+    /// The round's first key: rounds combine with rounds of the same first key.
+    key: Option<(u32, Bytes)>,
     session: Session,
     requests: Vec<Vec<Bytes>>,
     output: BytesMut,
@@ -119,13 +122,12 @@ pub async fn run(
     output: BytesMut,
 ) -> Option<Round> {
     let (done, rx) = oneshot::channel();
-    let shard = match queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).first() {
-        Some((db, key)) => state.combiner.shard_of(*db, key),
-        None => 0,
-    };
+    let key =
+        queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).into_iter().next();
+    let shard = key.as_ref().map_or(0, |(db, k)| state.combiner.shard_of(*db, k));
     let start = {
         let mut q = state.combiner.queue(shard);
-        q.entries.push(Entry { session, requests: requests.into(), output, done });
+        q.entries.push(Entry { key, session, requests: requests.into(), output, done });
         !std::mem::replace(&mut q.draining, true)
     };
     if start {
@@ -159,12 +161,23 @@ fn drain(state: &Arc<ServerState>, shard: usize) {
                 schedule(state, shard);
                 return;
             }
-            let (mut n, mut writes) = (0, 0);
-            while n < q.entries.len() && writes < MAX_COMBINED {
-                writes += q.entries[n].requests.len();
-                n += 1;
+            // The oldest round, and the rounds queued after it with the same first key: writes
+            // of one hot key meet here; rounds of unrelated keys gain nothing from sharing a
+            // commit (they would only wait for each other) and run on their own.
+            let key = q.entries[0].key.clone();
+            let mut writes = 0;
+            let mut group = Vec::new();
+            let mut rest = Vec::with_capacity(q.entries.len());
+            for entry in q.entries.drain(..) {
+                if group.is_empty() || (writes < MAX_COMBINED && key.is_some() && entry.key == key) {
+                    writes += entry.requests.len();
+                    group.push(entry);
+                } else {
+                    rest.push(entry);
+                }
             }
-            q.entries.drain(..n).collect()
+            q.entries = rest;
+            group
         };
         if group.len() == 1 || state.pause_in_force() {
             for entry in group {
@@ -181,7 +194,7 @@ fn drain(state: &Arc<ServerState>, shard: usize) {
 
 /// Runs one entry the usual way.
 fn alone(entry: Entry) {
-    let Entry { mut session, requests, mut output, done } = entry;
+    let Entry { mut session, requests, mut output, done, .. } = entry;
     let mut requests = VecDeque::from(requests);
     let end = run_batch(&mut session, &mut requests, &mut output, usize::MAX);
     let _ = done.send((session, requests, output, end));
