@@ -46,7 +46,7 @@ pub(crate) use pubsub::{allowed_when_subscribed, subscriber};
 pub use replication::remove_stale_snapshots;
 pub(crate) use streams::{stream_value, write_stream_value};
 pub(crate) use transactions::is_control as is_transaction_control;
-pub(crate) use transactions::{clear_watches, queued_keys, run_buffered};
+pub(crate) use transactions::{clear_watches, queued_keys, run_buffered, Part};
 
 /// A command implementation: the session and the full argument vector (name first).
 pub type Handler = fn(&mut Session, &[Bytes]) -> Reply;

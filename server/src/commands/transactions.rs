@@ -113,38 +113,57 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
     out
 }
 
-/// Runs `queue` with the stripes of `guard` held: every command writes into one buffer that
-/// later ones read through, and the buffer is committed as one engine batch, after which
-/// clients blocked on keys it filled are served. `each` gets every reply in order, before the
-/// commit, and answers whether to go on (the rest of `queue` is then not run); the result is the
-/// commit's. EXEC and pipelined write groups run through here.
+/// One client's commands in a buffered run: its session and the commands it runs.
+pub(crate) type Part<'a> = (&'a mut Session, &'a [Vec<Bytes>]);
+
+/// Runs the commands of `parts` (one client's, or several clients' combined into one write
+/// group) with the stripes of `guard` held: every command writes into one buffer that later
+/// ones (of whichever client) read through, and the buffer is committed as one engine batch,
+/// after which each client's keyspace events are published and the clients blocked on keys it
+/// filled are served. `each` gets every reply in order with its part's index, before the
+/// commit, and answers whether to go on (the rest is then not run); the result is the
+/// commit's. EXEC, pipelined write groups and combined writes (`exec::combine`) all run
+/// through here.
 pub(crate) fn run_buffered(
-    s: &mut Session,
+    parts: &mut [Part<'_>],
     guard: LockGuard<'_>,
-    queue: &[Vec<Bytes>],
-    mut each: impl FnMut(&mut Session, Reply) -> bool,
+    mut each: impl FnMut(usize, &mut Session, Reply) -> bool,
 ) -> lsm::Result<()> {
-    let state = std::sync::Arc::clone(&s.state);
-    state.storage.hold_for_exec(&s.exec, &guard);
-    s.exec.begin_transaction();
-    s.in_exec = true;
-    for args in queue {
-        let reply = dispatch(s, args);
-        if !each(s, reply) {
-            break;
+    let Some(state) = parts.first().map(|(s, _)| std::sync::Arc::clone(&s.state)) else { return Ok(()) };
+    // A client's own batch is committed as its own (`CLIENT TRACKING NOLOOP`); a combined one
+    // as the server's.
+    let origin = if parts.len() == 1 { parts[0].0.id } else { 0 };
+    let mut buffer = None;
+    'parts: for (i, (s, queue)) in parts.iter_mut().enumerate() {
+        state.storage.hold_for_exec(&s.exec, &guard);
+        s.exec.resume_transaction(buffer.take());
+        s.in_exec = true;
+        let mut go_on = true;
+        for args in queue.iter() {
+            let reply = dispatch(s, args);
+            if !each(i, s, reply) {
+                go_on = false;
+                break;
+            }
+        }
+        s.in_exec = false;
+        buffer = s.exec.suspend_transaction();
+        state.storage.end_exec(&s.exec);
+        if !go_on {
+            break 'parts;
         }
     }
-    s.in_exec = false;
-    let batch = s.exec.finish_transaction();
-    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit_from(batch, s.id) };
-    state.storage.end_exec(&s.exec);
+    let batch = buffer.map(crate::storage::Suspended::into_batch).unwrap_or_default();
+    let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit_from(batch, origin) };
     drop(guard);
-    // The queued commands' keyspace events, once their writes are visible (none if they failed).
-    let events = s.exec.take_events();
-    if committed.is_ok() {
-        crate::services::notifications::publish(&state, events);
+    for (s, _) in parts.iter_mut() {
+        // The commands' keyspace events, once their writes are visible (none if they failed).
+        let events = s.exec.take_events();
+        if committed.is_ok() {
+            crate::services::notifications::publish(&state, events);
+        }
+        crate::exec::serve_signals(s);
     }
-    crate::exec::serve_signals(s);
     committed
 }
 
@@ -173,7 +192,7 @@ fn exec(s: &mut Session, _: &[Bytes]) -> Reply {
     }
     let mut replies = Vec::with_capacity(queue.len());
     // Clients blocked on keys the transaction filled are served once it is visible.
-    let committed = run_buffered(s, guard, &queue, |_, reply| {
+    let committed = run_buffered(&mut [(&mut *s, &queue[..])], guard, |_, _, reply| {
         replies.push(reply);
         true
     });

@@ -32,8 +32,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
 use super::gate::{groupable, panic_message};
-use super::{dispatch, run_batch, serve_signals, BatchEnd, Session};
-use crate::commands::{engine_error, lookup, queued_keys};
+use super::{run_batch, BatchEnd, Session};
+use crate::commands::{engine_error, lookup, queued_keys, run_buffered, Part};
 use crate::resp::Reply;
 use crate::state::ServerState;
 
@@ -203,33 +203,23 @@ fn alone(entry: Entry) {
 /// Runs several clients' writes as one group (see the module docs) and answers each.
 fn run_group(state: &ServerState, mut group: Vec<Entry>) {
     // Each command's reply (None: not sent), per entry, kept until the group is committed.
-    let mut replies: Vec<Vec<Option<Reply>>> = Vec::with_capacity(group.len());
+    let mut replies: Vec<Vec<Option<Reply>>> = vec![Vec::new(); group.len()];
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> lsm::Result<()> {
         let keys: Vec<(u32, Bytes)> = group.iter().flat_map(|e| queued_keys(e.session.db, &e.requests)).collect();
         let locker = crate::storage::ExecContext::new();
         let guard = state.storage.lock_pairs(&locker, keys.iter().map(|(db, k)| (*db, &k[..])));
-        let mut buffer = None;
-        for entry in group.iter_mut() {
-            let s = &mut entry.session;
-            let mut mine = Vec::with_capacity(entry.requests.len());
-            if !s.handle.killed.load(Ordering::Acquire) {
-                state.storage.hold_for_exec(&s.exec, &guard);
-                s.exec.resume_transaction(buffer.take());
-                s.in_exec = true;
-                for args in &entry.requests {
-                    let reply = dispatch(s, args);
-                    mine.push(s.take_reply_permission().then_some(reply));
-                }
-                s.in_exec = false;
-                buffer = s.exec.suspend_transaction();
-                state.storage.end_exec(&s.exec);
-            }
-            replies.push(mine);
-        }
-        let batch = buffer.map(crate::storage::Suspended::into_batch).unwrap_or_default();
-        let committed = if batch.is_empty() { Ok(()) } else { state.storage.commit_from(batch, 0) };
-        drop(guard);
-        committed
+        // A client killed while it waited runs nothing.
+        let mut parts: Vec<Part<'_>> = group
+            .iter_mut()
+            .map(|e| {
+                let killed = e.session.handle.killed.load(Ordering::Acquire);
+                (&mut e.session, if killed { &[][..] } else { &e.requests[..] })
+            })
+            .collect();
+        run_buffered(&mut parts, guard, |i, s, reply| {
+            replies[i].push(s.take_reply_permission().then_some(reply));
+            true
+        })
     }));
     let failure = match outcome {
         Ok(Ok(())) => None,
@@ -241,18 +231,13 @@ fn run_group(state: &ServerState, mut group: Vec<Entry>) {
         }
     };
     // After a panic, the commands that did not run are answered with the error too.
-    replies.resize(group.len(), Vec::new());
     for (entry, mut mine) in group.into_iter().zip(replies) {
         if failure.is_some() && !entry.session.handle.killed.load(Ordering::Acquire) {
             mine.resize(entry.requests.len(), Some(Reply::Null));
         }
         let Entry { mut session, mut output, done, .. } = entry;
-        let events = session.exec.take_events();
-        if failure.is_none() {
-            // Its keyspace events and blocked clients, once its writes are visible.
-            crate::services::notifications::publish(&session.state, events);
-            serve_signals(&mut session);
-        } else {
+        // (Its keyspace events and blocked clients were served after the commit.)
+        if failure.is_some() {
             session.in_exec = false;
             session.signals.clear();
         }

@@ -465,7 +465,7 @@ fn run_group(s: &mut Session, mut group: Vec<Vec<Bytes>>, out: &mut BytesMut, ou
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let keys = queued_keys(s.db, &group);
         let guard = state.storage.lock_pairs(&s.exec, keys.iter().map(|(db, k)| (*db, &k[..])));
-        run_buffered(s, guard, &group, |s, reply| {
+        run_buffered(&mut [(&mut *s, &group[..])], guard, |_, s, reply| {
             if s.take_reply_permission() {
                 reply.encode(s.protocol, &mut pending);
             }
