@@ -81,6 +81,8 @@ pub struct ServerState {
     pub latency: crate::services::slowlog::LatencyMonitor,
     /// INFO commandstats, errorstats and latencystats.
     pub command_stats: crate::services::command_stats::CommandStats,
+    /// When keys were last used, and how often (`OBJECT IDLETIME | FREQ`).
+    pub access: crate::services::access_times::AccessTimes,
     /// `notify-keyspace-events` as flags (read by every command, so kept apart from `config`).
     notify_flags: AtomicU32,
     /// LOCK / UNLOCK.
@@ -124,7 +126,10 @@ impl ServerState {
         replication.configure(&config);
         let scripting = crate::scripting::Scripting::new();
         scripting.load_saved_functions(&db)?;
+        let access = crate::services::access_times::AccessTimes::default();
+        configure_access_times(&access, &config);
         Ok(ServerState {
+            access,
             scripting,
             combiner: crate::exec::combine::Combiner::new(executor.threads()),
             executor,
@@ -225,6 +230,7 @@ impl ServerState {
         }
         self.replication.configure(&new);
         self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
+        configure_access_times(&self.access, &new);
         self.command_stats.set_latency_tracking(new.latency_tracking);
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len);
         self.latency.set_threshold(new.latency_monitor_threshold);
@@ -307,4 +313,14 @@ pub fn sync_mode(a: AppendFsync) -> lsm::SyncMode {
         AppendFsync::EverySec => lsm::SyncMode::EverySec,
         AppendFsync::No => lsm::SyncMode::Never,
     }
+}
+
+/// The access-time table follows `maxmemory-policy`, `lfu-log-factor` and `lfu-decay-time`.
+fn configure_access_times(access: &crate::services::access_times::AccessTimes, cfg: &Config) {
+    let int = |name: &str, default: i64| cfg.get(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    access.configure(
+        cfg.get("maxmemory-policy").unwrap_or_default(),
+        int("lfu-log-factor", 10),
+        int("lfu-decay-time", 1),
+    );
 }

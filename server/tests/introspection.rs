@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{start_redis, Server};
+use common::{start_redis, start_redis_with, Server};
 use redis::cmd;
 
 /// The `# Section` titles of an INFO reply, in order.
@@ -422,5 +422,60 @@ fn latency_histogram_has_redis_shape() {
         let redis = shape(&mut r);
         assert_eq!((redis[0].0.as_str(), redis[0].1), ("set", 50));
         assert!(redis[0].2.iter().all(|l| series.contains(l)), "the series is Redis's: {:?}", redis[0].2);
+    }
+}
+
+/// OBJECT IDLETIME / FREQ, RESTORE's IDLETIME / FREQ and DEBUG OBJECT, side by side with
+/// redis-server where the answers do not depend on timing: RESTORE places a key's last access
+/// in the past, commands that only look at a key (TTL, TYPE, EXISTS, OBJECT) leave it there,
+/// and any read or write brings it back to now; under an LFU policy a new key counts 5 and its
+/// first access makes 6.
+#[test]
+fn access_times_and_frequencies_follow_redis() {
+    let Some((_redis, mut r, _)) = start_redis_with(&["--enable-debug-command", "yes"]) else { return };
+    let server = Server::start(&["--enable-debug-command", "yes"]);
+    let mut c = server.client();
+    for conn in [&mut r, &mut c] {
+        let q =
+            |conn: &mut redis::Connection, words: &[&str]| cmd(words[0]).arg(&words[1..]).query::<redis::Value>(conn);
+        let int =
+            |conn: &mut redis::Connection, words: &[&str]| cmd(words[0]).arg(&words[1..]).query::<i64>(conn).unwrap();
+        q(conn, &["SET", "foo", "bar"]).unwrap();
+        let dump: Vec<u8> = cmd("DUMP").arg("foo").query(conn).unwrap();
+        cmd("DEL").arg("foo").query::<()>(conn).unwrap();
+        cmd("RESTORE").arg("foo").arg(0).arg(&dump).arg("IDLETIME").arg(1000).query::<()>(conn).unwrap();
+        let idle = int(conn, &["OBJECT", "IDLETIME", "foo"]);
+        assert!((1000..=1010).contains(&idle), "restored idle time {idle}");
+        for words in [&["TTL", "foo"][..], &["TYPE", "foo"], &["EXISTS", "foo"], &["OBJECT", "ENCODING", "foo"]] {
+            q(conn, words).unwrap();
+        }
+        assert!(int(conn, &["OBJECT", "IDLETIME", "foo"]) >= 1000, "TTL, TYPE, EXISTS and OBJECT do not touch");
+        let debug: String = cmd("DEBUG").arg("OBJECT").arg("foo").query(conn).unwrap();
+        let idle_field = debug.split(' ').find_map(|f| f.strip_prefix("lru_seconds_idle:")).unwrap();
+        assert!(idle_field.parse::<u64>().unwrap() >= 1000, "{debug}");
+        assert!(debug.contains(" refcount:1 encoding:embstr serializedlength:4 lru:"), "{debug}");
+        q(conn, &["GET", "foo"]).unwrap();
+        assert!(int(conn, &["OBJECT", "IDLETIME", "foo"]) < 2, "GET touches");
+        cmd("RESTORE").arg("foo").arg(0).arg(&dump).arg("REPLACE").arg("IDLETIME").arg(500).query::<()>(conn).unwrap();
+        q(conn, &["TOUCH", "foo"]).unwrap();
+        assert!(int(conn, &["OBJECT", "IDLETIME", "foo"]) < 2, "TOUCH touches");
+        let err = q(conn, &["OBJECT", "FREQ", "foo"]).unwrap_err();
+        assert!(err.to_string().contains("An LFU maxmemory policy is not selected"), "{err}");
+
+        q(conn, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]).unwrap();
+        q(conn, &["SET", "fresh", "v"]).unwrap();
+        assert_eq!(int(conn, &["OBJECT", "FREQ", "fresh"]), 5);
+        q(conn, &["GET", "fresh"]).unwrap();
+        assert_eq!(int(conn, &["OBJECT", "FREQ", "fresh"]), 6);
+        cmd("RESTORE").arg("lfu").arg(0).arg(&dump).arg("FREQ").arg(100).query::<()>(conn).unwrap();
+        assert_eq!(int(conn, &["OBJECT", "FREQ", "lfu"]), 100);
+        let err = q(conn, &["OBJECT", "IDLETIME", "lfu"]).unwrap_err();
+        assert!(err.to_string().contains("An LFU maxmemory policy is selected, idle time not tracked"), "{err}");
+        q(conn, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).unwrap();
+
+        let err = q(conn, &["DEBUG", "OBJECT", "nosuchkey"]).unwrap_err();
+        assert!(err.to_string().contains("no such key"), "{err}");
+        let stats: String = cmd("MEMORY").arg("MALLOC-STATS").query(conn).unwrap();
+        assert!(stats.starts_with("___ Begin jemalloc statistics ___"), "{}", &stats[..stats.len().min(80)]);
     }
 }

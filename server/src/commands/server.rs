@@ -186,7 +186,8 @@ fn lastsave(s: &mut Session, _: &[Bytes]) -> Reply {
     Reply::Integer(s.state.lastsave.load(Ordering::Relaxed) as i64)
 }
 
-/// `MEMORY USAGE key [SAMPLES n]`, `MEMORY STATS`, `MEMORY DOCTOR`, `MEMORY PURGE`, `MEMORY HELP`.
+/// `MEMORY USAGE key [SAMPLES n]`, `MEMORY STATS`, `MEMORY DOCTOR`, `MEMORY MALLOC-STATS`,
+/// `MEMORY PURGE`, `MEMORY HELP`.
 fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match (sub.as_str(), args.len()) {
@@ -212,19 +213,21 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
             Reply::Map(vec![
                 field("peak.allocated", used),
                 field("total.allocated", used),
-                field("keys.count", 0),
+                field("keys.count", s.state.storage.keys_total() as i64),
                 field("dataset.bytes", stats.total_bytes() as i64),
             ])
         }
+        ("malloc-stats", 2) => Reply::Verbatim(Bytes::from(malloc_stats())),
         ("doctor", 2) => Reply::Verbatim(Bytes::from_static(
             b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.",
         )),
         ("purge", 2) => Reply::ok(),
-        // Redis 7.0's text, without MALLOC-STATS (Shale does not report allocator internals).
         ("help", 2) => super::introspection::help(&[
             "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "DOCTOR",
             "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
             "PURGE",
             "    Attempt to purge dirty pages for reclamation by the allocator.",
             "STATS",
@@ -235,14 +238,36 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
             "HELP",
             "    Prints this help.",
         ]),
-        ("usage" | "stats" | "doctor" | "purge" | "help", _) => {
+        ("usage" | "stats" | "doctor" | "purge" | "malloc-stats" | "help", _) => {
             Reply::error(format!("ERR wrong number of arguments for 'memory|{sub}' command"))
         }
         _ => Reply::error(format!("ERR unknown subcommand '{}'. Try MEMORY HELP.", String::from_utf8_lossy(&args[1]))),
     }
 }
 
-/// `DEBUG SLEEP seconds` (blocks this client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
+/// jemalloc's statistics report, as `MEMORY MALLOC-STATS` gives it with Redis's jemalloc
+/// build; with the system allocator, Redis's answer for one it cannot ask.
+#[cfg(feature = "jemalloc")]
+fn malloc_stats() -> Vec<u8> {
+    use std::ffi::{c_char, c_void, CStr};
+    unsafe extern "C" fn append(out: *mut c_void, text: *const c_char) {
+        // SAFETY: `out` is the `Vec` passed below, alive for the whole call, and jemalloc
+        // hands a NUL-terminated string.
+        unsafe { (*out.cast::<Vec<u8>>()).extend_from_slice(CStr::from_ptr(text).to_bytes()) }
+    }
+    let mut out: Vec<u8> = Vec::new();
+    // SAFETY: the callback only appends to `out`, which outlives the call; no options string.
+    unsafe { tikv_jemalloc_sys::malloc_stats_print(Some(append), (&mut out as *mut Vec<u8>).cast(), std::ptr::null()) };
+    out
+}
+
+#[cfg(not(feature = "jemalloc"))]
+fn malloc_stats() -> Vec<u8> {
+    b"Stats not supported for the current allocator".to_vec()
+}
+
+/// `DEBUG OBJECT key` (see `keys::inspect::debug_object`), `DEBUG SLEEP seconds` (blocks this
+/// client like Redis blocks its thread), `DEBUG RELOAD`/`FLUSH`
 /// (an engine flush), `DEBUG SET-ACTIVE-EXPIRE` (accepted), `DEBUG DIGEST` (a checksum of
 /// every database's contents, see `storage/digest.rs`), and Shale's `DEBUG COMPACT` (a full
 /// compaction, e.g. to get the space of deleted collections back at once). The gate refuses
@@ -259,6 +284,7 @@ fn debug(s: &mut Session, args: &[Bytes]) -> Reply {
             _ => Reply::error("ERR value is not a valid float"),
         },
         "set-active-expire" if args.len() == 3 => Reply::ok(),
+        "object" if args.len() == 3 => super::keys::inspect::debug_object(s, &args[2]),
         "digest" if args.len() == 2 => {
             let databases = s.state.config().databases;
             match s.state.storage.digest(&s.exec, databases) {

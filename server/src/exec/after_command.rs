@@ -1,6 +1,6 @@
 //! What a command leaves for after it has run, before its reply: lazy expiry of the keys its
-//! reads found expired, and the keys a `CLIENT TRACKING` client read (see
-//! [`super::gate::run_command`]).
+//! reads found expired, the access times of the keys it used, and the keys a `CLIENT TRACKING`
+//! client read (see [`super::gate::run_command`]).
 
 use std::sync::atomic::Ordering;
 
@@ -68,6 +68,28 @@ pub(super) fn wake_changed_keys(s: &mut Session, spec: &CommandSpec, args: &[Byt
                     s.signals.push(key.clone());
                 }
             }
+        }
+    }
+}
+
+/// Records the use of the command's keys in the access-time table (`OBJECT IDLETIME | FREQ`),
+/// unless it is one of the commands Redis runs without touching them (TYPE, TTL, EXISTS, …).
+pub(super) fn touch_keys(s: &Session, spec: &CommandSpec, args: &[Bytes]) {
+    if !crate::services::access_times::touches(spec.name) {
+        return;
+    }
+    let access = &s.state.access;
+    if spec.first_key > 0 {
+        let last = if spec.last_key < 0 { args.len() as i32 + spec.last_key } else { spec.last_key };
+        let mut i = spec.first_key;
+        while i <= last && (i as usize) < args.len() {
+            access.touch(s.db, &args[i as usize]);
+            i += spec.step.max(1);
+        }
+    } else if !spec.flags.contains(&"pubsub") {
+        // Keys found by the command's key specs (numkeys, STREAMS …).
+        for k in meta::keys(spec, args) {
+            access.touch(s.db, &args[k.pos]);
         }
     }
 }

@@ -176,6 +176,7 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     let reply = (spec.handler)(s, args);
     // A memory-only attempt that needed the disk is void: its rerun is the call.
     if !s.exec.voided() {
+        after_command::touch_keys(s, spec, args);
         after_command::wake_changed_keys(s, spec, args);
         observe(s, spec, args, &reply, started.elapsed());
         if s.tracking {
@@ -542,6 +543,7 @@ impl SetBatch {
         self.db = s.db;
         self.keys.push(args[1].clone());
         s.state.storage.put_into(&mut self.batch, s.db, &args[1], &crate::storage::Meta::string(args[2].clone(), 0));
+        s.state.access.touch(s.db, &args[1]);
         let send = s.take_reply_permission();
         self.replies.push(send);
         // Its share of the commit is not timed: the batch commits once for all of them.

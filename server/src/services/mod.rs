@@ -2,8 +2,10 @@
 //! clients blocked on keys, the pub/sub hub, the client registry (`CLIENT LIST/KILL`), named
 //! LOCKs (user-visible, unlike the internal key stripes of [`crate::storage::KeyLocks`]),
 //! keyspace notifications, client-side caching's invalidations (`CLIENT TRACKING`),
-//! per-command statistics, the slow log and latency monitor, and SCAN cursors.
+//! per-command statistics, the slow log and latency monitor, SCAN cursors, and keys' access
+//! times and frequencies (`OBJECT IDLETIME | FREQ`).
 
+pub mod access_times;
 pub mod blocking;
 pub mod clients;
 pub mod command_stats;

@@ -56,8 +56,6 @@ fn restore(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         j += 1;
     }
-    // Access times and frequencies are not tracked: IDLETIME and FREQ are accepted and checked.
-    let _ = (idle, freq);
     let key = &args[1];
     let state = std::sync::Arc::clone(&s.state);
     let guard = state.storage.lock(&s.exec, s.db, [&key[..]]);
@@ -90,6 +88,15 @@ fn restore(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     view.write_value(&mut b, key, value, expire_at as u64);
     let reply = commit_event(s, b, Reply::ok(), (GENERIC, "restore"), key, false);
+    // A new value, last used `IDLETIME` seconds ago or with counter `FREQ` where the policy
+    // keeps that (as Redis's `objectSetLRUOrLFU`).
+    s.state.access.touch(s.db, key);
+    if let Some(idle) = idle {
+        s.state.access.set_idle(s.db, key, idle as u64);
+    }
+    if let Some(freq) = freq {
+        s.state.access.set_freq(s.db, key, freq as u8);
+    }
     drop(guard);
     s.signal(key);
     reply

@@ -259,24 +259,61 @@ fn object(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return Reply::Null,
         Err(e) => return e,
     };
-    let lfu = s.state.config().get("maxmemory-policy").is_some_and(|p| p.ends_with("lfu"));
+    let lfu = s.state.access.lfu();
     match sub.as_str() {
         "encoding" => match collection_encoding(s, &meta) {
             Ok(enc) => Reply::bulk(enc.as_bytes()),
             Err(e) => e,
         },
-        // Redis shares the integers 0..9999 (refcount INT_MAX); anything else has one owner.
-        "refcount" => {
-            let shared = meta.kind == KeyType::String
-                && !meta.is_segmented()
-                && meta.body.len() <= 20
-                && parse_i64(&meta.body).is_some_and(|n| (0..10_000).contains(&n));
-            Reply::Integer(if shared { i64::from(i32::MAX) } else { 1 })
-        }
-        // Access times are not tracked: every key counts as just used.
-        "idletime" if lfu => Reply::error("ERR An LRU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
-        "idletime" => Reply::Integer(0),
-        "freq" if lfu => Reply::Integer(0),
+        "refcount" => Reply::Integer(refcount(&meta)),
+        "idletime" if lfu => Reply::error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
+        "idletime" => Reply::Integer(s.state.access.get(s.db, &args[2]).idle as i64),
+        "freq" if lfu => Reply::Integer(i64::from(s.state.access.get(s.db, &args[2]).freq)),
         _ => Reply::error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
     }
+}
+
+/// Redis shares the integers 0..9999 (refcount INT_MAX); anything else has one owner.
+fn refcount(meta: &crate::storage::Meta) -> i64 {
+    let shared = meta.kind == KeyType::String
+        && !meta.is_segmented()
+        && meta.body.len() <= 20
+        && parse_i64(&meta.body).is_some_and(|n| (0..10_000).contains(&n));
+    if shared {
+        i64::from(i32::MAX)
+    } else {
+        1
+    }
+}
+
+/// `DEBUG OBJECT key`, in Redis 7.0's format: `Value at:… refcount:… encoding:…
+/// serializedlength:… lru:… lru_seconds_idle:…`. The address is a stand-in (values have none
+/// in memory), `serializedlength` is the size of the value's RDB encoding as Shale's DUMP writes
+/// it (without its type byte and footer; Redis may pick another encoding, e.g. an intset), and `lru`/`lru_seconds_idle` come from the access-time
+/// table. Redis's `ql_*` fields describe its quicklist nodes, which Shale's lists do not have,
+/// so they are left out.
+pub(in crate::commands) fn debug_object(s: &mut Session, key: &Bytes) -> Reply {
+    let meta = match get(s, s.db, key) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Reply::error("ERR no such key"),
+        Err(e) => return e,
+    };
+    let encoding = match collection_encoding(s, &meta) {
+        Ok(enc) => enc,
+        Err(e) => return e,
+    };
+    let value = match s.state.storage.view(&s.exec, s.db).read_value(&meta) {
+        Ok(v) => v,
+        Err(e) => return engine_error(e),
+    };
+    // DUMP's payload: type byte, the value, RDB version (2 bytes) and CRC-64 (8 bytes).
+    let serialized = crate::rdb::dump(&value).len().saturating_sub(11);
+    let access = s.state.access.get(s.db, key);
+    let address = 0x7f00_0000_0000u64 | (xxhash_rust::xxh3::xxh3_64(key) & 0xff_ffff_fff0);
+    Reply::Simple(format!(
+        "Value at:{address:#x} refcount:{} encoding:{encoding} serializedlength:{serialized} lru:{} lru_seconds_idle:{}",
+        refcount(&meta),
+        access.lru_field,
+        access.lru_seconds_idle
+    ))
 }
