@@ -55,6 +55,8 @@ pub use compaction::{CompactionFilter, Decision};
 pub use db::{Commit, Committed, Db, LevelStats, LiveFile, Stats, WalTail, WeakDb, WeakSnapshot, WriteTicket};
 pub use error::{Error, Result};
 pub use iter::{DbIterator, Range};
-pub use options::{Compression, Options, ReadOptions, SyncMode, TableReadMode, WalRecoveryMode, WriteOptions};
+pub use options::{
+    Compression, MutableOptions, Options, ReadOptions, SyncMode, TableReadMode, WalRecoveryMode, WriteOptions,
+};
 pub use repair::{repair, RepairReport};
 pub use snapshot::Snapshot;

@@ -383,6 +383,63 @@ impl Options {
     }
 }
 
+/// Options that may change while the database is open (RocksDB's `SetOptions`), applied by
+/// [`Db::set_options`](crate::Db::set_options); a field left `None` keeps its value.
+///
+/// When each change takes effect: `write_buffer_size` from the next check of the active
+/// memtable (a smaller size rotates it at the next write); the L0 triggers and
+/// `disable_auto_compactions` at once (writers waiting in a stall look again, the compaction
+/// threads wake); `compaction_rate_limit` and `compression` for compactions and flushes that
+/// start afterwards (tables already written keep their codec: every block says which it
+/// uses); `block_cache_size` at once (shrinking evicts); `wal_ttl` and `wal_size_limit` at the
+/// next retention check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MutableOptions {
+    /// See [`Options::write_buffer_size`].
+    pub write_buffer_size: Option<usize>,
+    /// See [`Options::level0_file_num_compaction_trigger`].
+    pub level0_file_num_compaction_trigger: Option<usize>,
+    /// See [`Options::level0_slowdown_writes_trigger`].
+    pub level0_slowdown_writes_trigger: Option<usize>,
+    /// See [`Options::level0_stop_writes_trigger`].
+    pub level0_stop_writes_trigger: Option<usize>,
+    /// See [`Options::disable_auto_compactions`].
+    pub disable_auto_compactions: Option<bool>,
+    /// See [`Options::compaction_rate_limit`].
+    pub compaction_rate_limit: Option<u64>,
+    /// See [`Options::compression`].
+    pub compression: Option<Compression>,
+    /// See [`Options::block_cache_size`].
+    pub block_cache_size: Option<usize>,
+    /// See [`Options::wal_ttl`].
+    pub wal_ttl: Option<std::time::Duration>,
+    /// See [`Options::wal_size_limit`].
+    pub wal_size_limit: Option<u64>,
+}
+
+impl MutableOptions {
+    /// `base` with the changes applied.
+    pub(crate) fn apply_to(&self, base: &Options) -> Options {
+        let mut o = base.clone();
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { o.$f = v; } )* };
+        }
+        set!(
+            write_buffer_size,
+            level0_file_num_compaction_trigger,
+            level0_slowdown_writes_trigger,
+            level0_stop_writes_trigger,
+            disable_auto_compactions,
+            compaction_rate_limit,
+            compression,
+            block_cache_size,
+            wal_ttl,
+            wal_size_limit
+        );
+        o
+    }
+}
+
 /// Options for one read or iterator.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {

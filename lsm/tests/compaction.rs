@@ -311,3 +311,50 @@ fn blocks_of_compacted_away_tables_leave_the_block_cache() {
     let after = db.stats().block_cache_bytes;
     assert!(after < before * 3 / 2, "cache {after} bytes after compaction, {before} before: stale blocks stayed");
 }
+
+/// `set_options` while open: auto compactions switched on later compact what piled up in L0;
+/// a smaller write buffer rotates memtables sooner; a smaller block cache evicts down to it;
+/// a codec change applies to the tables written next, and every key still reads back.
+#[test]
+fn options_change_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small().disable_auto_compactions(true).block_cache_size(8 << 20)).unwrap();
+    for round in 0..6 {
+        fill(&db, 0..2_000, round);
+        db.flush().unwrap();
+    }
+    assert!(db.stats().levels[0].files >= 6, "no compaction while they are off");
+    assert_eq!(db.stats().compactions, 0);
+
+    db.set_options(&lsm::MutableOptions { disable_auto_compactions: Some(false), ..Default::default() }).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while db.stats().levels[0].files >= 4 {
+        assert!(std::time::Instant::now() < deadline, "L0 was not compacted after auto compactions came on");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(db.stats().compactions > 0);
+
+    // Reads fill the cache; shrinking it evicts down to the new size.
+    for i in (0..2_000).step_by(7) {
+        assert!(db.get(key(i)).unwrap().is_some());
+    }
+    db.set_options(&lsm::MutableOptions { block_cache_size: Some(16 << 10), ..Default::default() }).unwrap();
+    assert!(db.stats().block_cache_bytes <= 16 << 10, "{} bytes cached", db.stats().block_cache_bytes);
+
+    let flushes = db.stats().flushes;
+    db.set_options(&lsm::MutableOptions {
+        write_buffer_size: Some(16 << 10),
+        compression: Some(lsm::Compression::None),
+        ..Default::default()
+    })
+    .unwrap();
+    fill(&db, 0..2_000, 9);
+    db.flush().unwrap();
+    assert!(db.stats().flushes >= flushes + 4, "a 16 KiB buffer rotates every few hundred writes");
+    for i in (0..2_000).step_by(13) {
+        assert_eq!(db.get(key(i)).unwrap().unwrap(), format!("round9-{i}-{}", "x".repeat(40)).as_bytes());
+    }
+    drop(db);
+    let db = Db::open(dir.path(), small()).unwrap();
+    assert_eq!(db.get(key(1_999)).unwrap().unwrap(), format!("round9-1999-{}", "x".repeat(40)).as_bytes());
+}

@@ -210,10 +210,11 @@ impl ServerState {
         *self.tls.write().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
-    /// Replaces the configuration (`CONFIG SET`) and applies what changes at runtime: the WAL
-    /// sync policy, the log level, and the TLS settings (rebuilt from the files when a `tls-*`
-    /// directive changed; if that fails nothing changes). Other settings are read where they
-    /// are used.
+    /// Replaces the configuration (`CONFIG SET`) and applies what changes at runtime: the TLS
+    /// settings (rebuilt from the files when a `tls-*` directive changed; if that fails nothing
+    /// changes), the engine's tunables (write buffer, L0 triggers, auto compactions, compaction
+    /// rate, compression, block cache, replication backlog: `lsm::Db::set_options`), the WAL
+    /// sync policy and the log level. Other settings are read where they are used.
     pub fn replace_config(&self, new: Config) -> Result<(), String> {
         let mut cfg = self.config.write().unwrap_or_else(|e| e.into_inner());
         let tls_changed = crate::net::tls::DIRECTIVES.iter().any(|d| new.get(d) != cfg.get(d));
@@ -221,6 +222,10 @@ impl ServerState {
             let tls = crate::net::tls::server_config(&new)?;
             self.set_tls_config(Some(tls));
             tracing::info!(target: "shale::tls", "TLS settings reloaded");
+        }
+        let engine_changes = engine_changes(&cfg, &new);
+        if engine_changes != lsm::MutableOptions::default() {
+            self.storage.engine().set_options(&engine_changes).map_err(|e| e.to_string())?;
         }
         if new.appendfsync != cfg.appendfsync {
             self.storage.engine().set_sync_mode(sync_mode(new.appendfsync)).map_err(|e| e.to_string())?;
@@ -323,4 +328,24 @@ fn configure_access_times(access: &crate::services::access_times::AccessTimes, c
         int("lfu-log-factor", 10),
         int("lfu-decay-time", 1),
     );
+}
+
+/// The engine options `new` changes from `old` (`CONFIG SET` of the engine's directives, applied
+/// with `lsm::Db::set_options` while the server runs).
+fn engine_changes(old: &Config, new: &Config) -> lsm::MutableOptions {
+    fn changed<T: PartialEq + Copy>(a: T, b: T) -> Option<T> {
+        (a != b).then_some(b)
+    }
+    let backlog = |c: &Config| c.get("repl-backlog-size").and_then(|v| v.parse::<u64>().ok()).unwrap_or(256 << 20);
+    lsm::MutableOptions {
+        write_buffer_size: changed(old.write_buffer_size, new.write_buffer_size).map(|v| v as usize),
+        level0_slowdown_writes_trigger: changed(old.level0_slowdown_writes_trigger, new.level0_slowdown_writes_trigger),
+        level0_stop_writes_trigger: changed(old.level0_stop_writes_trigger, new.level0_stop_writes_trigger),
+        disable_auto_compactions: changed(old.disable_auto_compactions, new.disable_auto_compactions),
+        compaction_rate_limit: changed(old.compaction_rate_limit, new.compaction_rate_limit),
+        compression: changed(old.compression, new.compression),
+        block_cache_size: changed(old.block_cache_size, new.block_cache_size).map(|v| v as usize),
+        wal_size_limit: changed(backlog(old), backlog(new)),
+        ..Default::default()
+    }
 }

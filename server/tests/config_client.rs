@@ -357,3 +357,50 @@ fn unsupported_directives_stop_startup_and_supervision_works() {
     assert!(child.wait().unwrap().success());
     assert!(!pidfile.exists(), "the pidfile goes when the server stops");
 }
+
+/// The engine's directives change while the server runs (`lsm::Db::set_options`): a small
+/// write buffer fills L0 while auto compactions are off, turning them back on compacts it, and
+/// every key written under the changing settings reads back.
+#[test]
+fn engine_directives_change_while_the_server_runs() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    for (name, value, shown) in [
+        ("write-buffer-size", "65536", "65536"),
+        ("block-cache-size", "1mb", "1048576"),
+        ("compression", "zstd", "zstd"),
+        ("compaction-rate-limit", "100mb", "104857600"),
+        ("level0-slowdown-writes-trigger", "30", "30"),
+        ("level0-stop-writes-trigger", "40", "40"),
+        ("disable-auto-compactions", "yes", "yes"),
+        ("repl-backlog-size", "2mb", "2097152"),
+    ] {
+        let ok: String = cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut c).unwrap();
+        assert_eq!(ok, "OK", "{name}");
+        assert_eq!(config_get(&mut c, name)[name], shown);
+    }
+    let l0 = |c: &mut redis::Connection| -> u64 {
+        let info: String = cmd("INFO").arg("lsm").query(c).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("lsm_l0_files:")).unwrap().trim().parse().unwrap()
+    };
+    let value = |i: usize| format!("{i:06}-{}", "v".repeat(200));
+    for chunk in 0..20 {
+        let mut p = redis::pipe();
+        for i in chunk * 250..(chunk + 1) * 250 {
+            p.cmd("SET").arg(format!("key:{i}")).arg(value(i)).ignore();
+        }
+        p.query::<()>(&mut c).unwrap();
+    }
+    cmd("SAVE").query::<()>(&mut c).unwrap();
+    assert!(l0(&mut c) >= 4, "1 MB through a 64 KiB buffer with compactions off leaves tables in L0");
+    cmd("CONFIG").arg("SET").arg("disable-auto-compactions").arg("no").query::<()>(&mut c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while l0(&mut c) >= 4 {
+        assert!(Instant::now() < deadline, "L0 not compacted once auto compactions came back on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in (0..5_000).step_by(37) {
+        assert_eq!(cmd("GET").arg(format!("key:{i}")).query::<String>(&mut c).unwrap(), value(i));
+    }
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 5_000);
+}

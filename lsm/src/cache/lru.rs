@@ -68,12 +68,14 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         Some(slot.value.clone())
     }
 
-    /// Inserts (or replaces) `k`; entries bigger than the whole capacity are not kept.
-    pub fn insert(&mut self, k: K, v: V, charge: usize) {
-        self.remove(&k);
-        if charge > self.capacity {
-            return;
-        }
+    /// Changes the capacity, evicting (in the usual order) down to it.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        self.evict_for(0);
+    }
+
+    /// Evicts until `charge` more fits (or nothing is left).
+    fn evict_for(&mut self, charge: usize) {
         while self.usage + charge > self.capacity {
             let Some((old, generation)) = self.ring.pop_front() else { break };
             let Some(slot) = self.map.get_mut(&old).filter(|s| s.generation == generation) else { continue };
@@ -84,6 +86,15 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
                 self.usage -= s.charge;
             }
         }
+    }
+
+    /// Inserts (or replaces) `k`; entries bigger than the whole capacity are not kept.
+    pub fn insert(&mut self, k: K, v: V, charge: usize) {
+        self.remove(&k);
+        if charge > self.capacity {
+            return;
+        }
+        self.evict_for(charge);
         self.generation += 1;
         self.ring.push_back((k.clone(), self.generation));
         self.map.insert(k, Slot { value: v, charge, generation: self.generation, referenced: false });
@@ -175,5 +186,19 @@ mod clock_tests {
             }
         }
         assert!(l.ring.len() <= 2 * l.len() + 64, "stale positions are cleaned up");
+    }
+
+    #[test]
+    fn shrinking_the_capacity_evicts_down_to_it() {
+        let mut l = Lru::new(100);
+        for i in 0..10 {
+            l.insert(i, i, 10);
+        }
+        assert_eq!(l.get(&3), Some(3));
+        l.set_capacity(35);
+        assert!(l.usage() <= 35 && l.len() == 3, "{} bytes in {} entries", l.usage(), l.len());
+        assert_eq!(l.get(&3), Some(3), "the referenced entry got its second chance");
+        l.insert(20, 20, 10);
+        assert!(l.usage() <= 35);
     }
 }

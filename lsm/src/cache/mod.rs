@@ -83,6 +83,14 @@ impl BlockCache {
         }
     }
 
+    /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
+    pub fn set_capacity(&self, capacity: usize) {
+        let per = capacity / SHARDS;
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).set_capacity(per);
+        }
+    }
+
     /// Bytes held.
     pub fn usage(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()

@@ -13,11 +13,12 @@ use crate::{Error, Result};
 
 impl DbInner {
     pub(super) fn picker_config(&self) -> PickerConfig {
+        let opts = self.opts();
         PickerConfig {
-            l0_trigger: self.opts.level0_file_num_compaction_trigger,
-            base_bytes: self.opts.max_bytes_for_level_base,
-            multiplier: self.opts.max_bytes_for_level_multiplier,
-            target_file_size: self.opts.target_file_size_base,
+            l0_trigger: opts.level0_file_num_compaction_trigger,
+            base_bytes: opts.max_bytes_for_level_base,
+            multiplier: opts.max_bytes_for_level_multiplier,
+            target_file_size: opts.target_file_size_base,
         }
     }
 
@@ -38,7 +39,8 @@ impl DbInner {
                 }
                 bg.work_gen
             };
-            let picked = if self.is_poisoned.load(Ordering::Acquire) || lock(&self.bg).paused {
+            let idle = self.opts().disable_auto_compactions;
+            let picked = if idle || self.is_poisoned.load(Ordering::Acquire) || lock(&self.bg).paused {
                 None
             } else {
                 let mut vs = lock(&self.versions);
@@ -78,15 +80,16 @@ impl DbInner {
         let snapshots = self.snapshots.all();
         let cfg = self.picker_config();
         let new_file_number = || lock(&self.versions).new_file_number();
+        let opts = self.opts();
         let cx = JobContext {
             dir: &self.dir,
             version,
             snapshots: &snapshots,
-            table_opts: TableOptions::from_options(&self.opts),
+            table_opts: TableOptions::from_options(&opts),
             cfg: &cfg,
-            filter: self.opts.compaction_filter.as_ref().map(|f| &*f.0),
+            filter: opts.compaction_filter.as_ref().map(|f| &*f.0),
             new_file_number: &new_file_number,
-            rate_limit: self.opts.compaction_rate_limit,
+            rate_limit: opts.compaction_rate_limit,
             cancelled: &|| lock(&self.bg).shutdown,
         };
         let result = job::run(choice, &cx);

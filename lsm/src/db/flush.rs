@@ -92,7 +92,7 @@ impl DbInner {
     /// Writes `imm` (the oldest frozen memtable) to an L0 table and drops it and its WAL.
     fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
         let number = lock(&self.versions).new_file_number();
-        let opts = TableOptions::from_options(&self.opts);
+        let opts = TableOptions::from_options(&self.opts());
         let file = build_table(&self.dir, number, imm, &opts)?;
         let bytes = file.as_ref().map_or(0, |f| f.size);
         let mut edit =
@@ -145,13 +145,13 @@ impl DbInner {
             if self.sync_mode() == SyncMode::EverySec {
                 let file = Arc::clone(&lock(&self.wal_file));
                 let path = filename::wal_path(&self.dir, lock(&self.wal).log.number());
-                let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &path)
+                let synced = crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalSync, &path)
                     .and_then(|()| file.sync_data());
                 if let Err(e) = synced {
                     self.poison(e.into()); // a failed fsync is never retried
                 }
             }
-            if !self.opts.wal_ttl.is_zero() {
+            if !self.opts().wal_ttl.is_zero() {
                 self.purge_wals();
             }
         }

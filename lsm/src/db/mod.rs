@@ -97,7 +97,8 @@ struct Counters {
 
 pub(crate) struct DbInner {
     dir: PathBuf,
-    opts: Options,
+    /// The options in force: those given to `open`, as changed since by [`Db::set_options`].
+    options: RwLock<Arc<Options>>,
     versions: Mutex<VersionSet>,
     sv: RwLock<Arc<SuperVersion>>,
     queue: Mutex<write::WriteQueue>,
@@ -445,6 +446,30 @@ impl Db {
         Ok(())
     }
 
+    /// Changes options while the database is open (RocksDB's `SetOptions`; see
+    /// [`MutableOptions`](crate::MutableOptions) for when each takes effect). Invalid values
+    /// (a codec this build lacks) change nothing and return `Err`.
+    pub fn set_options(&self, changes: &crate::MutableOptions) -> Result<()> {
+        let inner = &self.inner;
+        let next = {
+            let mut current = inner.options.write().unwrap_or_else(|e| e.into_inner());
+            let next = changes.apply_to(&current);
+            next.validate()?;
+            *current = Arc::new(next.clone());
+            next
+        };
+        if changes.block_cache_size.is_some() {
+            inner.tables.block_cache().set_capacity(next.block_cache_size);
+        }
+        tracing::info!(target: "lsm::db", ?changes, "options changed");
+        // Writers waiting in a stall and idle compaction threads look again.
+        inner.signal_work();
+        if changes.wal_ttl.is_some() || changes.wal_size_limit.is_some() {
+            inner.purge_wals();
+        }
+        Ok(())
+    }
+
     /// Freezes the active memtable and waits until every frozen memtable is in a table.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush()
@@ -567,6 +592,11 @@ fn new_iterator(
 }
 
 impl DbInner {
+    /// The options in force.
+    fn opts(&self) -> Arc<Options> {
+        Arc::clone(&self.options.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
         self.check_open()?;
         let (seq, sv) = self.read_view(opts);

@@ -145,14 +145,15 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         tailers: std::sync::atomic::AtomicUsize::new(0),
         tail_mu: Mutex::new(()),
         tail_cv: Condvar::new(),
-        opts,
+        options: RwLock::new(Arc::new(opts)),
     });
     inner.adopt_old_wals(old_wals);
     let mut threads = Vec::new();
     let flusher = Arc::clone(&inner);
     threads.push(std::thread::Builder::new().name("lsm-flush".into()).spawn(move || flusher.flush_loop())?);
-    if !inner.opts.disable_auto_compactions {
-        for i in 0..inner.opts.max_background_compactions {
+    // Started even with auto compactions off: they idle until `set_options` turns them on.
+    {
+        for i in 0..inner.opts().max_background_compactions {
             let compactor = Arc::clone(&inner);
             threads.push(
                 std::thread::Builder::new()

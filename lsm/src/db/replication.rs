@@ -27,7 +27,7 @@ impl DbInner {
     /// A WAL whose memtable is now in a table: delete it, or keep it while retention allows.
     pub(super) fn retire_wal(&self, number: u64) {
         let path = filename::wal_path(&self.dir, number);
-        if !self.opts.retains_wals() {
+        if !self.opts().retains_wals() {
             if let Err(e) = std::fs::remove_file(&path) {
                 tracing::warn!(target: "lsm::wal", file = %path.display(), error = %e, "could not delete flushed WAL");
             }
@@ -42,7 +42,7 @@ impl DbInner {
     pub(super) fn adopt_old_wals(&self, mut found: Vec<(u64, std::path::PathBuf)>) {
         found.sort();
         for (number, path) in found {
-            if !self.opts.retains_wals() {
+            if !self.opts().retains_wals() {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }
@@ -56,12 +56,12 @@ impl DbInner {
 
     /// Deletes retained WALs past `wal_ttl` or beyond `wal_size_limit`, oldest first.
     pub(super) fn purge_wals(&self) {
+        let opts = self.opts();
         let mut kept = lock(&self.retained_wals);
         let mut total: u64 = kept.iter().map(|w| w.size).sum();
         while let Some(oldest) = kept.front() {
-            let expired =
-                !self.opts.wal_ttl.is_zero() && oldest.retired_at.elapsed().unwrap_or_default() > self.opts.wal_ttl;
-            let too_big = self.opts.wal_size_limit > 0 && total > self.opts.wal_size_limit;
+            let expired = !opts.wal_ttl.is_zero() && oldest.retired_at.elapsed().unwrap_or_default() > opts.wal_ttl;
+            let too_big = opts.wal_size_limit > 0 && total > opts.wal_size_limit;
             if !expired && !too_big {
                 break;
             }
@@ -239,7 +239,7 @@ impl DbInner {
     fn new_wal(&self, vs: &mut crate::manifest::VersionSet) -> Result<LogWriter> {
         let number = vs.new_file_number();
         let path = filename::wal_path(&self.dir, number);
-        Ok(LogWriter::create_mapped(&path, number, super::open::wal_capacity(&self.opts))?)
+        Ok(LogWriter::create_mapped(&path, number, super::open::wal_capacity(&self.opts()))?)
     }
 
     /// After the tree was replaced (its manifest written): writes go to `log` from sequence
@@ -258,7 +258,7 @@ impl DbInner {
         w.last_seq = seq;
         let version = vs.current();
         self.set_super_version(|_| super::SuperVersion {
-            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts.write_buffer_size)),
+            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts().write_buffer_size)),
             imm: Vec::new(),
             version,
         });
@@ -365,7 +365,7 @@ impl DbInner {
             )));
         }
         self.drop_flushed_wals(&w);
-        let opts = crate::sstable::TableOptions::from_options(&self.opts);
+        let opts = crate::sstable::TableOptions::from_options(&self.opts());
         let mut edit = VersionEdit::default();
         let mut dropped = 0u64;
         for (level, f) in &late {

@@ -366,7 +366,7 @@ impl DbInner {
             w.log.add_record(p.batch.as_bytes());
         }
         let wal_path = filename::wal_path(&self.dir, w.log.number());
-        if let Err(e) = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalWrite, &wal_path) {
+        if let Err(e) = crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalWrite, &wal_path) {
             w.log.discard_pending();
             return Err(self.poison_retryable(e.into()));
         }
@@ -381,7 +381,7 @@ impl DbInner {
         }
         self.active_wal.size.store(w.log.size(), Ordering::Release);
         if sync {
-            let synced = crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &wal_path)
+            let synced = crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalSync, &wal_path)
                 .and_then(|()| w.log.sync());
             if let Err(e) = synced {
                 return Err(self.poison(e.into()));
@@ -402,8 +402,10 @@ impl DbInner {
     pub(super) fn make_room(&self, w: &mut WalState, force: bool) -> Result<()> {
         let mut stalled_since: Option<Instant> = None;
         let mut slowed_down = false;
-        let compacting = !self.opts.disable_auto_compactions;
         let result = loop {
+            // Read each round: `Db::set_options` may raise a trigger while writers wait.
+            let opts = self.opts();
+            let compacting = !opts.disable_auto_compactions;
             if let Err(e) = self.check_writable() {
                 break Err(e);
             }
@@ -412,8 +414,8 @@ impl DbInner {
                 (sv.mem.approximate_size(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
             };
             if compacting
-                && l0 >= self.opts.level0_slowdown_writes_trigger
-                && l0 < self.opts.level0_stop_writes_trigger
+                && l0 >= opts.level0_slowdown_writes_trigger
+                && l0 < opts.level0_stop_writes_trigger
                 && !slowed_down
             {
                 // Too many L0 tables: give compaction a millisecond of head start, once per group.
@@ -422,7 +424,7 @@ impl DbInner {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            if compacting && l0 >= self.opts.level0_stop_writes_trigger {
+            if compacting && l0 >= opts.level0_stop_writes_trigger {
                 if stalled_since.is_none() {
                     stalled_since = Some(Instant::now());
                     tracing::warn!(target: "lsm::write", l0, "write stop: too many L0 tables, waiting for compaction");
@@ -431,15 +433,15 @@ impl DbInner {
                 if bg.shutdown {
                     break Err(Error::Closed);
                 }
-                if self.super_version().version.num_files(0) >= self.opts.level0_stop_writes_trigger {
+                if self.super_version().version.num_files(0) >= opts.level0_stop_writes_trigger {
                     let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(100));
                 }
                 continue;
             }
-            if mem_empty || (!force && mem_size < self.opts.write_buffer_size) {
+            if mem_empty || (!force && mem_size < opts.write_buffer_size) {
                 break Ok(());
             }
-            if imm_count + 1 >= self.opts.max_write_buffer_number {
+            if imm_count + 1 >= opts.max_write_buffer_number {
                 if stalled_since.is_none() {
                     stalled_since = Some(Instant::now());
                     tracing::debug!(target: "lsm::write", imm_count, "write stall: waiting for a memtable flush");
@@ -473,17 +475,21 @@ impl DbInner {
         if self.sync_mode() != SyncMode::Never {
             let old = filename::wal_path(&self.dir, w.log.number());
             let synced =
-                crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalSync, &old).and_then(|()| w.log.sync());
+                crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalSync, &old).and_then(|()| w.log.sync());
             if let Err(e) = synced {
                 return Err(self.poison(e.into())); // a failed fsync is never retried
             }
         }
         let number = lock(&self.versions).new_file_number();
-        crate::fault::check(&self.opts.faults, crate::fault::IoOp::WalCreate, &filename::wal_path(&self.dir, number))?;
+        crate::fault::check(
+            &self.opts().faults,
+            crate::fault::IoOp::WalCreate,
+            &filename::wal_path(&self.dir, number),
+        )?;
         let log = LogWriter::create_mapped(
             &filename::wal_path(&self.dir, number),
             number,
-            super::open::wal_capacity(&self.opts),
+            super::open::wal_capacity(&self.opts()),
         )?;
         *lock(&self.wal_file) = log.file();
         w.log = log;
@@ -493,7 +499,7 @@ impl DbInner {
             imm.push(Arc::clone(&sv.mem));
             imm.extend(sv.imm.iter().cloned());
             super::SuperVersion {
-                mem: Arc::new(Memtable::with_capacity(number, self.opts.write_buffer_size)),
+                mem: Arc::new(Memtable::with_capacity(number, self.opts().write_buffer_size)),
                 imm,
                 version: Arc::clone(&sv.version),
             }
