@@ -214,7 +214,7 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
     let opts = lsm::Options::default()
         .sync_mode(sync_mode(config.appendfsync))
         .write_buffer_size(config.write_buffer_size as usize)
-        .block_cache_size(config.block_cache_size as usize)
+        .block_cache_size(config.effective_block_cache_size() as usize)
         .table_read_mode(config.table_read_mode)
         .compression(config.compression)
         .level0_slowdown_writes_trigger(config.level0_slowdown_writes_trigger)
@@ -240,16 +240,8 @@ async fn serve(state: Arc<ServerState>) -> Result<(), Box<dyn std::error::Error>
         (cfg.port, tls_port, cfg.bind.clone())
     };
     for (port, tls) in [(port, false), (tls_port, true)] {
-        if port == 0 {
-            continue;
-        }
-        for addr in &bind {
-            let socket = tokio::net::TcpListener::bind((addr.as_str(), port))
-                .await
-                .map_err(|e| format!("Could not create server TCP listening socket {addr}:{port}: {e}"))?;
-            tracing::info!(target: "shale::net", addr = %socket.local_addr()?, tls, "listening");
-            listeners.push(shale_server::net::Listener { socket, tls });
-        }
+        let at = shale_server::net::Endpoints { bind: bind.clone(), port };
+        listeners.extend(shale_server::net::bind(&at, tls).await?);
     }
     let expiry = tokio::spawn(shale_server::services::expiry_cycle::active_expiry(Arc::clone(&state)));
     let (pidfile, supervised) = {

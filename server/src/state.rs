@@ -83,6 +83,10 @@ pub struct ServerState {
     pub command_stats: crate::services::command_stats::CommandStats,
     /// When keys were last used, and how often (`OBJECT IDLETIME | FREQ`).
     pub access: crate::services::access_times::AccessTimes,
+    /// The accept loops' side of `CONFIG SET port | bind | tls-port`.
+    pub listeners: crate::net::ListenerControl,
+    /// `maxmemory` in bytes (0: none), read by every write.
+    maxmemory: AtomicU64,
     /// `notify-keyspace-events` as flags (read by every command, so kept apart from `config`).
     notify_flags: AtomicU32,
     /// LOCK / UNLOCK.
@@ -129,6 +133,8 @@ impl ServerState {
         let access = crate::services::access_times::AccessTimes::default();
         configure_access_times(&access, &config);
         Ok(ServerState {
+            maxmemory: AtomicU64::new(config.maxmemory()),
+            listeners: crate::net::ListenerControl::default(),
             access,
             scripting,
             combiner: crate::exec::combine::Combiner::new(executor.threads()),
@@ -185,6 +191,21 @@ impl ServerState {
         })
     }
 
+    /// Bytes of memory the server's data structures hold (INFO `used_memory`): the engine's
+    /// memtables and block cache.
+    pub fn used_memory(&self) -> u64 {
+        self.storage.engine().memory_usage() as u64
+    }
+
+    /// True while `maxmemory` is set and `used_memory` is above it: commands that may grow
+    /// memory (`denyoom`) are refused with `-OOM`, as in Redis. Shale evicts nothing (its data
+    /// is on disk); it keeps under `maxmemory` by sizing its block cache, so this only happens
+    /// when the write buffers alone need more.
+    pub fn out_of_memory(&self) -> bool {
+        let max = self.maxmemory.load(Ordering::Relaxed);
+        max > 0 && self.used_memory() > max
+    }
+
     /// The keyspace notification classes in force ([`crate::services::notifications`]).
     pub fn notify_flags(&self) -> u32 {
         self.notify_flags.load(Ordering::Relaxed)
@@ -235,6 +256,7 @@ impl ServerState {
         }
         self.replication.configure(&new);
         self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
+        self.maxmemory.store(new.maxmemory(), Ordering::Relaxed);
         configure_access_times(&self.access, &new);
         self.command_stats.set_latency_tracking(new.latency_tracking);
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len);
@@ -344,7 +366,8 @@ fn engine_changes(old: &Config, new: &Config) -> lsm::MutableOptions {
         disable_auto_compactions: changed(old.disable_auto_compactions, new.disable_auto_compactions),
         compaction_rate_limit: changed(old.compaction_rate_limit, new.compaction_rate_limit),
         compression: changed(old.compression, new.compression),
-        block_cache_size: changed(old.block_cache_size, new.block_cache_size).map(|v| v as usize),
+        block_cache_size: changed(old.effective_block_cache_size(), new.effective_block_cache_size())
+            .map(|v| v as usize),
         wal_size_limit: changed(backlog(old), backlog(new)),
         ..Default::default()
     }

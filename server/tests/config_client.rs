@@ -46,9 +46,6 @@ fn config_get_and_set_cover_every_redis_parameter() {
     assert_eq!(ok, "OK");
     assert_eq!(config_get(&mut c, "active-defrag-ignore-bytes")["active-defrag-ignore-bytes"], "1048576");
     assert_eq!(config_get(&mut c, "lfu-log-factor")["lfu-log-factor"], "7");
-    // What Shale cannot honour is refused, not stored and ignored.
-    let refused = cmd("CONFIG").arg("SET").arg("maxmemory").arg("1mb").query::<String>(&mut c).unwrap_err();
-    assert!(refused.to_string().contains("block-cache-size"), "{refused}");
     let refused =
         cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEq").query::<String>(&mut c).unwrap_err();
     assert!(refused.to_string().contains("Invalid event class character. Use 'Ag$lshzxeKEtmdn'."), "{refused}");
@@ -326,7 +323,6 @@ fn unsupported_directives_stop_startup_and_supervision_works() {
     for (directive, value, says) in [
         ("daemonize", "yes", "supervisor"),
         ("unixsocket", "/tmp/shale.sock", "unix sockets"),
-        ("maxmemory", "1gb", "block-cache-size"),
         ("replica-read-only", "no", "no writes of its own"),
         ("replicaof", "127.0.0.1 0", "Invalid master port"),
     ] {
@@ -403,4 +399,96 @@ fn engine_directives_change_while_the_server_runs() {
         assert_eq!(cmd("GET").arg(format!("key:{i}")).query::<String>(&mut c).unwrap(), value(i));
     }
     assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 5_000);
+}
+
+/// `maxmemory` as Redis enforces it with `noeviction`, side by side with redis-server: over
+/// it, commands that may grow memory, MULTI queueing and scripts that declare writes are
+/// refused with `-OOM`, reads and deletes go on, `allow-oom` scripts write; each refusal is
+/// counted once. Under a larger `maxmemory` Shale shrinks its block cache to fit instead.
+#[test]
+fn maxmemory_refuses_writes_as_redis_does() {
+    let Some((_redis, mut r, _)) = common::start_redis() else { return };
+    let server = Server::start(&["--block-cache-size", "64mb", "--write-buffer-size", "4mb"]);
+    let mut c = server.client();
+    let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+    for conn in [&mut r, &mut c] {
+        let q =
+            |conn: &mut redis::Connection, words: &[&str]| cmd(words[0]).arg(&words[1..]).query::<redis::Value>(conn);
+        q(conn, &["SET", "x", "123"]).unwrap();
+        q(conn, &["CONFIG", "RESETSTAT"]).unwrap();
+        q(conn, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+        assert_eq!(err(q(conn, &["SET", "x", "1"])), format!("OOM {}", &oom[4..]));
+        assert_eq!(cmd("GET").arg("x").query::<String>(conn).unwrap(), "123");
+        let e = err(q(conn, &["EVAL", "redis.call('set','x',1) return 1", "1", "x"]));
+        assert!(e.starts_with(&format!("OOM {}", &oom[4..])), "{e}");
+        assert_eq!(err(q(conn, &["EVAL", "#!lua\nreturn 1", "0"])), format!("OOM {}", &oom[4..]));
+        let allowed = "#!lua flags=allow-oom\nredis.call('set','x',7) return 1";
+        assert_eq!(cmd("EVAL").arg(allowed).arg(1).arg("x").query::<i64>(conn).unwrap(), 1);
+        q(conn, &["MULTI"]).unwrap();
+        assert_eq!(err(q(conn, &["GET", "x"])), format!("OOM {}", &oom[4..]));
+        assert!(err(q(conn, &["EXEC"])).starts_with("EXECABORT"));
+        assert_eq!(cmd("DEL").arg("x").query::<i64>(conn).unwrap(), 1);
+        q(conn, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+        q(conn, &["SET", "x", "1"]).unwrap();
+        let stats: String = cmd("INFO").arg("errorstats").query(conn).unwrap();
+        assert!(stats.contains("errorstat_OOM:count=4"), "{stats}");
+        let commands: String = cmd("INFO").arg("commandstats").query(conn).unwrap();
+        assert!(commands.contains("cmdstat_set:calls=2,"), "{commands}");
+        assert!(commands.contains("rejected_calls=2,failed_calls=0"), "{commands}");
+    }
+    // A maxmemory below the block cache shrinks it to fit beside two write buffers.
+    cmd("CONFIG").arg("SET").arg("maxmemory").arg("40mb").query::<()>(&mut c).unwrap();
+    for i in 0..3_000 {
+        cmd("SET").arg(format!("k{i}")).arg("v".repeat(1000)).query::<()>(&mut c).unwrap();
+    }
+    cmd("SAVE").query::<()>(&mut c).unwrap();
+    for i in 0..3_000 {
+        cmd("GET").arg(format!("k{i}")).query::<String>(&mut c).unwrap();
+    }
+    let memory: String = cmd("INFO").arg("memory").query(&mut c).unwrap();
+    let field =
+        |name: &str| -> u64 { memory.lines().find_map(|l| l.strip_prefix(name)).unwrap().trim().parse().unwrap() };
+    assert!(field("lsm_block_cache_bytes:") <= (40 << 20) - 2 * (4 << 20), "{memory}");
+    assert!(field("used_memory:") <= 40 << 20, "{memory}");
+}
+
+/// `CONFIG SET port | bind` move the listener while the server runs, as in Redis: clients
+/// already connected stay, the old port closes, a taken port is refused with Redis's error and
+/// every setting of that CONFIG SET rolled back. Shale's restart-only settings may be set to
+/// the value they have (so `CONFIG GET *` can be set back), and to nothing else.
+#[test]
+fn port_and_bind_change_while_the_server_runs() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let moved = common::free_port();
+    cmd("CONFIG").arg("SET").arg("port").arg(moved).query::<()>(&mut c).unwrap();
+    let connect = |port: u16| redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection();
+    let mut fresh = connect(moved).unwrap();
+    assert_eq!(cmd("PING").query::<String>(&mut fresh).unwrap(), "PONG");
+    assert!(connect(server.port).is_err(), "the old port is closed");
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG", "clients already connected stay");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let e = err(cmd("CONFIG").arg("SET").arg("maxmemory").arg("10000001").arg("port").arg(taken_port).query(&mut c));
+    assert_eq!(e, "ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port");
+    assert_eq!(config_get(&mut c, "maxmemory")["maxmemory"], "0", "rolled back");
+    assert_eq!(config_get(&mut c, "port")["port"], moved.to_string());
+    let mut again = connect(moved).unwrap();
+    assert_eq!(cmd("PING").query::<String>(&mut again).unwrap(), "PONG", "still listening where it was");
+
+    let e = err(cmd("CONFIG").arg("SET").arg("bind").arg("192.0.2.1").query(&mut c));
+    assert_eq!(
+        e,
+        "ERR CONFIG SET failed (possibly related to argument 'bind') - Failed to bind to specified addresses."
+    );
+    assert_eq!(cmd("PING").query::<String>(&mut connect(moved).unwrap()).unwrap(), "PONG");
+
+    let threads = config_get(&mut c, "worker-threads")["worker-threads"].clone();
+    cmd("CONFIG").arg("SET").arg("worker-threads").arg(&threads).query::<()>(&mut c).unwrap();
+    let e = err(cmd("CONFIG").arg("SET").arg("worker-threads").arg("7").query(&mut c));
+    assert_eq!(e, "ERR CONFIG SET failed (possibly related to argument 'worker-threads') - can't set immutable config");
+    // Back where the harness expects it, for its shutdown.
+    cmd("CONFIG").arg("SET").arg("port").arg(server.port).query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("PING").query::<String>(&mut connect(server.port).unwrap()).unwrap(), "PONG");
 }

@@ -470,6 +470,14 @@ impl Db {
         Ok(())
     }
 
+    /// Bytes held in memory by the memtables (active and frozen) and the block cache: what the
+    /// engine's memory use depends on, cheap enough to ask before every write.
+    pub fn memory_usage(&self) -> usize {
+        let sv = self.inner.super_version();
+        let memtables: usize = sv.mem.approximate_size() + sv.imm.iter().map(|m| m.approximate_size()).sum::<usize>();
+        memtables + self.inner.tables.block_cache().usage()
+    }
+
     /// Freezes the active memtable and waits until every frozen memtable is in a table.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush()

@@ -87,7 +87,12 @@ fn set(s: &Session, pairs: &[Bytes]) -> Reply {
         if PROTECTED.contains(&param.name) && !s.allowed_by("enable-protected-configs") {
             return fail(&name, "can't set protected config");
         }
-        if !param.mutable {
+        let unchanged = || {
+            let mut probe = next.clone();
+            probe.apply(param.name, &[text(&pair[1])]).is_ok() && probe.get(param.name) == next.get(param.name)
+        };
+        let restart_only_unchanged = params::RESTART_ONLY.contains(&param.name) && unchanged();
+        if !param.mutable && !restart_only_unchanged {
             return fail(&name, "can't set immutable config");
         }
         if !names.insert(param.name) {
@@ -95,15 +100,45 @@ fn set(s: &Session, pairs: &[Bytes]) -> Reply {
         }
         params.push((name, param, text(&pair[1])));
     }
+    let given: Vec<&'static str> = params.iter().map(|(_, p, _)| p.name).collect();
     for (name, param, value) in params {
         if let Err(why) = next.apply(param.name, &[value]) {
             return fail(&name, &why);
         }
     }
+    // Listeners move first (that can fail, as in Redis, when a port is taken); anything
+    // failing after that moves them back.
+    let old = s.state.config().clone();
+    let mut moved = Vec::new();
+    for (tls, names) in [(false, ["port", "bind"]), (true, ["tls-port", "bind"])] {
+        let (from, to) = (endpoints(&old, tls), endpoints(&next, tls));
+        if from == to {
+            continue;
+        }
+        if let Err(why) = s.state.listeners.rebind(tls, &from, &to) {
+            for (tls, from, to) in moved.into_iter().rev() {
+                let _ = s.state.listeners.rebind(tls, &to, &from);
+            }
+            let blamed = given.iter().find(|n| names.contains(n)).copied().unwrap_or_default();
+            return fail(blamed, &why);
+        }
+        moved.push((tls, from, to));
+    }
     match s.state.replace_config(next) {
         Ok(()) => Reply::ok(),
-        Err(e) => Reply::error(format!("ERR CONFIG SET failed - {e}")),
+        Err(e) => {
+            for (tls, from, to) in moved.into_iter().rev() {
+                let _ = s.state.listeners.rebind(tls, &to, &from);
+            }
+            Reply::error(format!("ERR CONFIG SET failed - {e}"))
+        }
     }
+}
+
+/// Where the plain (or TLS) listeners of `cfg` listen.
+fn endpoints(cfg: &crate::config::Config, tls: bool) -> crate::net::Endpoints {
+    let port = if tls { cfg.get("tls-port").and_then(|p| p.parse().ok()).unwrap_or(0) } else { cfg.port };
+    crate::net::Endpoints { bind: cfg.bind.clone(), port }
 }
 
 /// Parameters `CONFIG SET` may change only where `enable-protected-configs` allows it (as in

@@ -142,7 +142,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         );
     }
     if show("memory") {
-        let used = (stats.memtable_bytes + stats.block_cache_bytes) as u64;
+        let used = st.used_memory();
         let (rss, anon, file) = rss();
         let lua = st.scripting.memory() as u64;
         let (scripts, libraries, functions) = st.scripting.counts();

@@ -189,6 +189,20 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
+    /// `maxmemory` in bytes (0: no limit).
+    pub fn maxmemory(&self) -> u64 {
+        self.get("maxmemory").and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    /// The engine's block cache size: `block-cache-size`, made smaller where `maxmemory` needs
+    /// it to fit beside two write buffers (the active memtable and one being flushed).
+    pub fn effective_block_cache_size(&self) -> u64 {
+        match self.maxmemory() {
+            0 => self.block_cache_size,
+            max => self.block_cache_size.min(max.saturating_sub(2 * self.write_buffer_size)),
+        }
+    }
+
     /// Loads from the process arguments (without the program name): an optional config file
     /// path first, then `--directive value…` options. `--help`-style flags are the caller's.
     pub fn from_args(args: &[String]) -> Result<Config, Box<dyn std::error::Error>> {
@@ -278,6 +292,15 @@ impl Config {
             },
             Kind::Int => {
                 value.parse::<i64>().map_err(|_| "argument couldn't be parsed into an integer".to_string())?.to_string()
+            }
+            // A share of `maxmemory` (Redis's percent configs), kept as given.
+            Kind::Memory if param.name == "maxmemory-clients" && value.ends_with('%') => {
+                let pct: u64 =
+                    value[..value.len() - 1].parse().map_err(|_| "argument must be a memory or percent value")?;
+                if pct > 100 {
+                    return Err("percentage argument must be less or equal to 100".into());
+                }
+                format!("{pct}%")
             }
             Kind::Memory => parse_memory(&value).ok_or("argument must be a memory value")?.to_string(),
             Kind::Enum(words) => {
@@ -392,12 +415,6 @@ impl Config {
             }
             "replica-read-only" if v == "no" => {
                 return Err("replica-read-only no is not supported: a replica applies its primary's WAL with the primary's sequence numbers, so it takes no writes of its own".into())
-            }
-            "maxmemory" if v != "0" => {
-                return Err(
-                    "maxmemory is not supported: data lives on disk; bound memory with block-cache-size and write-buffer-size"
-                        .into(),
-                )
             }
             "supervised" if v == "upstart" => return Err("supervised upstart is not supported (systemd is)".into()),
             "table-read-mode" => self.table_read_mode = v.parse().map_err(|e: lsm::Error| e.to_string())?,

@@ -44,7 +44,12 @@ impl Param {
 /// Parameters only their default value is accepted for: Shale cannot honour another, so
 /// setting one stops the server at startup (or fails `CONFIG SET`) with the reason.
 pub const DEFAULT_ONLY: &[&str] =
-    &["cluster-enabled", "daemonize", "maxmemory", "replica-read-only", "syslog-enabled", "tls-cluster", "unixsocket"];
+    &["cluster-enabled", "daemonize", "replica-read-only", "syslog-enabled", "tls-cluster", "unixsocket"];
+
+/// Shale's own parameters that only take effect at startup. `CONFIG SET` of one to the value
+/// it has succeeds and changes nothing (so a client can set back everything `CONFIG GET *`
+/// returned); any other value fails as immutable.
+pub const RESTART_ONLY: &[&str] = &["executor-threads", "table-read-mode", "worker-threads"];
 
 /// Parameters Shale acts on (besides the TLS ones, [`crate::net::tls::DIRECTIVES`]).
 pub const EFFECTIVE: &[&str] = &[
@@ -79,6 +84,7 @@ pub const EFFECTIVE: &[&str] = &[
     "masterauth",
     "masteruser",
     "maxclients",
+    "maxmemory",
     "maxmemory-policy",
     "min-replicas-max-lag",
     "min-replicas-to-write",
@@ -142,7 +148,7 @@ pub static PARAMS: &[Param] = &[
     p("auto-aof-rewrite-min-size", "67108864", Kind::Memory, true),
     p("auto-aof-rewrite-percentage", "100", Kind::Int, true),
     p("bgsave_cpulist", "", Kind::Str, false),
-    p("bind", "127.0.0.1", Kind::Str, false),
+    p("bind", "127.0.0.1", Kind::Str, true),
     p("bind-source-addr", "", Kind::Str, true),
     p("bio_cpulist", "", Kind::Str, false),
     p("block-cache-size", "268435456", Kind::Memory, true),
@@ -243,7 +249,7 @@ pub static PARAMS: &[Param] = &[
     p("oom-score-adj", "no", Kind::Enum(&["no", "yes", "relative", "absolute"]), true),
     p("oom-score-adj-values", "0 200 800", Kind::Str, true),
     p("pidfile", "", Kind::Str, false),
-    p("port", "6379", Kind::Int, false),
+    p("port", "6379", Kind::Int, true),
     p("proc-title-template", "{title} {listen-addr} {server-mode}", Kind::Str, true),
     p("propagation-error-behavior", "ignore", Kind::Enum(&["ignore", "panic", "panic-on-replicas"]), true),
     p("protected-mode", "yes", Kind::Bool, true),
@@ -314,7 +320,7 @@ pub static PARAMS: &[Param] = &[
     p("tls-dh-params-file", "", Kind::Str, true),
     p("tls-key-file", "", Kind::Str, true),
     p("tls-key-file-pass", "", Kind::Str, true),
-    p("tls-port", "0", Kind::Int, false),
+    p("tls-port", "0", Kind::Int, true),
     p("tls-prefer-server-ciphers", "no", Kind::Bool, true),
     p("tls-protocols", "", Kind::Str, true),
     p("tls-replication", "no", Kind::Bool, true),

@@ -76,6 +76,9 @@ pub(super) fn admit(
     outcome
 }
 
+/// Redis's refusal of a command that may grow memory while `used_memory` is over `maxmemory`.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
 /// The gate's checks, in order.
 fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) -> Result<&'static CommandSpec, Reply> {
     let Some(name) = args.first() else { return Err(Reply::error("ERR empty command")) };
@@ -120,6 +123,12 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
     if let Err(refused) = crate::commands::acl::permit(s, spec, args) {
         s.multi_error |= queuing;
         return Err(refused);
+    }
+    // Over `maxmemory`: no command that may grow memory, and (as queuing takes memory too)
+    // nothing queued inside MULTI.
+    if (queuing || spec.flags.contains(&"denyoom")) && s.state.out_of_memory() {
+        s.multi_error |= queuing;
+        return Err(Reply::error(OOM));
     }
     if let Some(refused) = crate::commands::replication::refusal(s, spec) {
         s.multi_error |= queuing;

@@ -12,7 +12,7 @@ use crate::resp::Reply;
 
 /// The command-stats id (ACL universe id) of a call: its subcommand's for a container
 /// command (`config|get`), else its command's — found without hashing for the latter.
-pub(super) fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
+pub(crate) fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
     // (table entry address, universe id, is a container), sorted by address.
     static IDS: std::sync::LazyLock<Vec<(usize, usize, bool)>> = std::sync::LazyLock::new(|| {
         let mut ids: Vec<(usize, usize, bool)> = crate::commands::all()
@@ -57,7 +57,11 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
         _ => None,
     };
     let id = stats_id(spec, args);
-    s.state.command_stats.called(id, s.id, took, error);
+    if std::mem::take(&mut s.error_counted) && error.is_some() {
+        s.state.command_stats.called_failed_counted(id, s.id, took);
+    } else {
+        s.state.command_stats.called(id, s.id, took, error);
+    }
     if s.blocked.is_some() {
         s.blocked_stats = Some(id);
     }

@@ -76,6 +76,10 @@ pub struct Session {
     /// The command-stats id of the command this client is blocked in (an error that ends the
     /// wait counts as its failure).
     pub blocked_stats: Option<usize>,
+    /// The error reply of the command just run was already counted in the error statistics
+    /// (a script's error that came from a command it called): it counts only as this
+    /// command's failure.
+    pub error_counted: bool,
     /// Keys (of `db`) the command just run may have given elements (blocked clients are
     /// served once it has finished).
     pub signals: Vec<Bytes>,
@@ -150,6 +154,7 @@ impl Session {
             signals: Vec::new(),
             blocked_log: None,
             blocked_stats: None,
+            error_counted: false,
             arrival: 0,
             multi: None,
             multi_error: false,

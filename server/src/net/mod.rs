@@ -1,7 +1,8 @@
 //! Accepting connections: one tokio task per client, a `maxclients` cap, TLS on the
 //! `tls-port` listeners (the handshake runs in the client's task, bounded by [`HANDSHAKE_TIMEOUT`]),
-//! and a graceful stop (stop accepting, let every connection finish the requests it has read,
-//! then return).
+//! listeners moved while the server runs (`CONFIG SET port | bind | tls-port`, through
+//! [`ListenerControl`]), and a graceful stop (stop accepting, let every connection finish the
+//! requests it has read, then return).
 
 mod connection;
 mod query_buffer;
@@ -33,26 +34,149 @@ pub struct Listener {
     pub tls: bool,
 }
 
+/// Where one kind of listener (plain or TLS) listens: addresses and port (0: not at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// The `bind` addresses.
+    pub bind: Vec<String>,
+    /// The port.
+    pub port: u16,
+}
+
+/// A request to move one kind of listener (`CONFIG SET port | bind | tls-port`).
+struct Rebind {
+    tls: bool,
+    from: Endpoints,
+    to: Endpoints,
+    done: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
+/// The way `CONFIG SET` reaches the accept loops while [`serve`] runs.
+#[derive(Debug, Default)]
+pub struct ListenerControl {
+    requests: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<Rebind>>>,
+}
+
+impl ListenerControl {
+    /// Moves the plain (`tls` false) or TLS listeners from `from` to `to`, as Redis's `CONFIG
+    /// SET port | bind | tls-port` does: the old sockets are closed (their clients stay
+    /// connected), the new ones bound; if one cannot be bound, the old ones are bound again
+    /// and the error says why. Blocks until done, so it must not run on a runtime thread
+    /// (commands run on executor threads). Without a running server there is nothing to move.
+    pub fn rebind(&self, tls: bool, from: &Endpoints, to: &Endpoints) -> Result<(), String> {
+        if from == to {
+            return Ok(());
+        }
+        let Some(requests) = self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return Ok(()) };
+        let (done, result) = std::sync::mpsc::channel();
+        let request = Rebind { tls, from: from.clone(), to: to.clone(), done };
+        if requests.send(request).is_err() {
+            return Err("the server is shutting down".into());
+        }
+        result.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| Err("the listeners did not answer".into()))
+    }
+
+    fn attach(&self, requests: tokio::sync::mpsc::UnboundedSender<Rebind>) {
+        *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = Some(requests);
+    }
+
+    fn detach(&self) {
+        *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Binds a listener on each of `at`'s addresses (none for port 0).
+pub async fn bind(at: &Endpoints, tls: bool) -> std::io::Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    if at.port == 0 {
+        return Ok(out);
+    }
+    for addr in &at.bind {
+        let socket = TcpListener::bind((addr.as_str(), at.port)).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("Could not create server TCP listening socket {addr}:{}: {e}", at.port),
+            )
+        })?;
+        tracing::info!(target: "shale::net", addr = %socket.local_addr()?, tls, "listening");
+        out.push(Listener { socket, tls });
+    }
+    Ok(out)
+}
+
+/// An accept loop's stop handle: `retire` ends it (its clients stay), `closed` says its socket
+/// is closed.
+struct Running {
+    retire: tokio::sync::oneshot::Sender<()>,
+    closed: tokio::sync::oneshot::Receiver<()>,
+}
+
 /// Serves `listeners` until `shutdown` completes, then waits for open connections to finish
-/// what they are doing and close.
+/// what they are doing and close. Meanwhile `CONFIG SET port | bind | tls-port` moves the
+/// listeners ([`ListenerControl`]).
 pub async fn serve(listeners: Vec<Listener>, state: Arc<ServerState>, shutdown: impl Future<Output = ()>) {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (requests, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+    state.listeners.attach(requests);
     let mut accepters = JoinSet::new();
+    // The running accept loops: plain ones first, TLS ones second.
+    let mut running: [Vec<Running>; 2] = [Vec::new(), Vec::new()];
+    let start = |accepters: &mut JoinSet<()>, listener: Listener| -> Running {
+        let (retire, retired) = tokio::sync::oneshot::channel();
+        let (is_closed, closed) = tokio::sync::oneshot::channel();
+        accepters.spawn(accept_loop(listener, Arc::clone(&state), stop_rx.clone(), retired, is_closed));
+        Running { retire, closed }
+    };
     for listener in listeners {
-        let (state, stop_rx) = (Arc::clone(&state), stop_rx.clone());
-        accepters.spawn(accept_loop(listener, state, stop_rx));
+        let kind = usize::from(listener.tls);
+        running[kind].push(start(&mut accepters, listener));
     }
-    shutdown.await;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(request) = incoming.recv() => {
+                let Rebind { tls, from, to, done } = request;
+                let kind = usize::from(tls);
+                // Close the old sockets first: the new addresses may include them.
+                for old in running[kind].drain(..) {
+                    let _ = old.retire.send(());
+                    let _ = old.closed.await;
+                }
+                let (listeners, result) = match bind(&to, tls).await {
+                    Ok(listeners) => (listeners, Ok(())),
+                    Err(e) => {
+                        tracing::warn!(target: "shale::net", error = %e, tls, "cannot listen where CONFIG SET asked; listening where it did before");
+                        let why = if from.bind == to.bind { "Unable to listen on this port" } else { "Failed to bind to specified addresses." };
+                        (bind(&from, tls).await.unwrap_or_default(), Err(why.to_string()))
+                    }
+                };
+                for listener in listeners {
+                    running[kind].push(start(&mut accepters, listener));
+                }
+                let _ = done.send(result);
+            }
+        }
+    }
+    state.listeners.detach();
     tracing::info!(target: "shale::net", "shutting down: no new connections, finishing open ones");
     let _ = stop_tx.send(true);
     while accepters.join_next().await.is_some() {}
 }
 
-async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: Listener,
+    state: Arc<ServerState>,
+    mut stop: watch::Receiver<bool>,
+    mut retired: tokio::sync::oneshot::Receiver<()>,
+    closed: tokio::sync::oneshot::Sender<()>,
+) {
     let mut connections = JoinSet::new();
+    let tls = listener.tls;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
+            _ = &mut retired => break,
             accepted = listener.socket.accept() => {
                 let (mut socket, peer) = match accepted {
                     Ok(c) => c,
@@ -77,8 +201,8 @@ async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watc
                     let _ = socket.write_all(refusal.as_bytes()).await;
                     continue;
                 }
-                tracing::debug!(target: "shale::net", %peer, clients = n, tls = listener.tls, "client connected");
-                let (state, stop, tls) = (Arc::clone(&state), stop.clone(), listener.tls);
+                tracing::debug!(target: "shale::net", %peer, clients = n, tls, "client connected");
+                let (state, stop) = (Arc::clone(&state), stop.clone());
                 connections.spawn(async move {
                     if tls {
                         serve_tls(socket, peer, Arc::clone(&state), stop).await;
@@ -91,6 +215,12 @@ async fn accept_loop(listener: Listener, state: Arc<ServerState>, mut stop: watc
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+    // The socket closes now; the clients it accepted are served until they leave.
+    if let Ok(addr) = listener.socket.local_addr() {
+        tracing::info!(target: "shale::net", %addr, tls, "no longer listening");
+    }
+    drop(listener);
+    let _ = closed.send(());
     while connections.join_next().await.is_some() {}
 }
 

@@ -64,6 +64,10 @@ fn prepare(s: &Session, job: &Job<'_>) -> Result<(), Reply> {
     if stale && !job.flags.allow_stale {
         return Err(Reply::error("MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script."));
     }
+    // A script declaring flags may write unless `no-writes`: Redis treats it as `denyoom`.
+    if !job.flags.no_writes && !job.flags.allow_oom && s.state.out_of_memory() {
+        return Err(Reply::error(crate::exec::gate::OOM));
+    }
     if !job.flags.no_writes {
         if repl.is_replica() {
             return Err(Reply::error("READONLY Can not run script with write flag on readonly replica"));
@@ -77,6 +81,12 @@ fn prepare(s: &Session, job: &Job<'_>) -> Result<(), Reply> {
     }
     Ok(())
 }
+
+/// A command table entry.
+type Spec = &'static crate::commands::CommandSpec;
+
+/// The field Redis sets on error tables of errors already counted in the error statistics.
+const IGNORE_ERROR_STATS: &str = "ignore_error_stats_update";
 
 /// How a command of the script that finds a stripe busy proceeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +110,10 @@ struct Run<'s, 'g> {
     status: Arc<super::RunStatus>,
     /// A write ran: later writes skip the pre-write checks (the script cannot stop halfway).
     dirty: bool,
+    /// Over `maxmemory` when the script started (and not `allow-oom`).
+    oom_at_start: bool,
+    /// The error the last command returned was already counted in the error statistics.
+    counted_error: bool,
     on_busy: OnBusy,
     /// Set when the run must be abandoned and repeated (see [`OnBusy::Retry`]).
     conflict: bool,
@@ -120,6 +134,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
     let (caller_db, caller_protocol, caller_in_exec, caller_in_script) = (s.db, s.protocol, s.in_exec, s.in_script);
     // Inside EXEC (or a write group) the script joins the running transaction.
     let nested = s.exec.in_transaction();
+    let oom_at_start = !job.flags.allow_oom && state.out_of_memory();
     let mut wanted: Vec<(u32, Bytes)> = job.keys.iter().map(|k| (s.db, k.clone())).collect();
     let mut everything = false;
     let mut attempt = 0;
@@ -150,16 +165,25 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
             resp3: Arc::clone(&vm.resp3),
             status: Arc::clone(&scripting.status),
             dirty: false,
+            oom_at_start,
+            counted_error: false,
             on_busy: if nested { OnBusy::Wait } else { OnBusy::Retry },
             conflict: false,
             needs_everything: false,
         };
         let outcome = invoke(&vm, &mut run, &job);
+        // An error table from a command (a raised `redis.call` error, or a `redis.pcall` result
+        // returned) was counted when the command failed.
+        let counted = match &outcome {
+            Ok((_, Value::Table(t))) => t.raw_get::<bool>(IGNORE_ERROR_STATS).unwrap_or(false),
+            _ => false,
+        };
         let reply = match outcome {
             Ok((true, value)) => lua_to_reply(&value, vm.resp3.load(std::sync::atomic::Ordering::Relaxed)),
             Ok((false, error)) => error_reply(&error, &job.name, scripting.status.killed()),
             Err(e) => Reply::error(format!("ERR Error running script {}, {e}", job.name)),
         };
+        run.s.error_counted = counted && matches!(reply, Reply::Error(_));
         scripting.status.end();
         vm.after_run();
         drop(vm);
@@ -271,30 +295,43 @@ impl Run<'_, '_> {
             Ok(argv) => argv,
             Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
         };
+        self.counted_error = false;
         let reply = self.execute(&argv);
         if self.conflict {
             return Err(mlua::Error::runtime("the script runs again"));
         }
         let resp3 = self.resp3.load(std::sync::atomic::Ordering::Relaxed);
         match reply {
-            Reply::Error(e) => Ok((false, Value::Table(error_table(lua, &format!("-{e}"))?))),
+            Reply::Error(e) => {
+                let t = error_table(lua, &format!("-{e}"))?;
+                // Counted where it happened: the script's own error reply, if it is this one,
+                // counts only as the script's failure (Redis's `ignore_error_stats_update`).
+                if self.counted_error {
+                    t.set(IGNORE_ERROR_STATS, true)?;
+                }
+                Ok((false, Value::Table(t)))
+            }
             reply => Ok((true, reply_to_lua(lua, reply, resp3)?)),
         }
     }
 
-    /// Runs one command of the script (Redis's `scriptCall` checks, then the command).
-    fn execute(&mut self, argv: &[Bytes]) -> Reply {
+    /// Redis's checks before a command of the script runs; a refusal names the command if
+    /// it is known.
+    fn admit_call(&mut self, argv: &[Bytes]) -> Result<Spec, (Option<Spec>, Reply)> {
         let plain = |msg: &str| Reply::Error(super::api::error_text(msg));
         if no_script(argv) {
-            return plain("This Redis command is not allowed from script");
+            return Err((lookup(&argv[0]), plain("This Redis command is not allowed from script")));
         }
-        let Some(spec) = lookup(&argv[0]) else { return plain("Unknown Redis command called from script") };
+        let Some(spec) = lookup(&argv[0]) else {
+            return Err((None, plain("Unknown Redis command called from script")));
+        };
+        let refuse = |reply: Reply| Err((Some(spec), reply));
         let n = argv.len() as i32;
         if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
-            return plain("Wrong number of args calling Redis command from script");
+            return refuse(plain("Wrong number of args calling Redis command from script"));
         }
         if spec.flags.contains(&"noscript") {
-            return plain("This Redis command is not allowed from script");
+            return refuse(plain("This Redis command is not allowed from script"));
         }
         if let Err(Reply::Error(denied)) = crate::commands::acl::permit(self.s, spec, argv) {
             let what = if denied.contains("keys") {
@@ -304,19 +341,43 @@ impl Run<'_, '_> {
             } else {
                 "can't run this command or subcommand"
             };
-            return plain(&format!("The user executing the script {what}"));
+            return refuse(plain(&format!("The user executing the script {what}")));
         }
         let write = spec.flags.contains(&"write");
         // Redis's "may replicate" commands (PUBLISH, PFCOUNT) count as writes here, so a
         // read-only script can run during CLIENT PAUSE WRITE.
         if self.read_only && (write || spec.flags.contains(&"may_replicate")) {
-            return plain("Write commands are not allowed from read-only scripts.");
+            return refuse(plain("Write commands are not allowed from read-only scripts."));
         }
         if write && !self.dirty {
             if let Some(Reply::Error(refused)) = crate::commands::replication::refusal(self.s, spec) {
-                return Reply::Error(refused);
+                return refuse(Reply::Error(refused));
             }
         }
+        // Redis's `scriptVerifyOOM`: over `maxmemory` when the script started, its first write
+        // that may grow memory is refused (a later one cannot be: the script cannot stop halfway).
+        if self.oom_at_start && !self.dirty && spec.flags.contains(&"denyoom") {
+            return refuse(Reply::error(crate::exec::gate::OOM));
+        }
+        Ok(spec)
+    }
+
+    /// Runs one command of the script (Redis's `scriptCall` checks, then the command).
+    fn execute(&mut self, argv: &[Bytes]) -> Reply {
+        let spec = match self.admit_call(argv) {
+            Ok(spec) => spec,
+            Err((spec, refused)) => {
+                // Counted here, as Redis's `scriptCall` counts a refusal: the command (if there
+                // is one) as rejected, the error once.
+                if let Reply::Error(why) = &refused {
+                    let id = spec.map(|c| crate::exec::observe::stats_id(c, argv));
+                    self.s.state.command_stats.rejected(id, self.s.id, why);
+                }
+                self.counted_error = true;
+                return refused;
+            }
+        };
+        let write = spec.flags.contains(&"write");
         if let Err(busy) = self.lock_keys(spec.name, argv) {
             return busy;
         }
@@ -333,7 +394,10 @@ impl Run<'_, '_> {
         }
         let resp3 = self.resp3.load(std::sync::atomic::Ordering::Relaxed);
         self.s.protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
-        crate::exec::run_command(self.s, spec, argv)
+        let reply = crate::exec::run_command(self.s, spec, argv);
+        // The command's statistics counted its error.
+        self.counted_error = matches!(reply, Reply::Error(_));
+        reply
     }
 
     /// Takes the stripes of the keys `argv` names that the run does not hold yet.

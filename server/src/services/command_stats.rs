@@ -106,12 +106,25 @@ impl CommandStats {
     /// A call of command `id` (a universe id) by `client` that ran for `took`; `error` is its
     /// error reply.
     pub fn called(&self, id: usize, client: u64, took: Duration, error: Option<&str>) {
+        self.record(id, client, took, error, true);
+    }
+
+    /// A call of command `id` that failed with an error already counted in the error
+    /// statistics (a script's error that a command it called returned): a failed call, but
+    /// no second error.
+    pub fn called_failed_counted(&self, id: usize, client: u64, took: Duration) {
+        self.record(id, client, took, Some(""), false);
+    }
+
+    fn record(&self, id: usize, client: u64, took: Duration, error: Option<&str>, count_error: bool) {
         let Some(e) = self.entry(id, client) else { return };
         e.calls.fetch_add(1, Ordering::Relaxed);
         e.usec.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         if let Some(msg) = error {
             e.failed.fetch_add(1, Ordering::Relaxed);
-            self.error(msg);
+            if count_error {
+                self.error(msg);
+            }
         }
         if self.latency_tracking.load(Ordering::Relaxed) {
             let h = e.histogram.get_or_init(|| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect());

@@ -232,9 +232,29 @@ pub fn have_tool(name: &str) -> bool {
 /// Runs shale-server with `args`, which must make it refuse to start (exit status 1); returns
 /// what it logged.
 pub fn refused_start(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_shale-server")).args(args).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{args:?} should stop the server: {out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shale-server"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A server that starts after all is stopped, not waited on forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} should stop the server, but it kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{args:?} should stop the server: {status:?}, {stderr}");
+    stderr
 }
 
 /// A port nothing listens on right now.
