@@ -3,9 +3,14 @@
 mod compact;
 mod flush;
 mod open;
+mod read_only;
 mod replication;
 mod stats;
+mod tuning;
+mod weak;
 mod write;
+
+pub use weak::{WeakDb, WeakSnapshot};
 
 pub(crate) use flush::{build_table as build_table_file, finish_table_file};
 pub(crate) use open::lock_dir;
@@ -119,7 +124,7 @@ pub(crate) struct DbInner {
     /// The current [`SyncMode`] (changeable at runtime).
     sync_mode: std::sync::atomic::AtomicU8,
     snapshots: Arc<SnapshotList>,
-    poisoned: Mutex<Option<BackgroundError>>,
+    poisoned: Mutex<Option<read_only::BackgroundError>>,
     is_poisoned: AtomicBool,
     /// When a retryable background error was last retried (rate limit of the automatic retry).
     last_resume: Mutex<Option<std::time::Instant>>,
@@ -140,14 +145,6 @@ impl std::fmt::Debug for DbInner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbInner").field("dir", &self.dir).finish_non_exhaustive()
     }
-}
-
-/// A failure that made the database read-only.
-#[derive(Debug, Clone)]
-struct BackgroundError {
-    message: String,
-    /// Nothing was left half-written: [`Db::resume`] may clear it (a full disk).
-    retryable: bool,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (engine state stays
@@ -176,40 +173,6 @@ pub struct Db {
 
 #[derive(Debug)]
 struct CloseOnDrop(Arc<DbInner>);
-
-/// A non-owning read handle from [`Db::downgrade`]: reads fail with [`Error::Closed`] once the
-/// database is closed or every [`Db`] is dropped.
-#[derive(Debug, Clone)]
-pub struct WeakDb(std::sync::Weak<DbInner>);
-
-impl WeakDb {
-    /// The value of `key`, if present (the latest committed state).
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.0.upgrade().ok_or(Error::Closed)?.get_with(key.as_ref(), &ReadOptions::default())
-    }
-
-    /// A consistent view for several dependent reads (each `get` sees the same state).
-    pub fn snapshot(&self) -> Result<WeakSnapshot> {
-        let inner = self.0.upgrade().ok_or(Error::Closed)?;
-        inner.check_open()?;
-        let snapshot = Snapshot::new(inner.visible_seq.load(Ordering::Acquire), &inner.snapshots);
-        Ok(WeakSnapshot { inner, opts: ReadOptions::default().snapshot(&snapshot) })
-    }
-}
-
-/// Reads at one sequence number, from [`WeakDb::snapshot`]. Keep it short-lived.
-#[derive(Debug)]
-pub struct WeakSnapshot {
-    inner: Arc<DbInner>,
-    opts: ReadOptions,
-}
-
-impl WeakSnapshot {
-    /// The value of `key` at the snapshot.
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.inner.get_with(key.as_ref(), &self.opts)
-    }
-}
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
@@ -435,49 +398,6 @@ impl Db {
         self.inner.sync_mode()
     }
 
-    /// Changes the WAL sync policy for writes from now on (Redis's `CONFIG SET appendfsync`).
-    /// Switching away from [`SyncMode::Never`] fsyncs what is already written.
-    pub fn set_sync_mode(&self, mode: SyncMode) -> Result<()> {
-        self.inner.sync_mode.store(mode as u8, Ordering::Release);
-        if mode != SyncMode::Never {
-            let file = Arc::clone(&lock(&self.inner.wal_file));
-            file.sync_data()?;
-        }
-        Ok(())
-    }
-
-    /// Changes options while the database is open (RocksDB's `SetOptions`; see
-    /// [`MutableOptions`](crate::MutableOptions) for when each takes effect). Invalid values
-    /// (a codec this build lacks) change nothing and return `Err`.
-    pub fn set_options(&self, changes: &crate::MutableOptions) -> Result<()> {
-        let inner = &self.inner;
-        let next = {
-            let mut current = inner.options.write().unwrap_or_else(|e| e.into_inner());
-            let next = changes.apply_to(&current);
-            next.validate()?;
-            *current = Arc::new(next.clone());
-            next
-        };
-        if changes.block_cache_size.is_some() {
-            inner.tables.block_cache().set_capacity(next.block_cache_size);
-        }
-        tracing::info!(target: "lsm::db", ?changes, "options changed");
-        // Writers waiting in a stall and idle compaction threads look again.
-        inner.signal_work();
-        if changes.wal_ttl.is_some() || changes.wal_size_limit.is_some() {
-            inner.purge_wals();
-        }
-        Ok(())
-    }
-
-    /// Bytes held in memory by the memtables (active and frozen) and the block cache: what the
-    /// engine's memory use depends on, cheap enough to ask before every write.
-    pub fn memory_usage(&self) -> usize {
-        let sv = self.inner.super_version();
-        let memtables: usize = sv.mem.approximate_size() + sv.imm.iter().map(|m| m.approximate_size()).sum::<usize>();
-        memtables + self.inner.tables.block_cache().usage()
-    }
-
     /// Freezes the active memtable and waits until every frozen memtable is in a table.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush()
@@ -634,94 +554,6 @@ impl DbInner {
             1 => SyncMode::EverySec,
             _ => SyncMode::Never,
         }
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        Ok(())
-    }
-
-    /// Fails if the database is closed or read-only after a background error. Callable with
-    /// any lock held (it takes none but the error's own).
-    fn check_writable(&self) -> Result<()> {
-        self.check_open()?;
-        if self.is_poisoned.load(Ordering::Acquire) {
-            let why = lock(&self.poisoned).as_ref().map(|b| b.message.clone()).unwrap_or_default();
-            return Err(Error::Poisoned(why));
-        }
-        Ok(())
-    }
-
-    /// [`DbInner::check_writable`] for a new write, which first retries a retryable background
-    /// error (a full disk may have been cleared up), at most once a second. Takes the WAL lock:
-    /// never call it with that lock held.
-    fn check_writable_or_resume(&self) -> Result<()> {
-        if self.is_poisoned.load(Ordering::Acquire) && self.auto_resume_due() {
-            let _ = self.resume();
-        }
-        self.check_writable()
-    }
-
-    fn auto_resume_due(&self) -> bool {
-        let retryable = lock(&self.poisoned).as_ref().is_some_and(|b| b.retryable);
-        let mut last = lock(&self.last_resume);
-        let due = retryable && last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
-        if due {
-            *last = Some(std::time::Instant::now());
-        }
-        due
-    }
-
-    /// Records a failure that leaves the WAL, manifest or tables in an unknown state: every later
-    /// write is refused until the database is reopened (and recovery sorts out what is durable).
-    fn poison(&self, e: Error) -> Error {
-        self.poison_as(e, false)
-    }
-
-    /// Records a failure that left nothing half-written (a full disk while a table was built
-    /// and then removed, or while a mapped WAL tried to grow): writes are refused until
-    /// [`DbInner::resume`] succeeds, which [`DbInner::check_writable`] tries once a second.
-    fn poison_retryable(&self, e: Error) -> Error {
-        let retryable = matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) || io.raw_os_error() == Some(libc::EDQUOT));
-        self.poison_as(e, retryable)
-    }
-
-    fn poison_as(&self, e: Error, retryable: bool) -> Error {
-        tracing::error!(target: "lsm::db", error = %e, retryable, "write path failed; database is now read-only");
-        let mut p = lock(&self.poisoned);
-        match p.as_mut() {
-            None => *p = Some(BackgroundError { message: e.to_string(), retryable }),
-            // A retryable error never turns a fatal one into a retryable one.
-            Some(b) => b.retryable &= retryable,
-        }
-        self.is_poisoned.store(true, Ordering::Release);
-        self.bg_cv.notify_all();
-        e
-    }
-
-    /// Clears a retryable background error (see [`Db::resume`]).
-    fn resume(&self) -> Result<()> {
-        if !self.is_poisoned.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut w = lock(&self.wal);
-        let mut p = lock(&self.poisoned);
-        match p.as_ref() {
-            None => return Ok(()),
-            Some(b) if !b.retryable => return Err(Error::Poisoned(b.message.clone())),
-            Some(_) => {}
-        }
-        w.log.restore_after_failure()?;
-        let was = p.take().map(|b| b.message).unwrap_or_default();
-        self.is_poisoned.store(false, Ordering::Release);
-        drop(p);
-        drop(w);
-        tracing::info!(target: "lsm::db", error = %was, "resumed after a retryable background error");
-        // Flush and compaction retry what failed.
-        self.signal_work();
-        Ok(())
     }
 
     /// The sequence number and super version a read uses. The sequence is read first, so every

@@ -24,6 +24,7 @@ pub mod in_memory;
 pub mod observe;
 pub mod pool;
 pub mod session;
+mod set_batch;
 
 pub(crate) use gate::run_command;
 pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
