@@ -28,6 +28,9 @@ fn config_get_and_set_cover_every_redis_parameter() {
         assert!(all.contains_key(name), "{name}");
     }
     assert_eq!(all["hash-max-listpack-entries"], "64", "the alias set the canonical parameter");
+    // Redis's hidden parameters answer only when named.
+    assert!(!all.contains_key("key-load-delay"));
+    assert_eq!(config_get(&mut c, "key-load-delay")["key-load-delay"], "0");
     assert_eq!(all["save"], "900 1");
     assert_eq!(all["port"], server.port.to_string());
     let some = config_get(&mut c, "*max-*-entries*");

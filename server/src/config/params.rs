@@ -203,6 +203,7 @@ pub static PARAMS: &[Param] = &[
     p("io-threads", "1", Kind::Int, false),
     p("io-threads-do-reads", "no", Kind::Bool, false),
     p("jemalloc-bg-thread", "yes", Kind::Bool, true),
+    p("key-load-delay", "0", Kind::Int, true),
     p("latency-monitor-threshold", "0", Kind::Int, true),
     p("latency-tracking", "yes", Kind::Bool, true),
     p("latency-tracking-info-percentiles", "50 99 99.9", Kind::Str, true),
@@ -217,6 +218,7 @@ pub static PARAMS: &[Param] = &[
     p("lfu-log-factor", "10", Kind::Int, true),
     p("list-compress-depth", "0", Kind::Int, true),
     p("list-max-listpack-size", "-2", Kind::Int, true),
+    p("loading-process-events-interval-bytes", "2097152", Kind::Int, true),
     p("locale-collate", "", Kind::Str, true),
     p("logfile", "", Kind::Str, false),
     p("loglevel", "notice", Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]), true),
@@ -255,6 +257,7 @@ pub static PARAMS: &[Param] = &[
     p("protected-mode", "yes", Kind::Bool, true),
     p("proto-max-bulk-len", "536870912", Kind::Memory, true),
     p("rdb-del-sync-files", "no", Kind::Bool, true),
+    p("rdb-key-save-delay", "0", Kind::Int, true),
     p("rdb-save-incremental-fsync", "yes", Kind::Bool, true),
     p("rdbchecksum", "yes", Kind::Bool, false),
     p("rdbcompression", "yes", Kind::Bool, true),
@@ -371,9 +374,18 @@ pub fn find(name: &str) -> Option<&'static Param> {
     PARAMS.binary_search_by(|p| p.name.cmp(canonical)).ok().map(|i| &PARAMS[i])
 }
 
-/// Every name `CONFIG GET` answers for (canonical names and aliases) with its parameter.
+/// Redis's hidden parameters: hooks for Redis's own tests (slowing key loading and saving),
+/// answered by `CONFIG GET` only when named, as Redis does, and without effect in Shale.
+pub const HIDDEN: &[&str] = &["key-load-delay", "loading-process-events-interval-bytes", "rdb-key-save-delay"];
+
+/// Every name a `CONFIG GET` pattern matches (canonical names and aliases, hidden parameters
+/// left out) with its parameter.
 pub fn all_names() -> impl Iterator<Item = (&'static str, &'static Param)> {
-    PARAMS.iter().map(|p| (p.name, p)).chain(ALIASES.iter().filter_map(|(a, _)| Some((*a, find(a)?))))
+    PARAMS
+        .iter()
+        .filter(|p| !HIDDEN.contains(&p.name))
+        .map(|p| (p.name, p))
+        .chain(ALIASES.iter().filter_map(|(a, _)| Some((*a, find(a)?))))
 }
 
 #[cfg(test)]
