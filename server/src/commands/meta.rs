@@ -284,14 +284,7 @@ pub fn keys_checked(spec: &CommandSpec, args: &[Bytes], strict: bool) -> Option<
         Some(m) => m,
         None => {
             let flags = if spec.flags.contains(&"readonly") { K_RO | K_ACCESS } else { K_RW | K_ACCESS | K_UPDATE };
-            if spec.first_key > 0 {
-                let last = if spec.last_key < 0 { args.len() as i32 + spec.last_key } else { spec.last_key };
-                let mut i = spec.first_key;
-                while i <= last && (i as usize) < args.len() {
-                    out.push(KeyRef { pos: i as usize, flags });
-                    i += spec.step.max(1);
-                }
-            }
+            out.extend(spec.key_positions(args.len()).map(|pos| KeyRef { pos, flags }));
             return Some(out);
         }
     };

@@ -70,6 +70,17 @@ pub struct CommandSpec {
     pub handler: Handler,
 }
 
+impl CommandSpec {
+    /// Positions of the key arguments the table declares (`first_key` to `last_key` by
+    /// `step`) within a call of `argc` arguments; none when `first_key` is 0 (commands that
+    /// locate their keys by a count or a keyword).
+    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+        let last = if self.last_key < 0 { argc as i32 + self.last_key } else { self.last_key };
+        let (first, last) = if self.first_key > 0 { (self.first_key as usize, last.max(0) as usize) } else { (1, 0) };
+        (first..=last.min(argc.saturating_sub(1))).step_by(self.step.max(1) as usize)
+    }
+}
+
 /// A table entry: name, arity, flags, first key, last key, key step, handler.
 pub(super) const fn spec(
     name: &'static str,

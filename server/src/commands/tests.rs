@@ -276,3 +276,13 @@ fn unlink_and_async_flushes_count_what_redis_would_free_in_the_background() {
     assert_eq!(run(&mut s, &["CONFIG", "RESETSTAT"]), Reply::ok());
     assert_eq!(lazyfreed(&mut s), 0);
 }
+
+#[test]
+fn key_positions_follow_the_table() {
+    let positions = |name: &str, argc: usize| lookup(name.as_bytes()).unwrap().key_positions(argc).collect::<Vec<_>>();
+    assert_eq!(positions("get", 2), [1]);
+    assert_eq!(positions("mset", 7), [1, 3, 5], "first to last by step");
+    assert_eq!(positions("del", 4), [1, 2, 3], "last key -1: to the end");
+    assert_eq!(positions("ping", 1), Vec::<usize>::new(), "no keys");
+    assert_eq!(positions("get", 1), Vec::<usize>::new(), "never past the arguments");
+}

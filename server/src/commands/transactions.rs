@@ -102,13 +102,7 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
             out.extend(args[1..].iter().map(|a| (db, a.clone())));
             continue;
         }
-        let last = if spec.last_key < 0 { args.len() as i32 + spec.last_key } else { spec.last_key };
-        let step = spec.step.max(1) as usize;
-        for i in (spec.first_key as usize..=last.max(0) as usize).step_by(step) {
-            if let Some(k) = args.get(i) {
-                out.push((db, k.clone()));
-            }
-        }
+        out.extend(spec.key_positions(args.len()).map(|i| (db, args[i].clone())));
     }
     out
 }

@@ -80,11 +80,8 @@ pub(super) fn touch_keys(s: &Session, spec: &CommandSpec, args: &[Bytes]) {
     }
     let access = &s.state.access;
     if spec.first_key > 0 {
-        let last = if spec.last_key < 0 { args.len() as i32 + spec.last_key } else { spec.last_key };
-        let mut i = spec.first_key;
-        while i <= last && (i as usize) < args.len() {
-            access.touch(s.db, &args[i as usize]);
-            i += spec.step.max(1);
+        for i in spec.key_positions(args.len()) {
+            access.touch(s.db, &args[i]);
         }
     } else if !spec.flags.contains(&"pubsub") {
         // Keys found by the command's key specs (numkeys, STREAMS …).
