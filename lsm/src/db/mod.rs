@@ -501,22 +501,22 @@ fn new_iterator(
     counters: Arc<ReadCounters>,
 ) -> DbIterator {
     let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
-    let mut tombstones = Vec::new();
+    let mut sources: Vec<Arc<dyn crate::range_del::TombstoneSource>> = Vec::new();
     for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
         children.push(Box::new(m.iter()));
         if m.has_range_tombstones() {
-            tombstones.extend(m.range_tombstones());
+            sources.push(Arc::clone(m) as Arc<dyn crate::range_del::TombstoneSource>);
         }
     }
     let built = sv
         .version
         .iterators(&mut children, fetch)
-        .and_then(|_| sv.version.range_tombstones(&mut tombstones, fetch.cache_only));
+        .and_then(|_| sv.version.tombstone_sources(&mut sources, fetch.cache_only));
     if let Err(e) = built {
         return DbIterator::failed(e);
     }
-    let fragments = crate::range_del::Fragments::new(&tombstones, seq);
-    DbIterator::new(MergingIterator::new(children), seq, fragments, sv, snapshot, counters)
+    let tombstones = crate::range_del::Tombstones::new(sources, seq);
+    DbIterator::new(MergingIterator::new(children), seq, tombstones, sv, snapshot, counters)
 }
 
 impl DbInner {

@@ -17,7 +17,7 @@ use super::{InternalIterator, MergingIterator};
 use crate::cache::ReadCounters;
 use crate::db::SuperVersion;
 use crate::key::{self, ValueKind};
-use crate::range_del::Fragments;
+use crate::range_del::Tombstones;
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
 
@@ -44,7 +44,7 @@ pub struct DbIterator {
     iter: MergingIterator,
     seq: u64,
     /// Range tombstones visible at `seq`.
-    tombstones: Fragments,
+    tombstones: Tombstones,
     direction: Direction,
     valid: bool,
     saved_key: Vec<u8>,
@@ -71,7 +71,7 @@ impl DbIterator {
     pub(crate) fn new(
         iter: MergingIterator,
         seq: u64,
-        tombstones: Fragments,
+        tombstones: Tombstones,
         sv: Arc<SuperVersion>,
         snapshot: Option<Snapshot>,
         counters: Arc<ReadCounters>,
@@ -100,7 +100,7 @@ impl DbIterator {
         DbIterator {
             iter: MergingIterator::new(Vec::new()),
             seq: 0,
-            tombstones: Fragments::default(),
+            tombstones: Tombstones::default(),
             direction: Direction::Forward,
             valid: false,
             saved_key: Vec::new(),
@@ -285,8 +285,8 @@ impl DbIterator {
     }
 
     /// A Put covered by a visible range tombstone reads as a Delete.
-    fn effective_kind(&self, kind: ValueKind, user_key: &[u8], seq: u64) -> ValueKind {
-        if kind == ValueKind::Put && self.tombstones.covers(user_key, seq, self.seq) {
+    fn effective_kind(tombstones: &mut Tombstones, kind: ValueKind, user_key: &[u8], seq: u64) -> ValueKind {
+        if kind == ValueKind::Put && tombstones.covers(user_key, seq) {
             ValueKind::Delete
         } else {
             kind
@@ -304,7 +304,7 @@ impl DbIterator {
             }
             self.entries_seen += 1;
             if p.seq <= self.seq {
-                match self.effective_kind(p.kind, p.user_key, p.seq) {
+                match Self::effective_kind(&mut self.tombstones, p.kind, p.user_key, p.seq) {
                     ValueKind::Delete => {
                         self.deleted_seen += 1;
                         self.saved_key.clear();
@@ -342,7 +342,7 @@ impl DbIterator {
                     break;
                 }
                 self.entries_seen += 1;
-                value_kind = self.effective_kind(p.kind, p.user_key, p.seq);
+                value_kind = Self::effective_kind(&mut self.tombstones, p.kind, p.user_key, p.seq);
                 if value_kind == ValueKind::Delete {
                     self.deleted_seen += 1;
                     self.saved_key.clear();

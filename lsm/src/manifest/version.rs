@@ -186,10 +186,14 @@ impl Version {
         Ok((None, tomb))
     }
 
-    /// Every range tombstone of the tables (opening those that have any, unless `cache_only`).
-    pub fn range_tombstones(&self, out: &mut Vec<crate::range_del::RangeTombstone>, cache_only: bool) -> Result<()> {
+    /// The tables with range tombstones (opening them, unless `cache_only`).
+    pub fn tombstone_sources(
+        &self,
+        out: &mut Vec<Arc<dyn crate::range_del::TombstoneSource>>,
+        cache_only: bool,
+    ) -> Result<()> {
         for (_, f) in self.files().filter(|(_, f)| f.num_range_dels > 0) {
-            out.extend_from_slice(f.table_fetch(cache_only)?.range_tombstones());
+            out.push(f.table_fetch(cache_only)?);
         }
         Ok(())
     }

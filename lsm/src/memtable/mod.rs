@@ -15,7 +15,7 @@ use crossbeam_skiplist::SkipMap;
 use crate::batch::WriteBatch;
 use crate::iter::InternalIterator;
 use crate::key::{self, InternalKey, InternalKeyRef, ValueKind};
-use crate::range_del::RangeTombstone;
+use crate::range_del::{FragmentMap, RangeTombstone, Region, TombstoneSource};
 use crate::sstable::bloom::{self, AtomicBloom};
 use crate::Result;
 
@@ -31,10 +31,26 @@ pub struct Memtable {
     wal_number: u64,
     largest_seq: AtomicU64,
     /// Range tombstones, kept apart from the point entries (see [`crate::range_del`]).
-    range_dels: RwLock<Vec<RangeTombstone>>,
+    range_dels: RwLock<MemTombstones>,
+    /// Number of range tombstones: reads skip the lock while it is zero.
+    range_del_count: AtomicUsize,
     /// User keys inserted: a lookup of an absent key skips the skip-list descent (which cost a
     /// quarter of a random read with a full memtable).
     bloom: Option<AtomicBloom>,
+}
+
+/// A memtable's range tombstones: as inserted (what a flush writes) and fragmented (what reads
+/// ask).
+#[derive(Debug, Default)]
+struct MemTombstones {
+    list: Vec<RangeTombstone>,
+    fragments: FragmentMap,
+}
+
+impl TombstoneSource for Memtable {
+    fn tombstone_region(&self, key: &[u8], upper: u64) -> Region {
+        self.range_dels.read().unwrap_or_else(|e| e.into_inner()).fragments.region(key, upper)
+    }
 }
 
 /// What a memtable (or a table) knows about a key at a snapshot: its newest visible point
@@ -71,7 +87,8 @@ impl Memtable {
             size: AtomicUsize::new(0),
             wal_number,
             largest_seq: AtomicU64::new(0),
-            range_dels: RwLock::new(Vec::new()),
+            range_dels: RwLock::new(MemTombstones::default()),
+            range_del_count: AtomicUsize::new(0),
             bloom,
         }
     }
@@ -88,7 +105,7 @@ impl Memtable {
 
     /// True when nothing was inserted.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty() && self.range_dels.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.map.is_empty() && !self.has_range_tombstones()
     }
 
     /// Number of entries (versions, not distinct keys).
@@ -106,7 +123,10 @@ impl Memtable {
         if kind == ValueKind::RangeDelete {
             self.size.fetch_add(user_key.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
             let t = RangeTombstone { start: user_key.to_vec(), end: value.to_vec(), seq };
-            self.range_dels.write().unwrap_or_else(|e| e.into_inner()).push(t);
+            let mut dels = self.range_dels.write().unwrap_or_else(|e| e.into_inner());
+            dels.fragments.insert(&t);
+            dels.list.push(t);
+            self.range_del_count.fetch_add(1, Ordering::Release);
             self.largest_seq.fetch_max(seq, Ordering::Relaxed);
             return;
         }
@@ -155,18 +175,21 @@ impl Memtable {
 
     /// The range tombstones, in insertion order.
     pub fn range_tombstones(&self) -> Vec<RangeTombstone> {
-        self.range_dels.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.range_dels.read().unwrap_or_else(|e| e.into_inner()).list.clone()
     }
 
     /// True if the memtable holds a range tombstone.
     pub fn has_range_tombstones(&self) -> bool {
-        !self.range_dels.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.range_del_count.load(Ordering::Acquire) > 0
     }
 
-    /// The newest range tombstone covering `user_key` with sequence number `<= seq`.
+    /// The newest range tombstone covering `user_key` with sequence number `<= seq`: one
+    /// ordered-map search, however many tombstones the memtable holds.
     pub fn max_covering_tombstone(&self, user_key: &[u8], seq: u64) -> Option<u64> {
-        let ts = self.range_dels.read().unwrap_or_else(|e| e.into_inner());
-        ts.iter().filter(|t| t.seq <= seq && t.contains(user_key)).map(|t| t.seq).max()
+        if !self.has_range_tombstones() {
+            return None;
+        }
+        self.range_dels.read().unwrap_or_else(|e| e.into_inner()).fragments.max_covering(user_key, seq)
     }
 
     /// A cursor over the memtable; it keeps the memtable alive.

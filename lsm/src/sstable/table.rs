@@ -17,7 +17,7 @@ use crate::cache::BlockCache;
 use crate::iter::InternalIterator;
 use crate::key::{self, ValueKind};
 use crate::memtable::Lookup;
-use crate::range_del::{Fragments, RangeTombstone};
+use crate::range_del::{Fragments, RangeTombstone, Region, TombstoneSource};
 use crate::{Error, Result};
 
 /// The index block decoded once at open: separator keys back to back, and the handle of each
@@ -173,6 +173,12 @@ pub struct Table {
     /// One bit per data block: raw blocks are read in place and their checksum is verified the
     /// first time each is read, not every time.
     verified: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl TombstoneSource for Table {
+    fn tombstone_region(&self, key: &[u8], upper: u64) -> Region {
+        self.fragments.region(key, upper)
+    }
 }
 
 impl Table {
