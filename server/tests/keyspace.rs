@@ -131,6 +131,36 @@ fn keys_scan_and_randomkey() {
 }
 
 #[test]
+fn randomkey_of_a_large_database_picks_live_keys_across_it() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    // 2000 keys, 1700 of them deleted or expired: a pick never returns one of those, and the
+    // picks reach nearly every live key (pages of 16 after random points of the key range).
+    let mut p = redis::pipe();
+    for i in 0..2000 {
+        p.cmd("SET").arg(format!("k:{i:05}")).arg("v").ignore();
+    }
+    for i in (0..2000).filter(|i| i % 20 != 0) {
+        if i % 20 == 1 {
+            p.cmd("PEXPIRE").arg(format!("k:{i:05}")).arg(1).ignore();
+        } else {
+            p.cmd("DEL").arg(format!("k:{i:05}")).ignore();
+        }
+    }
+    p.query::<()>(&mut c).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let live: BTreeSet<String> = (0..2000).filter(|i| i % 20 == 0).map(|i| format!("k:{i:05}")).collect();
+    let mut picks = redis::pipe();
+    for _ in 0..3000 {
+        picks.cmd("RANDOMKEY");
+    }
+    let picked: Vec<String> = picks.query(&mut c).unwrap();
+    let distinct: BTreeSet<&String> = picked.iter().collect();
+    assert!(distinct.iter().all(|k| live.contains(*k)), "only live keys: {distinct:?}");
+    assert!(distinct.len() >= 90, "3000 picks reached only {} of the 100 live keys", distinct.len());
+}
+
+#[test]
 fn object_answers_like_redis() {
     let server = Server::start(&[]);
     let mut c = server.client();
