@@ -23,6 +23,7 @@ pub mod exec;
 pub mod geohash;
 pub mod glob;
 pub mod hyperloglog;
+pub mod long_double;
 pub mod net;
 pub mod num;
 pub mod rdb;

@@ -44,6 +44,15 @@ fn command(rng: &mut StdRng, family: &str) -> Vec<String> {
     let score = |rng: &mut StdRng| {
         pick(rng, &["-inf", "+inf", "-1.5", "0", "1", "2.5", "3", "(1", "(2.5", "x", "1e3"]).to_string()
     };
+    // Increments whose long-double sums and `%.17Lf` prints differ from f64's or decimal's.
+    let float = |rng: &mut StdRng| match rng.random_range(0..5) {
+        0 => format!("{:.*}", rng.random_range(0..22), rng.random_range(-1000.0..1000.0)),
+        1 => format!("{}e{}", rng.random_range(-999..1000), rng.random_range(-25..25)),
+        2 => format!("{}", 1.0 / f64::from(rng.random_range(1..100))),
+        3 => format!("-{}", 1.0 / f64::from(rng.random_range(1..100))),
+        _ => pick(rng, &["0.1", "-2.5", "1e2", "x", "0x1p-3", "1.000000000000000005", "1e300", "-1e300", "1e5000"])
+            .to_string(),
+    };
     let lex = |rng: &mut StdRng| pick(rng, &["-", "+", "[m2", "(m2", "[m5", "(m6", "m1", "[a"]).to_string();
     // Sometimes aim at a key of another type.
     let k = |rng: &mut StdRng, p: &str| if rng.random_bool(0.05) { "str0".to_string() } else { key(rng, p) };
@@ -55,7 +64,7 @@ fn command(rng: &mut StdRng, family: &str) -> Vec<String> {
                 1 => vec!["GET".into(), k1],
                 2 => vec!["APPEND".into(), k1, member(rng)],
                 3 => vec!["INCRBY".into(), k1, int(rng)],
-                4 => vec!["INCRBYFLOAT".into(), k1, pick(rng, &["0.1", "-2.5", "1e2", "x"]).into()],
+                4 => vec!["INCRBYFLOAT".into(), k1, float(rng)],
                 5 => vec!["GETRANGE".into(), k1, int(rng), int(rng)],
                 6 => vec!["SETRANGE".into(), k1, rng.random_range(0..5).to_string(), member(rng)],
                 7 => vec!["STRLEN".into(), k1],
