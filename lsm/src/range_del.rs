@@ -150,16 +150,6 @@ pub struct FragmentMap {
 }
 
 impl FragmentMap {
-    /// True when no tombstone covers any key.
-    pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
-    }
-
-    /// Number of pieces.
-    pub fn len(&self) -> usize {
-        self.pieces.len()
-    }
-
     /// Adds `t` (an empty range adds nothing).
     pub fn insert(&mut self, t: &RangeTombstone) {
         let (s, e, q) = (t.start.as_slice(), t.end.as_slice(), t.seq);
@@ -256,11 +246,6 @@ impl Tombstones {
     /// The tombstones of `sources` visible at `upper`.
     pub fn new(sources: Vec<Arc<dyn TombstoneSource>>, upper: u64) -> Self {
         Tombstones { upper, sources: sources.into_iter().map(|s| (s, None)).collect() }
-    }
-
-    /// True when there is no source with tombstones.
-    pub fn is_empty(&self) -> bool {
-        self.sources.is_empty()
     }
 
     /// The newest visible tombstone covering `key`.
