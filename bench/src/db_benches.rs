@@ -214,6 +214,16 @@ fn write_bench(
             let value = values.generate(f.value_size);
             batch.clear();
             batch.put(&key, value);
+            if f.range_tombstone_due(i + 1) {
+                let begin = match order {
+                    Order::Sequential => i + 1,
+                    Order::Random => rng.random_range(0..f.num),
+                };
+                let (mut from, mut to) = (Vec::new(), Vec::new());
+                make_key(begin, f.key_size, &mut from);
+                make_key(begin + f.range_tombstone_width, f.key_size, &mut to);
+                batch.delete_range(from, to);
+            }
             db.write(std::mem::take(&mut batch), &wopts)?;
             r.done(key.len() + value.len());
         }

@@ -63,6 +63,19 @@ pub struct Flags {
     /// Random seed.
     #[arg(long, default_value_t = 301)]
     pub seed: u64,
+    /// Fill benchmarks add a range tombstone to every this many writes (0: none), as
+    /// RocksDB's db_bench does: `[k, k + --range_tombstone_width)` for the next key `k`.
+    #[arg(long = "writes_per_range_tombstone", default_value_t = 0)]
+    pub writes_per_range_tombstone: u64,
+    /// Keys each range tombstone spans.
+    #[arg(long = "range_tombstone_width", default_value_t = 100)]
+    pub range_tombstone_width: u64,
+    /// At most this many range tombstones per thread (0: none, as in RocksDB's db_bench).
+    #[arg(long = "max_num_range_tombstones", default_value_t = 0)]
+    pub max_num_range_tombstones: u64,
+    /// Writes before the first range tombstone.
+    #[arg(long = "writes_before_delete_range", default_value_t = 0)]
+    pub writes_before_delete_range: u64,
     /// Other commands.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -90,6 +103,17 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 }
 
 impl Flags {
+    /// True if write number `written` (counted from 1) adds a range tombstone, by db_bench's
+    /// rule.
+    pub fn range_tombstone_due(&self, written: u64) -> bool {
+        let Some(after) = written.checked_sub(self.writes_before_delete_range).filter(|&a| a > 0) else {
+            return false;
+        };
+        self.writes_per_range_tombstone > 0
+            && after / self.writes_per_range_tombstone <= self.max_num_range_tombstones
+            && after % self.writes_per_range_tombstone == 0
+    }
+
     /// Reads per benchmark.
     pub fn reads(&self) -> u64 {
         if self.reads < 0 {
@@ -146,5 +170,17 @@ mod tests {
         assert!(f.histogram && f.sync && !f.use_existing_db);
         assert_eq!(f.compression, "zstd");
         assert!(Flags::try_parse_from(["db_bench", "--histogram=maybe"]).is_err());
+    }
+
+    #[test]
+    fn range_tombstones_follow_db_bench_rule() {
+        let mut f = Flags::parse_from(["db_bench", "--writes_per_range_tombstone=10", "--max_num_range_tombstones=2"]);
+        let due: Vec<u64> = (1..=50).filter(|&n| f.range_tombstone_due(n)).collect();
+        assert_eq!(due, [10, 20]);
+        f.writes_before_delete_range = 5;
+        let due: Vec<u64> = (1..=50).filter(|&n| f.range_tombstone_due(n)).collect();
+        assert_eq!(due, [15, 25]);
+        f.max_num_range_tombstones = 0;
+        assert!(!(1..=50).any(|n| f.range_tombstone_due(n)), "none by default, as in RocksDB");
     }
 }
