@@ -322,3 +322,24 @@ fn weak_handles_read_without_keeping_the_database_open() {
     let db = Db::open(dir.path(), small()).unwrap();
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn flush_in_background_freezes_only_a_big_enough_memtable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert!(!db.flush_in_background(0).unwrap(), "an empty memtable is not frozen");
+    for i in 0..1000u32 {
+        db.put(i.to_be_bytes(), [7u8; 100]).unwrap();
+    }
+    assert!(!db.flush_in_background(1 << 20).unwrap(), "~100 KB is under the threshold");
+    assert!(db.flush_in_background(1 << 10).unwrap());
+    // The flush thread writes it to a table; the data stays readable throughout.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while db.num_files_at_level(0) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the frozen memtable was never flushed");
+        assert_eq!(db.get(500u32.to_be_bytes()).unwrap().as_deref(), Some(&[7u8; 100][..]));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(db.stats().memtable_bytes, 0);
+    assert_eq!(db.get(999u32.to_be_bytes()).unwrap().as_deref(), Some(&[7u8; 100][..]));
+}

@@ -495,3 +495,24 @@ fn port_and_bind_change_while_the_server_runs() {
     cmd("CONFIG").arg("SET").arg("port").arg(server.port).query::<()>(&mut c).unwrap();
     assert_eq!(cmd("PING").query::<String>(&mut connect(server.port).unwrap()).unwrap(), "PONG");
 }
+
+/// UNLINK of a big key and FLUSHDB ASYNC return the memory the dropped data held in the
+/// memtable soon (it is flushed in the background), as Redis's background free returns it.
+#[test]
+fn unlink_and_flushdb_async_return_memtable_memory() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let members: Vec<u32> = (0..100_000).collect();
+    for drop in [&["UNLINK", "big"][..], &["FLUSHDB", "ASYNC"][..]] {
+        cmd("SADD").arg("big").arg(&members).query::<()>(&mut c).unwrap();
+        let peak = info_field(&mut c, "used_memory");
+        assert!(peak > 1_000_000, "100,000 members are in the memtable: {peak}");
+        cmd(drop[0]).arg(drop[1]).query::<()>(&mut c).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while info_field(&mut c, "used_memory") > peak / 4 {
+            assert!(Instant::now() < deadline, "{drop:?} returned no memory");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(cmd("SCARD").arg("big").query::<i64>(&mut c).unwrap(), 0);
+    }
+}

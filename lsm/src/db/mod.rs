@@ -403,6 +403,14 @@ impl Db {
         self.inner.flush()
     }
 
+    /// Freezes the active memtable if it holds at least `min_bytes` and returns at once: the
+    /// flush thread writes it to an L0 table in the background (RocksDB's `Flush` with
+    /// `wait = false`). True if a memtable was frozen. Used after deleting much of what the
+    /// memtable holds, so that its memory is returned without waiting for it to fill.
+    pub fn flush_in_background(&self, min_bytes: usize) -> Result<bool> {
+        self.inner.flush_in_background(min_bytes)
+    }
+
     /// Compacts every table overlapping the user-key `range` down to the bottom level (after a
     /// flush), dropping everything no reader can see. `..` compacts the whole database.
     pub fn compact_range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<()> {

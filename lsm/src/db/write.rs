@@ -509,6 +509,19 @@ impl DbInner {
         Ok(())
     }
 
+    /// Freezes the active memtable if it holds at least `min_bytes`, leaving it to the flush
+    /// thread. True if it froze one.
+    pub(super) fn flush_in_background(&self, min_bytes: usize) -> Result<bool> {
+        self.check_writable()?;
+        let mut w = lock(&self.wal);
+        let sv = self.super_version();
+        if sv.mem.is_empty() || sv.mem.approximate_size() < min_bytes {
+            return Ok(false);
+        }
+        self.make_room(&mut w, true)?;
+        Ok(true)
+    }
+
     pub(super) fn flush(&self) -> Result<()> {
         self.check_writable()?;
         {

@@ -524,6 +524,20 @@ impl Storage {
         Ok(page)
     }
 
+    /// After FLUSHDB / FLUSHALL, or UNLINK of a key of 10,000 elements or more: a memtable
+    /// holding at least 1 MiB is frozen and flushed in the background, so the memory of what
+    /// was dropped is returned soon, as Redis's background free returns it, not when the
+    /// memtable next fills. Inside a transaction the drop is not committed yet,
+    /// and nothing happens.
+    pub fn reclaim_memtable(&self, cx: &ExecContext) {
+        if cx.in_transaction() {
+            return;
+        }
+        if let Err(e) = self.engine.flush_in_background(1 << 20) {
+            tracing::warn!(target: "shale::storage", error = %e, "could not flush the memtable after FLUSHDB/FLUSHALL");
+        }
+    }
+
     /// Deletes every key of `db` (metadata and elements) with range tombstones, holding every
     /// key stripe so no read-modify-write straddles it.
     pub fn flushdb(&self, cx: &ExecContext, db: u32) -> lsm::Result<()> {

@@ -137,6 +137,10 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 
 /// DEL and UNLINK. UNLINK (and DEL with `lazyfree-lazy-user-del yes`) counts the values Redis
 /// would free in the background (see [`inspect::free_effort`]).
+/// A lazily freed key with this many elements (Redis's free effort) has its memory returned
+/// soon after UNLINK: see [`crate::storage::Storage::reclaim_memtable`].
+const BIG_KEY_ELEMENTS: u64 = 10_000;
+
 fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     let lazy = args[0].eq_ignore_ascii_case(b"unlink") || s.state.config().get("lazyfree-lazy-user-del") == Some("yes");
     let storage = &s.state.storage;
@@ -145,12 +149,16 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut deleted = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut lazily = 0;
+    let mut big = false;
     for key in &args[1..] {
         match storage.get(&s.exec, s.db, key) {
             Ok(Some(meta)) if seen.insert(key) => {
                 if lazy {
                     match inspect::free_effort(s, &meta) {
-                        Ok(effort) => lazily += u64::from(effort > inspect::LAZYFREE_THRESHOLD),
+                        Ok(effort) => {
+                            lazily += u64::from(effort > inspect::LAZYFREE_THRESHOLD);
+                            big |= effort >= BIG_KEY_ELEMENTS;
+                        }
                         Err(e) => return e,
                     }
                 }
@@ -167,6 +175,9 @@ fn del(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     s.state.lazyfreed_objects.fetch_add(lazily, std::sync::atomic::Ordering::Relaxed);
+    if big {
+        storage.reclaim_memtable(&s.exec);
+    }
     for key in &deleted {
         s.notify(GENERIC, "del", key);
     }
@@ -300,8 +311,9 @@ fn dbsize(s: &mut Session, _: &[Bytes]) -> Reply {
 
 /// FLUSHDB / FLUSHALL's mode: `Some(true)` for ASYNC (or no mode with
 /// `lazyfree-lazy-user-flush yes`), `None` for a syntax error. Both modes are one range delete
-/// here; ASYNC counts the keys as freed lazily (`lazyfreed_objects`), as Redis's background
-/// thread counts them.
+/// here, after which a large memtable is flushed in the background (its memory returned, as
+/// Redis's background free returns it); ASYNC counts the keys as freed lazily
+/// (`lazyfreed_objects`), as Redis's background thread counts them.
 fn flush_async(s: &Session, args: &[Bytes]) -> Option<bool> {
     match args {
         [_] => Some(s.state.config().get("lazyfree-lazy-user-flush") == Some("yes")),
@@ -319,6 +331,7 @@ fn flushdb(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = s.state.storage.flushdb(&s.exec, s.db) {
         return engine_error(e);
     }
+    s.state.storage.reclaim_memtable(&s.exec);
     if lazy {
         s.state.lazyfreed_objects.fetch_add(keys, std::sync::atomic::Ordering::Relaxed);
     }
@@ -333,6 +346,7 @@ fn flushall(s: &mut Session, args: &[Bytes]) -> Reply {
     if let Err(e) = s.state.storage.flushall(&s.exec) {
         return engine_error(e);
     }
+    s.state.storage.reclaim_memtable(&s.exec);
     if lazy {
         s.state.lazyfreed_objects.fetch_add(keys, std::sync::atomic::Ordering::Relaxed);
     }
