@@ -95,16 +95,10 @@ mod tests {
         }
     }
 
+    /// The sums themselves are `long_double`'s tests; here, which failure is which error.
     #[test]
-    fn incrbyfloat_prints_like_redis() {
+    fn incrbyfloat_answers_and_errors_like_redis() {
         assert_eq!(incr("10.50", "0.1").unwrap(), "10.6");
-        assert_eq!(incr("10.6", "-5").unwrap(), "5.6");
-        assert_eq!(incr("5.0e3", "2.0e2").unwrap(), "5200");
-        assert_eq!(incr("0.1", "0.2").unwrap(), "0.3");
-        assert_eq!(incr("0", "0").unwrap(), "0");
-        assert_eq!(incr("1", "-1.5").unwrap(), "-0.5");
-        assert_eq!(incr("3", "1e-20").unwrap(), "3");
-        assert_eq!(incr("0", "1.000000000000000005").unwrap(), "1", "long double, not decimal");
         assert_eq!(incr("abc", "1"), Err(FloatError::NotAFloat));
         assert_eq!(incr("1", " 1"), Err(FloatError::NotAFloat));
         assert_eq!(incr("1", "nan"), Err(FloatError::NotAFloat));
