@@ -37,7 +37,7 @@ pub fn parse_float(arg: &[u8]) -> Option<f64> {
 }
 
 /// `%.17Lf`-style text of an `f64`, trailing zeros removed: Redis's "human" long double
-/// (INCRBYFLOAT's fallback for huge magnitudes, GEOPOS coordinates).
+/// printing of values that are `f64` to begin with (GEOPOS coordinates).
 pub fn human_double(v: f64) -> String {
     let s = format!("{v:.17}");
     let s = s.trim_end_matches('0').trim_end_matches('.');

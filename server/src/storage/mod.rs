@@ -534,7 +534,7 @@ impl Storage {
             return;
         }
         if let Err(e) = self.engine.flush_in_background(1 << 20) {
-            tracing::warn!(target: "shale::storage", error = %e, "could not flush the memtable after FLUSHDB/FLUSHALL");
+            tracing::warn!(target: "shale::storage", error = %e, "could not flush the memtable after dropping data");
         }
     }
 

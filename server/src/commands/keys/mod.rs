@@ -135,12 +135,12 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-/// DEL and UNLINK. UNLINK (and DEL with `lazyfree-lazy-user-del yes`) counts the values Redis
-/// would free in the background (see [`inspect::free_effort`]).
 /// A lazily freed key with this many elements (Redis's free effort) has its memory returned
 /// soon after UNLINK: see [`crate::storage::Storage::reclaim_memtable`].
 const BIG_KEY_ELEMENTS: u64 = 10_000;
 
+/// DEL and UNLINK. UNLINK (and DEL with `lazyfree-lazy-user-del yes`) counts the values Redis
+/// would free in the background (see [`inspect::free_effort`]).
 fn del(s: &mut Session, args: &[Bytes]) -> Reply {
     let lazy = args[0].eq_ignore_ascii_case(b"unlink") || s.state.config().get("lazyfree-lazy-user-del") == Some("yes");
     let storage = &s.state.storage;
