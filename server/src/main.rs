@@ -123,7 +123,8 @@ fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> E
     let started = std::time::Instant::now();
     let databases = state.config().databases;
     tracing::info!(file = %path.display(), dir = %state.config().dir.display(), "importing an RDB file");
-    let result = shale_server::rdb::file::import(&state.storage, path, databases, |done, total, keys| {
+    let limits = shale_server::storage::ListpackLimits::of(&state.config());
+    let result = shale_server::rdb::file::import(&state.storage, path, databases, limits, |done, total, keys| {
         let secs = started.elapsed().as_secs_f64().max(1e-3);
         tracing::info!(
             percent = format!("{:.1}", 100.0 * done as f64 / total.max(1) as f64),

@@ -231,3 +231,65 @@ fn copy_move_and_rename_carry_collections_whole() {
     cmd("SELECT").arg(4).query::<()>(&mut c).unwrap();
     assert_eq!(cmd("LRANGE").arg("l").arg(0).arg(-1).query::<Vec<String>>(&mut c).unwrap(), ["x", "y"]);
 }
+
+/// Small hashes list their fields in insertion order, as Redis's listpacks do, until a write
+/// passes `hash-max-listpack-entries` / `-value` and converts them for good: the same script
+/// against redis-server and shale-server gets the same replies, order included (and after a
+/// restart, the same order).
+#[test]
+fn small_hashes_keep_insertion_order_as_redis_listpacks_do() {
+    let Some((_redis, mut redis, _)) = common::start_redis() else { return };
+    let server = Server::start(&[]);
+    let mut shale = server.client();
+    let script: &[&[&str]] = &[
+        &["CONFIG", "SET", "hash-max-listpack-entries", "4"],
+        &["CONFIG", "SET", "hash-max-listpack-value", "8"],
+        &["HSET", "h", "c", "1", "a", "2", "b", "3"],
+        &["HSET", "h", "a", "9"],
+        &["HGETALL", "h"],
+        &["HDEL", "h", "c"],
+        &["HSET", "h", "c", "4"],
+        &["HINCRBY", "h", "z", "5"],
+        &["HKEYS", "h"],
+        &["HVALS", "h"],
+        &["HSCAN", "h", "0"],
+        &["HRANDFIELD", "h", "10", "WITHVALUES"],
+        &["OBJECT", "ENCODING", "h"],
+        &["COPY", "h", "copied"],
+        &["HGETALL", "copied"],
+        &["RENAME", "copied", "renamed"],
+        &["HKEYS", "renamed"],
+        // A fifth field converts it; it stays a hash table when it shrinks again.
+        &["HSET", "h", "e", "1"],
+        &["OBJECT", "ENCODING", "h"],
+        &["HDEL", "h", "e", "a"],
+        &["OBJECT", "ENCODING", "h"],
+        // A long value converts, also when it is the hash's first.
+        &["HSET", "g", "f", "1"],
+        &["HSET", "g", "long", "123456789"],
+        &["OBJECT", "ENCODING", "g"],
+        &["HSETNX", "n", "x", "123456789"],
+        &["OBJECT", "ENCODING", "n"],
+        &["HINCRBYFLOAT", "m", "b", "1.5"],
+        &["HINCRBYFLOAT", "m", "a", "0.000000001"],
+        &["OBJECT", "ENCODING", "m"],
+        &["HSET", "o", "b", "1", "a", "2"],
+        &["HINCRBYFLOAT", "o", "b", "0.000000001"],
+        &["OBJECT", "ENCODING", "o"],
+    ];
+    for argv in script {
+        let run = |c: &mut redis::Connection| cmd(argv[0]).arg(&argv[1..]).query::<Value>(c);
+        assert_eq!(format!("{:?}", run(&mut shale)), format!("{:?}", run(&mut redis)), "{argv:?}");
+    }
+    // DUMP and RESTORE keep the order (each server restores its own payload).
+    for c in [&mut redis, &mut shale] {
+        let dump: Vec<u8> = cmd("DUMP").arg("renamed").query(c).unwrap();
+        cmd("RESTORE").arg("restored").arg(0).arg(dump).query::<()>(c).unwrap();
+    }
+    let listed = |c: &mut redis::Connection, key| cmd("HGETALL").arg(key).query::<Vec<String>>(c).unwrap();
+    assert_eq!(listed(&mut shale, "restored"), listed(&mut redis, "restored"));
+    assert_eq!(listed(&mut shale, "restored"), ["a", "9", "b", "3", "c", "4", "z", "5"]);
+    let server = server.restart(&[]);
+    let mut shale = server.client();
+    assert_eq!(listed(&mut shale, "renamed"), listed(&mut redis, "renamed"), "after a restart");
+}

@@ -1,5 +1,7 @@
 //! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HDEL, HEXISTS, HLEN, HSTRLEN, HKEYS, HVALS,
-//! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is an element record.
+//! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is an element record; a
+//! compact hash also keeps its fields' insertion order in its metadata
+//! ([`FieldOrder`], Redis's listpack encoding), which the commands that list fields follow.
 
 use std::ops::Bound;
 
@@ -11,7 +13,7 @@ use super::collections::{
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::HASH;
-use crate::storage::{Header, KeyType, Meta, View};
+use crate::storage::{with_order, FieldOrder, Header, KeyType, ListpackLimits, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("hset", -4, &["write", "denyoom", "fast"], ONE_KEY, hset),
@@ -36,12 +38,25 @@ fn hash(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
     fetch(view, key, KeyType::Hash)
 }
 
+/// The field order of `meta`, just fetched or created: a new hash starts compact (as Redis's
+/// start as a listpack), an existing one is compact if it still is.
+fn order_of(meta: &Meta, header: &Header) -> Option<FieldOrder> {
+    if header.count == 0 {
+        Some(FieldOrder::default())
+    } else {
+        FieldOrder::of(meta)
+    }
+}
+
 /// Sets field/value pairs; returns how many fields were new.
 fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Result<i64, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
     let mut b = lsm::WriteBatch::new();
     let meta = fetch_or_create(&view, &mut b, key, KeyType::Hash)?;
     let mut header = Header::of(&meta);
+    let limits = ListpackLimits::of(&s.state.config());
+    // As Redis's `hashTypeTryConversion`: any long argument converts the hash first.
+    let mut order = order_of(&meta, &header).filter(|_| pairs.iter().all(|a| limits.fits(a)));
     let mut added = 0;
     let mut seen = std::collections::HashSet::new();
     for pair in pairs.chunks_exact(2) {
@@ -51,6 +66,9 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
         }
         if !exists && seen.insert(&pair[0]) {
             added += 1;
+            if let Some(order) = &mut order {
+                order.push(pair[0].clone());
+            }
         }
         if exists {
             view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
@@ -59,7 +77,8 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
         }
     }
     header.count += added as u64;
-    store(&view, &mut b, key, &meta, header);
+    let order = order.filter(|o| o.len() as u64 <= limits.entries);
+    store(&view, &mut b, key, &with_order(&meta, &header, order.as_ref()), header);
     s.state.storage.write(&s.exec, b).map_err(engine_error)?;
     if !only_new || added > 0 {
         s.notify(HASH, "hset", key);
@@ -132,11 +151,17 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
         Err(e) => return e,
     };
     let mut header = Header::of(&meta);
+    let mut order = FieldOrder::of(&meta);
     let mut b = lsm::WriteBatch::new();
     let mut removed = std::collections::HashSet::new();
     for field in &args[2..] {
         match view.element(meta.uid, field) {
-            Ok(Some(_)) if removed.insert(field) => view.remove_member(&mut b, meta.uid, field),
+            Ok(Some(_)) if removed.insert(field) => {
+                view.remove_member(&mut b, meta.uid, field);
+                if let Some(order) = &mut order {
+                    order.remove(field);
+                }
+            }
             Ok(_) => {}
             Err(e) => return engine_error(e),
         }
@@ -144,7 +169,7 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     header.count -= removed.len() as u64;
     header.removed += removed.len() as u64;
     if !removed.is_empty() {
-        store(&view, &mut b, &args[1], &meta, header);
+        store(&view, &mut b, &args[1], &with_order(&meta, &header, order.as_ref()), header);
     }
     let emptied = header.count == 0;
     commit_event(s, b, Reply::Integer(removed.len() as i64), (HASH, "hdel"), &args[1], emptied)
@@ -171,11 +196,16 @@ fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-/// Every (field, value) of the hash at `key` (empty if absent).
+/// Every (field, value) of the hash at `key` (empty if absent), a compact hash's in insertion
+/// order.
 fn all_fields(s: &Session, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
     let Some(meta) = hash(&view, key)? else { return Ok(Vec::new()) };
-    view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>().map_err(engine_error)
+    let all = view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>().map_err(engine_error)?;
+    Ok(match FieldOrder::of(&meta) {
+        Some(order) => order.arrange(all, |(f, _)| f),
+        None => all,
+    })
 }
 
 fn hkeys(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -227,13 +257,20 @@ fn update_field(
         Ok(r) => r,
         Err(e) => return e,
     };
+    // As Redis's `hashTypeSet`: a long field or value converts the hash first.
+    let limits = ListpackLimits::of(&s.state.config());
+    let mut order = order_of(&meta, &header).filter(|_| limits.fits(field) && limits.fits(&value));
     if current.is_none() {
         header.count += 1;
         view.add_member(&mut b, meta.uid, field, &value);
+        if let Some(order) = &mut order {
+            order.push(Bytes::copy_from_slice(field));
+        }
     } else {
         view.put_element(&mut b, meta.uid, field, &value);
     }
-    store(&view, &mut b, key, &meta, header);
+    let order = order.filter(|o| o.len() as u64 <= limits.entries);
+    store(&view, &mut b, key, &with_order(&meta, &header, order.as_ref()), header);
     commit_event(s, b, reply, (HASH, event), key, false)
 }
 

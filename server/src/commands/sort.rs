@@ -12,7 +12,7 @@ use super::strings::string_at;
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::{GENERIC, LIST};
-use crate::storage::{KeyType, Meta, View};
+use crate::storage::{KeyType, ListpackLimits, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] =
     &[spec("sort", -2, &["write", "denyoom"], ONE_KEY, sort), spec("sort_ro", -2, &["readonly"], ONE_KEY, sort_ro)];
@@ -255,7 +255,7 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
         }
         return commit_event(s, b, n, (GENERIC, "del"), &dest, false);
     }
-    view.write_value(&mut b, &dest, crate::rdb::Value::List(stored), 0);
+    view.write_value(&mut b, &dest, crate::rdb::Value::List(stored), 0, ListpackLimits::of(&s.state.config()));
     let reply = commit_event(s, b, n, (LIST, "sortstore"), &dest, false);
     drop(_guard);
     // Clients blocked on the destination (BLPOP…) get their chance.

@@ -70,6 +70,8 @@ pub const EFFECTIVE: &[&str] = &[
     "enable-protected-configs",
     "executor-threads",
     "full-sync-rate-limit",
+    "hash-max-listpack-entries",
+    "hash-max-listpack-value",
     "latency-monitor-threshold",
     "latency-tracking",
     "latency-tracking-info-percentiles",

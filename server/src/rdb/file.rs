@@ -67,6 +67,7 @@ pub fn import(
     storage: &Storage,
     path: &Path,
     databases: u32,
+    limits: crate::storage::ListpackLimits,
     mut progress: impl FnMut(u64, u64, u64),
 ) -> Result<Imported, ImportError> {
     let io = |source| ImportError::Io { path: path.display().to_string(), source };
@@ -160,7 +161,7 @@ pub fn import(
                 if expire_at != 0 && expire_at <= now {
                     out.expired += 1;
                 } else {
-                    storage.view(&cx, db).write_value(&mut batch, &key, value, expire_at);
+                    storage.view(&cx, db).write_value(&mut batch, &key, value, expire_at, limits);
                     out.keys += 1;
                     out.databases.insert(db);
                     in_batch += 1;

@@ -11,7 +11,8 @@
 //! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
 //! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
 //! sets add how many members were removed since the incarnation was written (u64 LE); sorted
-//! sets then keep the bounds of their live score index ([`ScoreBounds`]). Deleting or
+//! sets then keep the bounds of their live score index ([`ScoreBounds`]), and a compact hash its
+//! fields' insertion order ([`super::FieldOrder`]). Deleting or
 //! overwriting a collection writes only its metadata: the elements of the old incarnation are
 //! unreachable (reads go through the current uid) and [`super::ShaleFilter`] drops them during
 //! compaction. A collection whose removals outnumber twice its members is rewritten under a new
@@ -119,10 +120,11 @@ impl Header {
         b.freeze()
     }
 
-    /// The body of `meta` with this header, keeping a sorted set's score bounds.
+    /// The body of `meta` with this header, keeping what follows the header: a sorted set's
+    /// score bounds, a compact hash's field order ([`super::FieldOrder`]).
     pub fn body_for(&self, meta: &Meta) -> Bytes {
         let head = self.body(meta.kind);
-        if meta.kind != KeyType::ZSet || meta.body.len() <= head.len() {
+        if !matches!(meta.kind, KeyType::ZSet | KeyType::Hash) || meta.body.len() <= head.len() {
             return head;
         }
         let mut b = BytesMut::from(&head[..]);
@@ -438,7 +440,9 @@ impl<'a> View<'a> {
         }
         let count = live.len() as u64;
         let header = Header { count, ..Header::default() };
-        Ok(Meta { uid, body: header.body(meta.kind), ..meta.clone() })
+        // A compact hash keeps its field order; a sorted set's score bounds start unbounded.
+        let body = if meta.kind == KeyType::Hash { header.body_for(meta) } else { header.body(meta.kind) };
+        Ok(Meta { uid, body, ..meta.clone() })
     }
 }
 

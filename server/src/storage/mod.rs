@@ -27,6 +27,7 @@ mod context;
 mod counts;
 mod digest;
 mod expiry;
+mod field_order;
 mod key_locks;
 mod meta;
 mod picks;
@@ -48,6 +49,7 @@ pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBound
 pub use compaction_filter::ShaleFilter;
 pub use context::{ExecContext, RawRange, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
+pub use field_order::{with_order, FieldOrder, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
 pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};

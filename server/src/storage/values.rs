@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::{decode_score, encode_score, Header, KeyType, Meta, View};
+use super::{decode_score, encode_score, FieldOrder, Header, KeyType, ListpackLimits, Meta, View};
 use crate::rdb::Value;
 
 impl View<'_> {
@@ -17,7 +17,11 @@ impl View<'_> {
             // A list's element keys are its positions, in order.
             KeyType::List => Value::List(elements()?.into_iter().map(|(_, v)| v).collect()),
             KeyType::Set => Value::Set(elements()?.into_iter().map(|(m, _)| m).collect()),
-            KeyType::Hash => Value::Hash(elements()?),
+            // A compact hash in its order, as Redis serializes a listpack.
+            KeyType::Hash => match FieldOrder::of(meta) {
+                Some(order) => Value::Hash(order.arrange(elements()?, |(f, _)| f)),
+                None => Value::Hash(elements()?),
+            },
             KeyType::ZSet => Value::ZSet(elements()?.into_iter().map(|(m, sc)| (m, decode_score(&sc))).collect()),
             // The stream layout belongs to its commands (`crate::commands::streams`).
             KeyType::Stream => Value::Stream(Box::new(crate::commands::stream_value(self, meta)?)),
@@ -26,8 +30,16 @@ impl View<'_> {
 
     /// Adds writing `value` at `key` (replacing whatever it held) with expiry `expire_at`
     /// (0: none) to `b`. A collection gets a fresh incarnation; an empty one writes nothing
-    /// but the deletion of `key`.
-    pub fn write_value(&self, b: &mut lsm::WriteBatch, key: &[u8], value: Value, expire_at: u64) {
+    /// but the deletion of `key`. A hash within `limits` is compact, its fields in the order
+    /// given (as Redis loads one into a listpack).
+    pub fn write_value(
+        &self,
+        b: &mut lsm::WriteBatch,
+        key: &[u8],
+        value: Value,
+        expire_at: u64,
+        limits: ListpackLimits,
+    ) {
         let kind = match &value {
             Value::String(body) => return self.put_meta(b, key, &Meta::string(body.clone(), expire_at)),
             Value::List(_) => KeyType::List,
@@ -39,6 +51,7 @@ impl View<'_> {
         let mut meta = self.create(b, key, kind);
         meta.expire_at_ms = expire_at;
         let mut header = Header::of(&meta);
+        let mut order = None;
         match value {
             Value::String(_) | Value::Stream(_) => {}
             Value::List(items) => {
@@ -55,6 +68,14 @@ impl View<'_> {
             Value::Hash(fields) => {
                 fields.iter().for_each(|(f, v)| self.add_member(b, meta.uid, f, v));
                 header.count = fields.len() as u64;
+                let compact = header.count <= limits.entries
+                    && fields.iter().all(|(f, v)| limits.fits(f) && limits.fits(v))
+                    && fields.iter().map(|(f, _)| f).collect::<std::collections::HashSet<_>>().len() == fields.len();
+                if compact {
+                    let mut fo = FieldOrder::default();
+                    fields.into_iter().for_each(|(f, _)| fo.push(f));
+                    order = Some(fo);
+                }
             }
             Value::ZSet(items) => {
                 for (m, sc) in &items {
@@ -67,7 +88,10 @@ impl View<'_> {
         if header.count == 0 {
             return self.delete_meta(b, key);
         }
-        meta.body = header.body(kind);
+        meta.body = match order {
+            Some(order) => order.body(&header),
+            None => header.body(kind),
+        };
         self.put_meta(b, key, &meta);
     }
 }
@@ -88,7 +112,8 @@ mod tests {
             Value::String(b("s")),
             Value::List(vec![b("b"), b("a"), b("b")]),
             Value::Set(vec![b("x"), b("y")]),
-            Value::Hash(vec![(b("f"), b("1")), (b("g"), b("2"))]),
+            // A compact hash keeps the payload's order.
+            Value::Hash(vec![(b("g"), b("2")), (b("f"), b("1"))]),
             Value::ZSet(vec![(b("hi"), 7.0), (b("lo"), -1.5)]),
             Value::Stream(Box::new(crate::rdb::stream::StreamValue {
                 nodes: vec![
@@ -112,12 +137,40 @@ mod tests {
         for (i, value) in values.into_iter().enumerate() {
             let key = format!("k{i}");
             let mut batch = lsm::WriteBatch::new();
-            v.write_value(&mut batch, key.as_bytes(), value.clone(), 99_999_999_999_999);
+            v.write_value(&mut batch, key.as_bytes(), value.clone(), 99_999_999_999_999, LIMITS);
             s.write(&cx, batch).unwrap();
             let meta = v.get(key.as_bytes()).unwrap().unwrap();
             assert_eq!(meta.expire_at_ms, 99_999_999_999_999);
             assert_eq!(v.read_value(&meta).unwrap(), value, "{key}");
         }
         assert_eq!(s.dbsize(0), 6);
+    }
+
+    const LIMITS: ListpackLimits = ListpackLimits { entries: 2, value: 64 };
+
+    #[test]
+    fn a_hash_past_the_limits_is_written_as_a_hash_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        let pair = |f: &str, len: usize| (Bytes::copy_from_slice(f.as_bytes()), Bytes::from(vec![b'x'; len]));
+        let cases = [
+            ("long", vec![pair("b", 65), pair("a", 1)]),
+            ("many", vec![pair("c", 1), pair("b", 1), pair("a", 1)]),
+            ("fits", vec![pair("b", 64), pair("a", 1)]),
+        ];
+        for (key, fields) in cases {
+            let mut batch = lsm::WriteBatch::new();
+            v.write_value(&mut batch, key.as_bytes(), Value::Hash(fields.clone()), 0, LIMITS);
+            s.write(&cx, batch).unwrap();
+            let meta = v.get(key.as_bytes()).unwrap().unwrap();
+            let Value::Hash(read) = v.read_value(&meta).unwrap() else { panic!("{key}: not a hash") };
+            let compact = FieldOrder::of(&meta).is_some();
+            assert_eq!(compact, key == "fits", "{key}");
+            let mut sorted = fields.clone();
+            sorted.sort();
+            assert_eq!(read, if compact { fields } else { sorted }, "{key}");
+        }
     }
 }

@@ -86,7 +86,8 @@ fn restore(s: &mut Session, args: &[Bytes]) -> Reply {
         view.delete_meta(&mut b, key);
         return commit_event(s, b, Reply::ok(), (GENERIC, "del"), key, false);
     }
-    view.write_value(&mut b, key, value, expire_at as u64);
+    let limits = crate::storage::ListpackLimits::of(&state.config());
+    view.write_value(&mut b, key, value, expire_at as u64, limits);
     let reply = commit_event(s, b, Reply::ok(), (GENERIC, "restore"), key, false);
     // A new value, last used `IDLETIME` seconds ago or with counter `FREQ` where the policy
     // keeps that (as Redis's `objectSetLRUOrLFU`).

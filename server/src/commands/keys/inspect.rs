@@ -140,18 +140,9 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
         KeyType::String => string_encoding(&meta.body),
         KeyType::List => "quicklist",
         KeyType::Stream => "stream",
-        KeyType::Hash => {
-            let (max_entries, max_value) = (cfg("hash-max-listpack-entries", 128), cfg("hash-max-listpack-value", 64));
-            let small = count <= max_entries
-                && elements(max_entries)?
-                    .iter()
-                    .all(|(f, v)| f.len() as u64 <= max_value && v.len() as u64 <= max_value);
-            if small {
-                "listpack"
-            } else {
-                "hashtable"
-            }
-        }
+        // A hash is compact exactly while it keeps its field order (converted for good after).
+        KeyType::Hash if crate::storage::FieldOrder::of(meta).is_some() => "listpack",
+        KeyType::Hash => "hashtable",
         KeyType::Set => {
             let max = cfg("set-max-intset-entries", 512);
             let ints = count <= max && elements(max)?.iter().all(|(m, _)| m.len() <= 20 && parse_i64(m).is_some());
