@@ -276,11 +276,27 @@ fn small_hashes_keep_insertion_order_as_redis_listpacks_do() {
         &["HSET", "o", "b", "1", "a", "2"],
         &["HINCRBYFLOAT", "o", "b", "0.000000001"],
         &["OBJECT", "ENCODING", "o"],
+        // A field given twice keeps its first place.
+        &["HSET", "d", "y", "1", "x", "2", "y", "3"],
+        &["HGETALL", "d"],
     ];
-    for argv in script {
+    let same = |argv: &[&str], shale: &mut redis::Connection, redis: &mut redis::Connection| {
         let run = |c: &mut redis::Connection| cmd(argv[0]).arg(&argv[1..]).query::<Value>(c);
-        assert_eq!(format!("{:?}", run(&mut shale)), format!("{:?}", run(&mut redis)), "{argv:?}");
+        assert_eq!(format!("{:?}", run(shale)), format!("{:?}", run(redis)), "{argv:?}");
+    };
+    for argv in script {
+        same(argv, &mut shale, &mut redis);
     }
+    // Churn past the point where Shale rewrites the hash under a fresh incarnation (removals
+    // outnumbering twice its size): the order survives the rewrite.
+    same(&["HSET", "churn", "c", "1", "a", "2", "b", "3"], &mut shale, &mut redis);
+    for i in 0..300 {
+        let field = format!("t{}", i % 3);
+        same(&["HSET", "churn", &field, "1"], &mut shale, &mut redis);
+        same(&["HDEL", "churn", "a", &field], &mut shale, &mut redis);
+        same(&["HSET", "churn", "a", "2"], &mut shale, &mut redis);
+    }
+    same(&["HGETALL", "churn"], &mut shale, &mut redis);
     // DUMP and RESTORE keep the order (each server restores its own payload).
     for c in [&mut redis, &mut shale] {
         let dump: Vec<u8> = cmd("DUMP").arg("renamed").query(c).unwrap();

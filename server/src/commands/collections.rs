@@ -10,7 +10,7 @@ use super::{engine_error, parse_i64, Session};
 use crate::glob;
 use crate::resp::Reply;
 use crate::services::notifications;
-use crate::storage::{FieldOrder, Header, KeyType, Meta, View};
+use crate::storage::{next_ordinal, Header, KeyType, Meta, View};
 
 pub(super) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub(super) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -133,8 +133,8 @@ pub(super) fn scan_elements(
 ) -> Result<(u64, Vec<(Bytes, Bytes)>), Reply> {
     let position = s.state.cursors.position(args.cursor).ok_or_else(|| Reply::error("ERR invalid cursor"))?;
     // A compact hash is listed whole in its order, as Redis scans a listpack in one call.
-    let order = FieldOrder::of(meta).filter(|_| args.cursor == 0);
-    let all = (order.is_some() || Header::of(meta).count <= SMALL_SCAN) && args.cursor == 0;
+    let compact = next_ordinal(meta).is_some() && args.cursor == 0;
+    let all = (compact || Header::of(meta).count <= SMALL_SCAN) && args.cursor == 0;
     let limit = if all { usize::MAX } else { args.count };
     let from = if position.is_empty() { Bound::Unbounded } else { Bound::Included(&position[..]) };
     let mut out = Vec::new();
@@ -149,8 +149,8 @@ pub(super) fn scan_elements(
             out.push((field, value));
         }
     }
-    if let Some(order) = order {
-        out = order.arrange(out, |(f, _)| f);
+    if compact {
+        out = view.in_field_order(meta, out, |(f, _)| f).map_err(engine_error)?;
     }
     Ok((next, out))
 }
@@ -201,8 +201,11 @@ pub(super) fn random_reply(
         Err(e) => return engine_error(e),
     };
     // Distinct fields of a compact hash come in its order, as Redis samples a listpack.
-    let picks = match FieldOrder::of(meta) {
-        Some(order) if count.is_some_and(|n| n >= 0) => order.arrange(picks, |m| m),
+    let picks = match count {
+        Some(n) if n >= 0 => match view.in_field_order(meta, picks, |m| m) {
+            Ok(p) => p,
+            Err(e) => return engine_error(e),
+        },
         _ => picks,
     };
     if !with {

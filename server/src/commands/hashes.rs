@@ -1,9 +1,7 @@
 //! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HDEL, HEXISTS, HLEN, HSTRLEN, HKEYS, HVALS,
 //! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is an element record; a
-//! compact hash also keeps its fields' insertion order in its metadata
-//! ([`FieldOrder`], Redis's listpack encoding), which the commands that list fields follow.
-
-use std::ops::Bound;
+//! compact hash (one Redis keeps as a listpack) also numbers its fields as they are added, and
+//! the commands that list fields follow those numbers (`storage/field_order.rs`).
 
 use bytes::Bytes;
 
@@ -13,7 +11,7 @@ use super::collections::{
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
 use crate::resp::Reply;
 use crate::services::notifications::HASH;
-use crate::storage::{with_order, FieldOrder, Header, KeyType, ListpackLimits, Meta, View};
+use crate::storage::{next_ordinal, with_order, Header, KeyType, ListpackLimits, Meta, View};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("hset", -4, &["write", "denyoom", "fast"], ONE_KEY, hset),
@@ -38,14 +36,22 @@ fn hash(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
     fetch(view, key, KeyType::Hash)
 }
 
-/// The field order of `meta`, just fetched or created: a new hash starts compact (as Redis's
-/// start as a listpack), an existing one is compact if it still is.
-fn order_of(meta: &Meta, header: &Header) -> Option<FieldOrder> {
+/// The next field ordinal of `meta`, just fetched or created: a new hash starts compact (as
+/// Redis's start as a listpack), an existing one is compact if it still is (`None`: a hash
+/// table).
+fn next_of(meta: &Meta, header: &Header) -> Option<u64> {
     if header.count == 0 {
-        Some(FieldOrder::default())
+        Some(0)
     } else {
-        FieldOrder::of(meta)
+        next_ordinal(meta)
     }
+}
+
+/// Hands out the next ordinal of a compact hash (`None` for a hash table).
+fn take_ordinal(next: &mut Option<u64>) -> Option<u64> {
+    let n = (*next)?;
+    *next = Some(n + 1);
+    Some(n)
 }
 
 /// Sets field/value pairs; returns how many fields were new.
@@ -56,29 +62,25 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
     let mut header = Header::of(&meta);
     let limits = ListpackLimits::of(&s.state.config());
     // As Redis's `hashTypeTryConversion`: any long argument converts the hash first.
-    let mut order = order_of(&meta, &header).filter(|_| pairs.iter().all(|a| limits.fits(a)));
-    let mut added = 0;
-    let mut seen = std::collections::HashSet::new();
+    let mut next = next_of(&meta, &header).filter(|_| pairs.iter().all(|a| limits.fits(a)));
+    // New fields and their ordinals (a field given twice keeps its first).
+    let mut added: std::collections::HashMap<&Bytes, Option<u64>> = std::collections::HashMap::new();
     for pair in pairs.chunks_exact(2) {
         let exists = header.count > 0 && view.element(meta.uid, &pair[0]).map_err(engine_error)?.is_some();
         if exists && only_new {
             continue;
         }
-        if !exists && seen.insert(&pair[0]) {
-            added += 1;
-            if let Some(order) = &mut order {
-                order.push(pair[0].clone());
-            }
-        }
         if exists {
             view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
         } else {
-            view.add_member(&mut b, meta.uid, &pair[0], &pair[1]);
+            let ordinal = *added.entry(&pair[0]).or_insert_with(|| take_ordinal(&mut next));
+            view.add_field(&mut b, meta.uid, &pair[0], &pair[1], ordinal);
         }
     }
+    let added = added.len() as i64;
     header.count += added as u64;
-    let order = order.filter(|o| o.len() as u64 <= limits.entries);
-    store(&view, &mut b, key, &with_order(&meta, &header, order.as_ref()), header);
+    let next = next.filter(|_| header.count <= limits.entries);
+    store(&view, &mut b, key, &with_order(&meta, &header, next), header);
     s.state.storage.write(&s.exec, b).map_err(engine_error)?;
     if !only_new || added > 0 {
         s.notify(HASH, "hset", key);
@@ -151,17 +153,11 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
         Err(e) => return e,
     };
     let mut header = Header::of(&meta);
-    let mut order = FieldOrder::of(&meta);
     let mut b = lsm::WriteBatch::new();
     let mut removed = std::collections::HashSet::new();
     for field in &args[2..] {
         match view.element(meta.uid, field) {
-            Ok(Some(_)) if removed.insert(field) => {
-                view.remove_member(&mut b, meta.uid, field);
-                if let Some(order) = &mut order {
-                    order.remove(field);
-                }
-            }
+            Ok(Some(_)) if removed.insert(field) => view.remove_member(&mut b, meta.uid, field),
             Ok(_) => {}
             Err(e) => return engine_error(e),
         }
@@ -169,7 +165,7 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     header.count -= removed.len() as u64;
     header.removed += removed.len() as u64;
     if !removed.is_empty() {
-        store(&view, &mut b, &args[1], &with_order(&meta, &header, order.as_ref()), header);
+        store(&view, &mut b, &args[1], &meta, header);
     }
     let emptied = header.count == 0;
     commit_event(s, b, Reply::Integer(removed.len() as i64), (HASH, "hdel"), &args[1], emptied)
@@ -201,11 +197,7 @@ fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
 fn all_fields(s: &Session, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
     let Some(meta) = hash(&view, key)? else { return Ok(Vec::new()) };
-    let all = view.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>().map_err(engine_error)?;
-    Ok(match FieldOrder::of(&meta) {
-        Some(order) => order.arrange(all, |(f, _)| f),
-        None => all,
-    })
+    view.hash_fields(&meta).map_err(engine_error)
 }
 
 fn hkeys(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -259,18 +251,15 @@ fn update_field(
     };
     // As Redis's `hashTypeSet`: a long field or value converts the hash first.
     let limits = ListpackLimits::of(&s.state.config());
-    let mut order = order_of(&meta, &header).filter(|_| limits.fits(field) && limits.fits(&value));
+    let mut next = next_of(&meta, &header).filter(|_| limits.fits(field) && limits.fits(&value));
     if current.is_none() {
         header.count += 1;
-        view.add_member(&mut b, meta.uid, field, &value);
-        if let Some(order) = &mut order {
-            order.push(Bytes::copy_from_slice(field));
-        }
+        view.add_field(&mut b, meta.uid, field, &value, take_ordinal(&mut next));
     } else {
         view.put_element(&mut b, meta.uid, field, &value);
     }
-    let order = order.filter(|o| o.len() as u64 <= limits.entries);
-    store(&view, &mut b, key, &with_order(&meta, &header, order.as_ref()), header);
+    let next = next.filter(|_| header.count <= limits.entries);
+    store(&view, &mut b, key, &with_order(&meta, &header, next), header);
     commit_event(s, b, reply, (HASH, event), key, false)
 }
 

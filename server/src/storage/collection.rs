@@ -11,8 +11,8 @@
 //! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
 //! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
 //! sets add how many members were removed since the incarnation was written (u64 LE); sorted
-//! sets then keep the bounds of their live score index ([`ScoreBounds`]), and a compact hash its
-//! fields' insertion order ([`super::FieldOrder`]). Deleting or
+//! sets then keep the bounds of their live score index ([`ScoreBounds`]), and a compact hash the
+//! next ordinal of its fields' insertion order (`field_order.rs`). Deleting or
 //! overwriting a collection writes only its metadata: the elements of the old incarnation are
 //! unreachable (reads go through the current uid) and [`super::ShaleFilter`] drops them during
 //! compaction. A collection whose removals outnumber twice its members is rewritten under a new
@@ -430,10 +430,21 @@ impl<'a> View<'a> {
             }
         }
         live.extend(pending.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))));
+        // A compact hash's fields keep their ordinals (see `field_order.rs`).
+        let ordinals = match super::next_ordinal(meta) {
+            Some(_) => Some(self.field_ordinals(meta.uid, Some(batch))?),
+            None => None,
+        };
         let uid = self.storage.new_uid();
         self.claim(batch, uid, key);
         for (field, value) in &live {
-            self.add_member(batch, uid, field, value);
+            match &ordinals {
+                Some(o) => {
+                    let ordinal = o.binary_search_by(|(f, _)| f[..].cmp(&field[..])).ok().map(|i| o[i].1);
+                    self.add_field(batch, uid, field, value, ordinal)
+                }
+                None => self.add_member(batch, uid, field, value),
+            }
             if meta.kind == KeyType::ZSet {
                 self.put_score(batch, uid, decode_score(value), field);
             }

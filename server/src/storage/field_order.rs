@@ -6,24 +6,29 @@
 //! place, a deleted and re-added field goes last). The first write that passes a limit
 //! converts the hash to a hash table for good, whose order is unspecified.
 //!
-//! Shale's element records are sorted by field, so a compact hash also keeps its order in its
-//! metadata body, after the collection header:
+//! Shale's element records are sorted by field. A *compact* hash (one Redis would keep as a
+//! listpack) numbers its fields as they are added: the number, its *ordinal*, is the value of
+//! the field's pick record (which every hash field has anyway, see `picks.rs`), and the next
+//! one to hand out is a third word in the hash's metadata body:
 //!
 //! ```text
-//! hash metadata body   count u64 LE | removed u64 LE | [ 'L' | (len u32 LE | field)* ]
+//! hash metadata body   count u64 LE | removed u64 LE | [next ordinal u64 LE]
+//! pick record value    ordinal u64 BE            (compact hashes; empty otherwise)
 //! ```
 //!
-//! The section is there exactly while the hash is compact (OBJECT ENCODING `listpack`), so a
-//! body without it (every hash written before this section existed, too) is a hash table.
-//! Keeping it costs a rewrite of at most `entries × value` bytes of metadata per new field —
-//! what Redis's listpack insert moves in memory.
+//! The word is there exactly while the hash is compact (OBJECT ENCODING `listpack`), so a body
+//! without it is a hash table, whose pick records' values mean nothing. Keeping the order thus
+//! costs no record and no read on a write; the commands that list a compact hash read its pick
+//! records beside its elements (at most `hash-max-listpack-entries` of each).
+
+use std::collections::HashMap;
+use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{Header, KeyType, Meta};
-
-/// The tag that starts the section.
-const TAG: u8 = b'L';
+use super::collection::{element_key, prefix_end};
+use super::picks::{pick_key, pick_prefix};
+use super::{Header, KeyType, Meta, View};
 
 /// Redis's listpack limits for hashes: `hash-max-listpack-entries`, `hash-max-listpack-value`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,132 +55,179 @@ impl ListpackLimits {
     }
 }
 
-/// A compact hash's fields in insertion order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldOrder {
-    fields: Vec<Bytes>,
+/// The next ordinal of the hash `meta`: `Some` while it is compact, `None` for a hash table
+/// (or any other type).
+pub fn next_ordinal(meta: &Meta) -> Option<u64> {
+    let word = meta.body.get(16..24).filter(|_| meta.kind == KeyType::Hash)?;
+    Some(u64::from_le_bytes(word.try_into().ok()?))
 }
 
-impl FieldOrder {
-    /// The order kept in a hash's metadata; `None` for a hash table (or any other type).
-    pub fn of(meta: &Meta) -> Option<FieldOrder> {
-        if meta.kind != KeyType::Hash {
-            return None;
+/// The metadata of hash `meta` with `header` and, while it is compact, `next` ordinal.
+pub fn with_order(meta: &Meta, header: &Header, next: Option<u64>) -> Meta {
+    let head = header.body(KeyType::Hash);
+    let body = match next {
+        None => head,
+        Some(next) => {
+            let mut b = BytesMut::with_capacity(head.len() + 8);
+            b.put_slice(&head);
+            b.put_u64_le(next);
+            b.freeze()
         }
-        let section = meta.body.get(16..).filter(|s| s.first() == Some(&TAG))?;
-        let mut fields = Vec::new();
-        let mut at = 1;
-        while at < section.len() {
-            let len = section.get(at..at + 4)?;
-            let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
-            let end = (at + 4).checked_add(len).filter(|&e| e <= section.len())?;
-            fields.push(meta.body.slice(16 + at + 4..16 + end));
-            at = end;
-        }
-        Some(FieldOrder { fields })
-    }
-
-    /// The fields, in insertion order.
-    pub fn fields(&self) -> &[Bytes] {
-        &self.fields
-    }
-
-    /// How many fields it lists.
-    pub fn len(&self) -> usize {
-        self.fields.len()
-    }
-
-    /// True when it lists no field.
-    pub fn is_empty(&self) -> bool {
-        self.fields.is_empty()
-    }
-
-    /// Adds a new field at the end.
-    pub fn push(&mut self, field: Bytes) {
-        self.fields.push(field);
-    }
-
-    /// Removes `field` (the later ones move up).
-    pub fn remove(&mut self, field: &[u8]) {
-        if let Some(i) = self.fields.iter().position(|f| f == field) {
-            self.fields.remove(i);
-        }
-    }
-
-    /// The metadata body of a hash with `header` and this order.
-    pub fn body(&self, header: &Header) -> Bytes {
-        let head = header.body(KeyType::Hash);
-        let size = head.len() + 1 + self.fields.iter().map(|f| 4 + f.len()).sum::<usize>();
-        let mut b = BytesMut::with_capacity(size);
-        b.put_slice(&head);
-        b.put_u8(TAG);
-        for f in &self.fields {
-            b.put_u32_le(f.len() as u32);
-            b.put_slice(f);
-        }
-        b.freeze()
-    }
-
-    /// `items` (keyed by field, as element records are read: sorted) in insertion order; a
-    /// field the order does not list keeps its relative place after the listed ones.
-    pub fn arrange<T>(&self, items: Vec<T>, field: impl Fn(&T) -> &[u8]) -> Vec<T> {
-        let position: std::collections::HashMap<&[u8], usize> =
-            self.fields.iter().enumerate().map(|(i, f)| (&f[..], i)).collect();
-        let mut keyed: Vec<(usize, T)> =
-            items.into_iter().map(|t| (position.get(field(&t)).copied().unwrap_or(usize::MAX), t)).collect();
-        keyed.sort_by_key(|(p, _)| *p);
-        keyed.into_iter().map(|(_, t)| t).collect()
-    }
-}
-
-/// The metadata of hash `meta` with `header` and `order` (`None`: a hash table).
-pub fn with_order(meta: &Meta, header: &Header, order: Option<&FieldOrder>) -> Meta {
-    let body = order.map_or_else(|| header.body(KeyType::Hash), |o| o.body(header));
+    };
     Meta { body, ..meta.clone() }
+}
+
+/// The ordinal a pick record's value holds (`None`: not a compact hash's).
+fn ordinal(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.try_into().ok()?))
+}
+
+impl View<'_> {
+    /// Adds a new field of a hash: its element record and its pick record, which holds the
+    /// field's `ordinal` when the hash is compact.
+    pub fn add_field(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8], value: &[u8], ordinal: Option<u64>) {
+        batch.put(element_key(self.pdb(), uid, field), value);
+        let pick = pick_key(self.pdb(), uid, self.storage.pick_seed(), field);
+        match ordinal {
+            Some(n) => batch.put(pick, n.to_be_bytes()),
+            None => batch.put(pick, b""),
+        };
+    }
+
+    /// The ordinals of incarnation `uid`'s fields, from their pick records, with what `batch`
+    /// (if any) already does to them applied; sorted by field.
+    pub(super) fn field_ordinals(&self, uid: u64, batch: Option<&lsm::WriteBatch>) -> lsm::Result<Vec<(Bytes, u64)>> {
+        let prefix = pick_prefix(self.pdb(), uid);
+        let skip = prefix.len() + 8;
+        let mut out = Vec::new();
+        let end = prefix_end(&prefix);
+        for kv in self.raw_range(Bound::Included(prefix.clone()), Bound::Excluded(end)) {
+            let (k, v) = kv?;
+            if let Some(n) = ordinal(&v).filter(|_| k.len() >= skip) {
+                out.push((k.slice(skip..), n));
+            }
+        }
+        if let Some(batch) = batch {
+            let mut pending: HashMap<Bytes, Option<u64>> = HashMap::new();
+            for entry in batch.iter() {
+                let entry = entry?;
+                let Some(rest) = entry.key.strip_prefix(&prefix[..]).filter(|r| r.len() >= 8) else { continue };
+                let field = Bytes::copy_from_slice(&rest[8..]);
+                match entry.kind {
+                    lsm::key::ValueKind::Put => pending.insert(field, ordinal(entry.value)),
+                    lsm::key::ValueKind::Delete => pending.insert(field, None),
+                    lsm::key::ValueKind::RangeDelete => continue,
+                };
+            }
+            out.retain(|(f, _)| !pending.contains_key(f));
+            out.extend(pending.into_iter().filter_map(|(f, n)| Some((f, n?))));
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Every (field, value) of the hash `meta`: a compact hash's in insertion order, read
+    /// with one engine cursor for its elements and its pick records where it can (two range
+    /// reads of a small hash cost about what one costs, most of it being the cursor's set-up).
+    pub fn hash_fields(&self, meta: &Meta) -> lsm::Result<Vec<(Bytes, Bytes)>> {
+        let cursor = next_ordinal(meta).and_then(|_| self.cursor());
+        let Some(mut it) = cursor else {
+            let all = self.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>()?;
+            return self.in_field_order(meta, all, |(f, _)| f);
+        };
+        let mut read = |prefix: Vec<u8>, item: &mut dyn FnMut(&[u8], &lsm::DbIterator)| -> lsm::Result<()> {
+            it.set_bounds(Bound::Included(prefix.clone()), Bound::Excluded(prefix_end(&prefix)));
+            it.seek(&prefix)?;
+            while it.valid() {
+                item(&it.key()[prefix.len()..], &it);
+                it.next()?;
+            }
+            it.status()
+        };
+        let mut fields = Vec::with_capacity(usize::try_from(Header::of(meta).count).unwrap_or(0));
+        read(element_key(self.pdb(), meta.uid, b""), &mut |field, it| {
+            fields.push((Bytes::copy_from_slice(field), it.value_bytes()));
+        })?;
+        let mut ranks = vec![u64::MAX; fields.len()];
+        read(pick_prefix(self.pdb(), meta.uid), &mut |rest, it| {
+            let Some(field) = rest.get(8..) else { return };
+            if let (Ok(i), Some(n)) = (fields.binary_search_by(|(f, _)| f[..].cmp(field)), ordinal(it.value())) {
+                ranks[i] = n;
+            }
+        })?;
+        let mut keyed: Vec<((u64, usize), (Bytes, Bytes))> =
+            fields.into_iter().enumerate().map(|(i, kv)| ((ranks[i], i), kv)).collect();
+        keyed.sort_unstable_by_key(|(k, _)| *k);
+        Ok(keyed.into_iter().map(|(_, kv)| kv).collect())
+    }
+
+    /// `items` of the hash `meta` in insertion order if it is compact, else as they are. An
+    /// item whose field has no ordinal (none should) goes last.
+    pub fn in_field_order<T>(&self, meta: &Meta, items: Vec<T>, field: impl Fn(&T) -> &[u8]) -> lsm::Result<Vec<T>> {
+        if next_ordinal(meta).is_none() {
+            return Ok(items);
+        }
+        let ordinals = self.field_ordinals(meta.uid, None)?;
+        let rank = |t: &T| {
+            let f = field(t);
+            ordinals.binary_search_by(|(g, _)| g[..].cmp(f)).map_or(u64::MAX, |i| ordinals[i].1)
+        };
+        let mut keyed: Vec<((u64, usize), T)> =
+            items.into_iter().enumerate().map(|(i, t)| ((rank(&t), i), t)).collect();
+        keyed.sort_unstable_by_key(|(k, _)| *k);
+        Ok(keyed.into_iter().map(|(_, t)| t).collect())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hash(body: Bytes) -> Meta {
-        Meta { kind: KeyType::Hash, expire_at_ms: 0, uid: 3, body }
-    }
+    use crate::storage::{ExecContext, Storage};
 
     #[test]
-    fn the_order_round_trips_through_the_body_and_its_absence_means_a_hash_table() {
+    fn the_next_ordinal_lives_in_the_body_and_its_absence_means_a_hash_table() {
         let header = Header { count: 3, removed: 1, ..Header::default() };
-        let mut order = FieldOrder::default();
-        for f in ["zeta", "", "alpha"] {
-            order.push(Bytes::from(f));
-        }
-        let meta = hash(order.body(&header));
-        assert_eq!(Header::of(&meta), header, "the header still reads first");
-        assert_eq!(FieldOrder::of(&meta), Some(order.clone()));
-        assert_eq!(FieldOrder::of(&hash(header.body(KeyType::Hash))), None, "no section: a hash table");
-        assert_eq!(FieldOrder::of(&Meta { kind: KeyType::Set, ..meta.clone() }), None);
-        // A truncated section is not read as a shorter order.
-        let cut = meta.body.slice(..meta.body.len() - 1);
-        assert_eq!(FieldOrder::of(&hash(cut)), None);
-        order.remove(b"");
-        assert_eq!(order.fields(), [Bytes::from("zeta"), Bytes::from("alpha")]);
-        assert_eq!(with_order(&meta, &header, None).body, header.body(KeyType::Hash));
+        let table = Meta { kind: KeyType::Hash, expire_at_ms: 0, uid: 3, body: header.body(KeyType::Hash) };
+        assert_eq!(next_ordinal(&table), None);
+        let compact = with_order(&table, &header, Some(7));
+        assert_eq!((next_ordinal(&compact), Header::of(&compact)), (Some(7), header), "the header still reads first");
+        assert_eq!(next_ordinal(&Meta { kind: KeyType::ZSet, ..compact.clone() }), None);
+        assert_eq!(with_order(&compact, &header, None).body, table.body);
     }
 
     #[test]
-    fn arrange_puts_sorted_items_in_insertion_order() {
-        let mut order = FieldOrder::default();
-        for f in ["b", "c", "a"] {
-            order.push(Bytes::from(f));
+    fn fields_come_back_in_ordinal_order_with_a_batch_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        let mut b = lsm::WriteBatch::new();
+        for (i, f) in ["c", "a", "b"].iter().enumerate() {
+            v.add_field(&mut b, 9, f.as_bytes(), b"x", Some(i as u64));
         }
-        let items = vec![("a", 1), ("b", 2), ("c", 3), ("x", 4)];
-        assert_eq!(order.arrange(items, |(f, _)| f.as_bytes()), vec![("b", 2), ("c", 3), ("a", 1), ("x", 4)]);
+        v.add_field(&mut b, 9, b"table", b"x", None);
+        s.write(&cx, b).unwrap();
+        let meta = with_order(
+            &Meta { kind: KeyType::Hash, expire_at_ms: 0, uid: 9, body: Bytes::new() },
+            &Header { count: 4, ..Header::default() },
+            Some(3),
+        );
+        let sorted = vec!["a", "b", "c", "table"];
+        assert_eq!(v.in_field_order(&meta, sorted.clone(), |f| f.as_bytes()).unwrap(), ["c", "a", "b", "table"]);
+        let table = with_order(&meta, &Header::of(&meta), None);
+        assert_eq!(v.in_field_order(&table, sorted, |f| f.as_bytes()).unwrap(), ["a", "b", "c", "table"]);
+        // A batch not yet written: "c" removed, "d" added.
+        let mut b = lsm::WriteBatch::new();
+        v.remove_member(&mut b, 9, b"c");
+        v.add_field(&mut b, 9, b"d", b"x", Some(3));
+        let ordinals = v.field_ordinals(9, Some(&b)).unwrap();
+        assert_eq!(ordinals, [(Bytes::from("a"), 1), (Bytes::from("b"), 2), (Bytes::from("d"), 3)]);
     }
 
     #[test]
     fn limits_read_the_configuration() {
         let mut config = crate::config::Config::default();
-        assert_eq!(ListpackLimits::of(&config).value, 64);
+        assert_eq!(ListpackLimits::of(&config), ListpackLimits { entries: 512, value: 64 });
         config.apply("hash-max-listpack-entries", &["3".into()]).unwrap();
         let limits = ListpackLimits::of(&config);
         assert_eq!(limits.entries, 3);

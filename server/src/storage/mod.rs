@@ -49,7 +49,7 @@ pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBound
 pub use compaction_filter::ShaleFilter;
 pub use context::{ExecContext, RawRange, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
-pub use field_order::{with_order, FieldOrder, ListpackLimits};
+pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
 pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};

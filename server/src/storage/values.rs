@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::{decode_score, encode_score, FieldOrder, Header, KeyType, ListpackLimits, Meta, View};
+use super::{decode_score, encode_score, with_order, Header, KeyType, ListpackLimits, Meta, View};
 use crate::rdb::Value;
 
 impl View<'_> {
@@ -18,10 +18,7 @@ impl View<'_> {
             KeyType::List => Value::List(elements()?.into_iter().map(|(_, v)| v).collect()),
             KeyType::Set => Value::Set(elements()?.into_iter().map(|(m, _)| m).collect()),
             // A compact hash in its order, as Redis serializes a listpack.
-            KeyType::Hash => match FieldOrder::of(meta) {
-                Some(order) => Value::Hash(order.arrange(elements()?, |(f, _)| f)),
-                None => Value::Hash(elements()?),
-            },
+            KeyType::Hash => Value::Hash(self.hash_fields(meta)?),
             KeyType::ZSet => Value::ZSet(elements()?.into_iter().map(|(m, sc)| (m, decode_score(&sc))).collect()),
             // The stream layout belongs to its commands (`crate::commands::streams`).
             KeyType::Stream => Value::Stream(Box::new(crate::commands::stream_value(self, meta)?)),
@@ -51,7 +48,7 @@ impl View<'_> {
         let mut meta = self.create(b, key, kind);
         meta.expire_at_ms = expire_at;
         let mut header = Header::of(&meta);
-        let mut order = None;
+        let mut next = None;
         match value {
             Value::String(_) | Value::Stream(_) => {}
             Value::List(items) => {
@@ -66,16 +63,13 @@ impl View<'_> {
                 header.count = members.len() as u64;
             }
             Value::Hash(fields) => {
-                fields.iter().for_each(|(f, v)| self.add_member(b, meta.uid, f, v));
                 header.count = fields.len() as u64;
-                let compact = header.count <= limits.entries
-                    && fields.iter().all(|(f, v)| limits.fits(f) && limits.fits(v))
-                    && fields.iter().map(|(f, _)| f).collect::<std::collections::HashSet<_>>().len() == fields.len();
-                if compact {
-                    let mut fo = FieldOrder::default();
-                    fields.into_iter().for_each(|(f, _)| fo.push(f));
-                    order = Some(fo);
+                let compact =
+                    header.count <= limits.entries && fields.iter().all(|(f, v)| limits.fits(f) && limits.fits(v));
+                for (i, (f, v)) in fields.iter().enumerate() {
+                    self.add_field(b, meta.uid, f, v, compact.then_some(i as u64));
                 }
+                next = compact.then_some(header.count);
             }
             Value::ZSet(items) => {
                 for (m, sc) in &items {
@@ -88,10 +82,10 @@ impl View<'_> {
         if header.count == 0 {
             return self.delete_meta(b, key);
         }
-        meta.body = match order {
-            Some(order) => order.body(&header),
-            None => header.body(kind),
-        };
+        meta.body = header.body(kind);
+        if kind == KeyType::Hash {
+            meta = with_order(&meta, &header, next);
+        }
         self.put_meta(b, key, &meta);
     }
 }
@@ -166,7 +160,7 @@ mod tests {
             s.write(&cx, batch).unwrap();
             let meta = v.get(key.as_bytes()).unwrap().unwrap();
             let Value::Hash(read) = v.read_value(&meta).unwrap() else { panic!("{key}: not a hash") };
-            let compact = FieldOrder::of(&meta).is_some();
+            let compact = crate::storage::next_ordinal(&meta).is_some();
             assert_eq!(compact, key == "fits", "{key}");
             let mut sorted = fields.clone();
             sorted.sort();

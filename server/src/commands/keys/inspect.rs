@@ -140,8 +140,8 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
         KeyType::String => string_encoding(&meta.body),
         KeyType::List => "quicklist",
         KeyType::Stream => "stream",
-        // A hash is compact exactly while it keeps its field order (converted for good after).
-        KeyType::Hash if crate::storage::FieldOrder::of(meta).is_some() => "listpack",
+        // A hash is compact exactly while it numbers its fields (converted for good after).
+        KeyType::Hash if crate::storage::next_ordinal(meta).is_some() => "listpack",
         KeyType::Hash => "hashtable",
         KeyType::Set => {
             let max = cfg("set-max-intset-entries", 512);
