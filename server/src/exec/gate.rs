@@ -220,6 +220,17 @@ pub(super) fn blind_sets_allowed(s: &Session) -> bool {
         && !s.state.slowlog.wants(0)
 }
 
+/// True if `args` is a write that can join a batch of blind string writes ([`SetBatch`]): a
+/// plain `SET key value`, or an `MSET` of whole pairs, of keys no client is blocked on.
+pub(super) fn blind_set(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    let keys = match spec.name {
+        "set" if args.len() == 3 => &args[1..2],
+        "mset" if args.len() >= 3 && args.len() % 2 == 1 => &args[1..],
+        _ => return false,
+    };
+    keys.iter().step_by(2).all(|k| !waited_on(s, k))
+}
+
 /// True if a client is blocked on `key` (a SET of it must run its handler, which wakes them:
 /// see `after_command::wake_changed_keys`).
 pub(super) fn waited_on(s: &Session, key: &Bytes) -> bool {
@@ -308,12 +319,14 @@ pub fn run_batch(
                     return Some(reply);
                 }
             };
-            if spec.name == "set" && args.len() == 3 && !s.in_exec && blind_sets_allowed(s) && !waited_on(s, &args[1]) {
-                // Fast path: a plain SET joins the pipeline's batch of blind writes.
+            if spec.name == "set" && !s.in_exec && blind_sets_allowed(s) && blind_set(s, spec, &args) {
+                // Fast path: a plain SET joins the pipeline's batch of blind writes. (MSETs run
+                // their handler here: a batch of many holds all their key stripes through its
+                // commit, which stalled other connections' MSETs — 10 % fewer at P16.)
                 if !sets.is_empty() && sets.db != s.db {
                     sets.commit(s, out);
                 }
-                sets.add(s, &args);
+                sets.add(s, spec, &args);
                 if sets.is_full() {
                     sets.commit(s, out);
                 }

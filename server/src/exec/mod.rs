@@ -3,7 +3,7 @@
 //! **The execution model, in three sentences.** Tokio's runtime does network I/O and only
 //! what cannot block: each connection's task reads, parses, writes replies and waits, and runs
 //! the leading requests of a batch itself only when memory answers them — point reads with
-//! memory-only engine reads, plain SETs queued with the engine's non-blocking commit
+//! memory-only engine reads, plain SETs (and a lone MSET) queued with the engine's non-blocking commit
 //! ([`in_memory::run_in_memory`]). Everything else (and any read that turns out to need the disk)
 //! goes with the connection's [`Session`] to an executor thread ([`pool`]), which passes each
 //! request through the one command gate ([`gate`]) — as the in-memory path does — and runs it

@@ -32,18 +32,12 @@ pub(crate) fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
     }
 }
 
-/// The command-stats id of SET (plain SETs batched without their handler are counted here).
-pub(super) fn set_id() -> usize {
-    static ID: std::sync::LazyLock<usize> =
-        std::sync::LazyLock::new(|| meta::acl_command("set").map_or(usize::MAX, |c| c.id));
-    *ID
-}
-
-/// Counts `n` batched SETs as failed with `reply` (the commit's error), which is returned.
-pub(super) fn failed_sets(s: &Session, reply: Reply, n: usize) -> Reply {
+/// Counts the batched SETs and MSETs with command-stats `ids` as failed with `reply` (the
+/// commit's error), which is returned.
+pub(super) fn failed_sets(s: &Session, reply: Reply, ids: impl IntoIterator<Item = usize>) -> Reply {
     if let Reply::Error(why) = &reply {
-        for _ in 0..n {
-            s.state.command_stats.failed(set_id(), s.id, why);
+        for id in ids {
+            s.state.command_stats.failed(id, s.id, why);
         }
     }
     reply

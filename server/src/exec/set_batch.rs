@@ -1,26 +1,27 @@
-//! The fast path for plain `SET key value`: a pipeline's consecutive SETs written to the
-//! engine as one batch (see [`SetBatch`]).
+//! The fast path for plain `SET key value` and `MSET`: a pipeline's consecutive ones written
+//! to the engine as one batch (see [`SetBatch`]).
 
 use bytes::{Bytes, BytesMut};
 
-use super::observe::{failed_sets, set_id};
+use super::observe::{failed_sets, stats_id};
 use super::session::Session;
-use crate::commands::engine_error;
+use crate::commands::{engine_error, CommandSpec};
 use crate::resp::Reply;
 use crate::services::command_stats::Stamp;
 
-/// Consecutive plain `SET key value` commands of one pipeline, committed to the engine as one
-/// batch instead of one write each. They passed the gate one by one; their replies are
-/// appended in order when the batch commits, before the reply of any later command, so clients
-/// see exactly what they would had each been written alone (an engine failure answers every
-/// one of them with the error).
+/// Consecutive plain `SET key value` and `MSET key value …` commands of one pipeline (blind
+/// writes of strings: see [`super::gate::blind_set`]), committed to the engine as one batch
+/// instead of one write each. They passed the gate one by one; their replies are appended in
+/// order when the batch commits, before the reply of any later command, so clients see exactly
+/// what they would had each been written alone (an engine failure answers every one of them
+/// with the error).
 #[derive(Debug, Default)]
 pub(super) struct SetBatch {
     pub(super) batch: lsm::WriteBatch,
     pub(super) keys: Vec<Bytes>,
     pub(super) db: u32,
-    /// For each SET, whether its reply is sent (`CLIENT REPLY`).
-    replies: Vec<bool>,
+    /// For each command, whether its reply is sent (`CLIENT REPLY`), and its command-stats id.
+    replies: Vec<(bool, usize)>,
 }
 
 impl SetBatch {
@@ -37,18 +38,22 @@ impl SetBatch {
         self.replies.len() >= 1024 || self.batch.size_in_bytes() >= 4 << 20
     }
 
-    /// Adds a SET; returns whether its reply is sent.
-    pub(super) fn add(&mut self, s: &mut Session, args: &[Bytes]) -> bool {
+    /// Adds a SET or MSET; returns whether its reply is sent, and its command-stats id.
+    pub(super) fn add(&mut self, s: &mut Session, spec: &'static CommandSpec, args: &[Bytes]) -> (bool, usize) {
         let started = Stamp::now();
         self.db = s.db;
-        self.keys.push(args[1].clone());
-        s.state.storage.put_into(&mut self.batch, s.db, &args[1], &crate::storage::Meta::string(args[2].clone(), 0));
-        s.state.access.touch(s.db, &args[1]);
+        for pair in args[1..].chunks_exact(2) {
+            self.keys.push(pair[0].clone());
+            let meta = crate::storage::Meta::string(pair[1].clone(), 0);
+            s.state.storage.put_into(&mut self.batch, s.db, &pair[0], &meta);
+            s.state.access.touch(s.db, &pair[0]);
+        }
         let send = s.take_reply_permission();
-        self.replies.push(send);
+        let id = stats_id(spec, args);
+        self.replies.push((send, id));
         // Its share of the commit is not timed: the batch commits once for all of them.
-        s.state.command_stats.called(set_id(), s.id, started.elapsed(), None);
-        send
+        s.state.command_stats.called(id, s.id, started.elapsed(), None);
+        (send, id)
     }
 
     pub(super) fn commit(&mut self, s: &Session, out: &mut BytesMut) {
@@ -59,9 +64,9 @@ impl SetBatch {
         let batch = std::mem::take(&mut self.batch);
         let reply = match s.state.storage.write_blind(&s.exec, self.db, &keys, batch) {
             Ok(()) => Reply::ok(),
-            Err(e) => failed_sets(s, engine_error(e), keys.len()),
+            Err(e) => failed_sets(s, engine_error(e), self.replies.iter().map(|(_, id)| *id)),
         };
-        for send in self.replies.drain(..) {
+        for (send, _) in self.replies.drain(..) {
             if send {
                 reply.encode(s.protocol, out);
             }
