@@ -202,7 +202,7 @@ pub(super) fn random_reply(
     };
     // Distinct fields of a compact hash come in its order, as Redis samples a listpack.
     let picks = match count {
-        Some(n) if n >= 0 => match view.in_field_order(meta, picks, |m| m) {
+        Some(n) if n >= 0 && picks.len() > 1 => match view.in_field_order(meta, picks, |m| m) {
             Ok(p) => p,
             Err(e) => return engine_error(e),
         },

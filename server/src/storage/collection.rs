@@ -121,7 +121,7 @@ impl Header {
     }
 
     /// The body of `meta` with this header, keeping what follows the header: a sorted set's
-    /// score bounds, a compact hash's field order ([`super::FieldOrder`]).
+    /// score bounds, a compact hash's next field ordinal (`field_order.rs`).
     pub fn body_for(&self, meta: &Meta) -> Bytes {
         let head = self.body(meta.kind);
         if !matches!(meta.kind, KeyType::ZSet | KeyType::Hash) || meta.body.len() <= head.len() {
@@ -439,10 +439,7 @@ impl<'a> View<'a> {
         self.claim(batch, uid, key);
         for (field, value) in &live {
             match &ordinals {
-                Some(o) => {
-                    let ordinal = o.binary_search_by(|(f, _)| f[..].cmp(&field[..])).ok().map(|i| o[i].1);
-                    self.add_field(batch, uid, field, value, ordinal)
-                }
+                Some(o) => self.add_field(batch, uid, field, value, super::field_order::ordinal_of(o, field)),
                 None => self.add_member(batch, uid, field, value),
             }
             if meta.kind == KeyType::ZSet {

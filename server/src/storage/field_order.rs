@@ -77,6 +77,11 @@ pub fn with_order(meta: &Meta, header: &Header, next: Option<u64>) -> Meta {
     Meta { body, ..meta.clone() }
 }
 
+/// The ordinal of `field` in `ordinals` (sorted by field, as [`View::field_ordinals`] gives).
+pub(super) fn ordinal_of(ordinals: &[(Bytes, u64)], field: &[u8]) -> Option<u64> {
+    ordinals.binary_search_by(|(f, _)| f[..].cmp(field)).ok().map(|i| ordinals[i].1)
+}
+
 /// The ordinal a pick record's value holds (`None`: not a compact hash's).
 fn ordinal(value: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(value.try_into().ok()?))
@@ -168,10 +173,7 @@ impl View<'_> {
             return Ok(items);
         }
         let ordinals = self.field_ordinals(meta.uid, None)?;
-        let rank = |t: &T| {
-            let f = field(t);
-            ordinals.binary_search_by(|(g, _)| g[..].cmp(f)).map_or(u64::MAX, |i| ordinals[i].1)
-        };
+        let rank = |t: &T| ordinal_of(&ordinals, field(t)).unwrap_or(u64::MAX);
         let mut keyed: Vec<((u64, usize), T)> =
             items.into_iter().enumerate().map(|(i, t)| ((rank(&t), i), t)).collect();
         keyed.sort_unstable_by_key(|(k, _)| *k);
