@@ -351,6 +351,17 @@ impl<'a> View<'a> {
         batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed(), member));
     }
 
+    /// An engine cursor for many short reads, also inside a transaction: lay
+    /// [`View::buffered_in`] over what it reads (see [`ExecContext::engine_cursor`]).
+    pub(super) fn engine_cursor(&self) -> lsm::DbIterator {
+        self.cx.engine_cursor(&self.storage.engine)
+    }
+
+    /// The running transaction's writes in `[start, end)` (`None` outside one).
+    pub(super) fn buffered_in(&self, start: &[u8], end: &[u8]) -> Option<super::context::Overlay> {
+        self.cx.buffered_in(start, end)
+    }
+
     /// A cursor for many short reads (see [`ExecContext::cursor`]).
     pub(super) fn cursor(&self) -> Option<lsm::DbIterator> {
         self.cx.cursor(&self.storage.engine)

@@ -43,6 +43,23 @@ struct TxnBuffer {
     range_dels: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// A transaction's buffered writes over one key range, to lay over an engine cursor's reads.
+#[derive(Debug)]
+pub(super) struct Overlay {
+    /// Keys written in the range, sorted (true: put, false: deleted).
+    pub(super) writes: Vec<(Vec<u8>, bool)>,
+    /// Ranges deleted that meet the range.
+    range_dels: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Overlay {
+    /// Whether the engine's entry for `key` is hidden (rewritten or deleted) by the buffer.
+    pub(super) fn hides(&self, key: &[u8]) -> bool {
+        self.writes.binary_search_by(|(k, _)| k[..].cmp(key)).is_ok()
+            || self.range_dels.iter().any(|(a, b)| key >= &a[..] && key < &b[..])
+    }
+}
+
 /// A transaction buffer between two contexts (see [`ExecContext::suspend_transaction`]).
 #[derive(Debug)]
 pub struct Suspended(TxnBuffer);
@@ -296,6 +313,24 @@ impl ExecContext {
             return Some(v.clone());
         }
         txn.range_dels.iter().any(|(a, b)| key >= &a[..] && key < &b[..]).then_some(None)
+    }
+
+    /// A cursor over the engine at this command's snapshot for many short seeks, also inside a
+    /// transaction: its caller lays [`ExecContext::buffered_in`] over what it reads.
+    pub(super) fn engine_cursor(&self, engine: &lsm::Db) -> lsm::DbIterator {
+        self.void_memory_only();
+        engine.iter(&self.read_options().unwrap_or_default())
+    }
+
+    /// What the running transaction buffered in `[start, end)`: `None` outside one.
+    pub(super) fn buffered_in(&self, start: &[u8], end: &[u8]) -> Option<Overlay> {
+        let t = self.txn.borrow();
+        let txn = t.as_ref()?;
+        let writes = txn.writes.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        Some(Overlay {
+            writes: writes.map(|(k, v)| (k.clone(), v.is_some())).collect(),
+            range_dels: txn.range_dels.iter().filter(|(a, b)| &a[..] < end && &b[..] > start).cloned().collect(),
+        })
     }
 
     /// A cursor over the engine as this command sees it, for many short seeks; `None` inside a

@@ -86,21 +86,23 @@ impl Sampler<'_, '_> {
     fn read(&mut self, start: Vec<u8>, end: Vec<u8>) -> lsm::Result<Vec<Bytes>> {
         let skip = self.prefix.len() + 8;
         let member = |k: &[u8]| Bytes::copy_from_slice(&k[skip.min(k.len())..]);
-        let Some(it) = self.cursor.as_mut() else {
-            return self
-                .view
-                .raw_range(Bound::Included(start), Bound::Excluded(end))
-                .map(|kv| kv.map(|(k, _)| member(&k)))
-                .collect();
-        };
+        // Inside a transaction (a combined write group too) its buffered writes lie over the
+        // engine's records: deleted pick records are hidden, added ones join.
+        let overlay = self.view.buffered_in(&start, &end);
+        let it = self.cursor.get_or_insert_with(|| self.view.engine_cursor());
         it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
         it.seek(&start)?;
         let mut out = Vec::new();
         while it.valid() {
-            out.push(member(it.key()));
+            if !overlay.as_ref().is_some_and(|o| o.hides(it.key())) {
+                out.push(member(it.key()));
+            }
             it.next()?;
         }
         it.status()?;
+        if let Some(o) = overlay {
+            out.extend(o.writes.iter().filter(|(_, put)| *put).map(|(k, _)| member(k)));
+        }
         Ok(out)
     }
 
@@ -169,7 +171,6 @@ impl View<'_> {
             let all = s.all()?;
             return Ok((!all.is_empty()).then(|| all[rng.random_range(0..all.len())].clone()));
         }
-        s.cursor = self.cursor();
         s.one(rng)
     }
 
@@ -181,7 +182,6 @@ impl View<'_> {
             return Ok(rand::seq::index::sample(rng, all.len(), n).into_iter().map(|i| all[i].clone()).collect());
         }
         // n < count / CAP here, so a repeat is rare, and rejecting repeats keeps the subset uniform.
-        s.cursor = self.cursor();
         let mut seen = HashSet::with_capacity(n);
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
@@ -202,7 +202,6 @@ impl View<'_> {
             }
             return Ok((0..n).map(|_| all[rng.random_range(0..all.len())].clone()).collect());
         }
-        s.cursor = self.cursor();
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             match s.one(rng)? {
@@ -312,6 +311,35 @@ mod tests {
         // More than the set holds: all of it, once each.
         let all = v.random_distinct_with(&meta, n + 5, &mut rng).unwrap();
         assert_eq!(all.iter().collect::<HashSet<_>>().len(), n);
+    }
+
+    #[test]
+    fn picks_inside_a_transaction_see_its_buffered_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, cx, meta) = set_of(dir.path(), 2000);
+        cx.begin_transaction();
+        let v = s.view(&cx, 0);
+        let mut b = lsm::WriteBatch::new();
+        for i in 0..1000 {
+            v.remove_member(&mut b, meta.uid, format!("m{i}").as_bytes());
+        }
+        for i in 2000..2100 {
+            v.add_member(&mut b, meta.uid, format!("m{i}").as_bytes(), b"");
+        }
+        s.write(&cx, b).unwrap();
+        assert!(cx.in_transaction(), "the writes are buffered, not committed");
+        let meta = Meta { body: Header { count: 1100, ..Header::default() }.body(KeyType::Set), ..meta };
+        let live: HashSet<usize> = (1000..2100).collect();
+        let mut added = 0;
+        for _ in 0..500 {
+            let i = index(&v.random_member(&meta).unwrap().unwrap());
+            assert!(live.contains(&i), "picked m{i}, which the transaction removed");
+            added += usize::from(i >= 2000);
+        }
+        assert!(added > 0, "members the transaction added are picked too");
+        let all: HashSet<usize> = v.random_distinct(&meta, 5000).unwrap().iter().map(|m| index(m)).collect();
+        assert_eq!(all, live);
+        cx.finish_transaction();
     }
 
     #[test]
