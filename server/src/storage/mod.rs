@@ -33,6 +33,7 @@ mod key_locks;
 mod meta;
 mod picks;
 mod random_key;
+mod rebuild;
 mod replicated;
 mod strings;
 mod values;
