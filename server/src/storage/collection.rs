@@ -341,8 +341,7 @@ impl<'a> View<'a> {
 
     /// Adds a new member of a set, hash or sorted set: its element record and its pick record.
     pub fn add_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8], value: &[u8]) {
-        batch.put(element_key(self.pdb, uid, member), value);
-        batch.put(pick_key(self.pdb, uid, self.storage.pick_seed(), member), b"");
+        self.add_field(batch, uid, member, value, None);
     }
 
     /// Adds removing a member of a set, hash or sorted set (element and pick records).
