@@ -29,6 +29,8 @@ enum Op {
     DeleteRange(Vec<u8>, Vec<u8>),
     Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     Get(Vec<u8>),
+    MultiGet(Vec<Vec<u8>>),
+    MultiGetSnapshot(usize, Vec<Vec<u8>>),
     Scan { reverse: bool },
     Range(Vec<u8>, Vec<u8>, bool),
     Cursor(Vec<CursorOp>),
@@ -73,6 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
         4 => proptest::collection::vec((key(), proptest::option::of(value())), 0..8).prop_map(Op::Batch),
         8 => key().prop_map(Op::Get),
+        3 => proptest::collection::vec(key(), 0..10).prop_map(Op::MultiGet),
+        2 => (any::<usize>(), proptest::collection::vec(key(), 0..10)).prop_map(|(i, ks)| Op::MultiGetSnapshot(i, ks)),
         2 => any::<bool>().prop_map(|reverse| Op::Scan { reverse }),
         2 => (key(), key(), any::<bool>()).prop_map(|(a, b, r)| Op::Range(a, b, r)),
         4 => proptest::collection::vec(cursor_op(), 1..12).prop_map(Op::Cursor),
@@ -203,6 +207,28 @@ fn run(ops: Vec<Op>) {
                 db.write(b, &WriteOptions::default()).unwrap();
             }
             Op::Get(k) => assert_eq!(db.get(&k).unwrap().map(|b| b.to_vec()), model.get(&k).cloned(), "get {k:?}"),
+            Op::MultiGet(keys) => {
+                let got: Vec<_> = db
+                    .multi_get(&keys, &ReadOptions::new())
+                    .unwrap()
+                    .into_iter()
+                    .map(|v| v.map(|b| b.to_vec()))
+                    .collect();
+                let want: Vec<_> = keys.iter().map(|k| model.get(k).cloned()).collect();
+                assert_eq!(got, want, "multi_get {keys:?}");
+            }
+            Op::MultiGetSnapshot(i, keys) => {
+                if let Some((s, m)) = (!snaps.is_empty()).then(|| &snaps[i % snaps.len()]) {
+                    let got: Vec<_> = db
+                        .multi_get(&keys, &ReadOptions::new().snapshot(s))
+                        .unwrap()
+                        .into_iter()
+                        .map(|v| v.map(|b| b.to_vec()))
+                        .collect();
+                    let want: Vec<_> = keys.iter().map(|k| m.get(k).cloned()).collect();
+                    assert_eq!(got, want, "snapshot multi_get {keys:?}");
+                }
+            }
             Op::Scan { reverse } => {
                 assert_eq!(scan(&db, &ReadOptions::default(), reverse), model_scan(&model, reverse))
             }

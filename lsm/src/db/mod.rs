@@ -204,6 +204,15 @@ impl Db {
         self.inner.get_with(key.as_ref(), opts)
     }
 
+    /// The values of `keys` (in their order), all read at one point in time: the snapshot in
+    /// `opts`, else the latest write when the call starts (RocksDB's `MultiGet`). Cheaper than
+    /// one [`Db::get_with`] per key: one view of the sources for the batch, keys looked up in
+    /// key order. The first failed lookup fails the whole call.
+    pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
+        let keys: Vec<&[u8]> = keys.iter().map(AsRef::as_ref).collect();
+        self.inner.multi_get(&keys, opts)
+    }
+
     /// A handle that reads this database without keeping it open: for a compaction filter that
     /// must look other keys up (holding a `Db` there would keep the database open forever).
     pub fn downgrade(&self) -> WeakDb {
@@ -536,6 +545,24 @@ impl DbInner {
     fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
         self.check_open()?;
         let (seq, sv) = self.read_view(opts);
+        Self::get_in(&sv, key, seq, opts.cache_only)
+    }
+
+    fn multi_get(&self, keys: &[&[u8]], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
+        self.check_open()?;
+        let (seq, sv) = self.read_view(opts);
+        // In key order, so keys that share tables and blocks find them in the CPU's caches.
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
+        let mut values = vec![None; keys.len()];
+        for i in order {
+            values[i] = Self::get_in(&sv, keys[i], seq, opts.cache_only)?;
+        }
+        Ok(values)
+    }
+
+    /// `key`'s value at `seq` in the sources of `sv`.
+    fn get_in(sv: &SuperVersion, key: &[u8], seq: u64, cache_only: bool) -> Result<Option<Bytes>> {
         // Newest source first; stop at the first point version or covering range tombstone
         // (everything below either is older). Point lookups always fill the block cache.
         let mut tomb = None;
@@ -548,7 +575,7 @@ impl DbInner {
             }
         }
         if found.is_none() {
-            (found, tomb) = sv.version.get(key, seq, tomb, opts.cache_only)?;
+            (found, tomb) = sv.version.get(key, seq, tomb, cache_only)?;
         }
         Ok(match found {
             Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
