@@ -4,18 +4,29 @@
 //! into the page cache instead of a `write` system call per commit group. Bytes in the page
 //! cache survive a process crash just as `write`'s do, and `fsync` on the file makes them
 //! durable. The zero-filled preallocated tail reads as the end of the log (see the reader), and
-//! the file is truncated to its written length when the writer finishes. The manifest, written
-//! rarely, uses plain `write` calls.
+//! the file is truncated to its written length when the writer finishes. Every
+//! [`RELEASE_EVERY`] bytes, the pages behind the write position leave the process's resident set
+//! (`MADV_DONTNEED`: for a shared file mapping this drops only the page table entries, and the
+//! page cache keeps the data, dirty pages included), so a log costs no more resident memory than
+//! `write` calls would. The manifest, written rarely, uses plain `write` calls.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::MmapMut;
+use memmap2::{MmapMut, UncheckedAdvice};
 
 use super::{FragmentType, BLOCK_SIZE, HEADER_SIZE};
 use crate::coding::checksum;
+
+/// A mapped log releases the pages behind its write position each time it has written this
+/// many bytes past the last release.
+pub const RELEASE_EVERY: u64 = 1 << 20;
+
+/// Releases are page-aligned to this (pages may be larger; a larger page only means the last
+/// page written is released too, and faults back in from the page cache when written again).
+const PAGE: u64 = 4096;
 
 #[derive(Debug)]
 enum Sink {
@@ -39,6 +50,8 @@ pub struct LogWriter {
     sink: Sink,
     /// Written through a mapping (which a failed growth drops: see `restore_after_failure`).
     mapped: bool,
+    /// Mapped pages below this offset were released from the resident set.
+    released: u64,
 }
 
 impl LogWriter {
@@ -57,6 +70,7 @@ impl LogWriter {
             buf: Vec::new(),
             sink: Sink::File,
             mapped: false,
+            released: 0,
         }
     }
 
@@ -167,6 +181,19 @@ impl LogWriter {
             Sink::File => (&*self.file).write_all(&self.buf),
             Sink::Mapped(map) => {
                 map[self.written as usize..end as usize].copy_from_slice(&self.buf);
+                let upto = end / PAGE * PAGE;
+                if upto >= self.released + RELEASE_EVERY {
+                    // SAFETY: a shared file mapping: MADV_DONTNEED drops this process's page
+                    // table entries for the range and nothing else (the page cache keeps the
+                    // bytes, dirty ones still to be written back); a later access faults the
+                    // same bytes back in from the file. No reference into the range is held.
+                    // Failing to release costs only memory, so the result is ignored.
+                    let released = self.released as usize;
+                    let _ = unsafe {
+                        map.unchecked_advise_range(UncheckedAdvice::DontNeed, released, upto as usize - released)
+                    };
+                    self.released = upto;
+                }
                 Ok(())
             }
         }
