@@ -136,7 +136,7 @@ pub fn compare(a: &[u8], b: &[u8]) -> Ordering {
 }
 
 /// Internal keys up to this long live inside the skip-list node itself.
-const INLINE_KEY: usize = 38;
+pub(crate) const INLINE_KEY: usize = 38;
 
 /// An owned internal key, ordered by [`compare`]. It is the memtable's skip-list key: short
 /// keys are stored inline, so a skip-list step touches one cache line instead of two.

@@ -178,7 +178,8 @@ impl CompactionFilter for Expiry {
 fn compaction_filter_removes_and_rewrites() {
     let dir = tempfile::tempdir().unwrap();
     let filter = Arc::new(Expiry(AtomicU64::new(0)));
-    let db = Db::open(dir.path(), small().compaction_filter(filter.clone())).unwrap();
+    // A buffer that holds all 3000 writes: no automatic compaction runs the filter early.
+    let db = Db::open(dir.path(), small().write_buffer_size(1 << 20).compaction_filter(filter.clone())).unwrap();
     // An older live version underneath: removal must not uncover it.
     for i in 0..3000u64 {
         db.put(key(i), b"live").unwrap();
@@ -249,7 +250,8 @@ fn block_cache_serves_repeated_reads_of_compressed_blocks() {
 #[test]
 fn bloom_filters_skip_tables_for_missing_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), small().disable_auto_compactions(true)).unwrap();
+    // A buffer that holds each round of 1000 writes: one table per flush.
+    let db = Db::open(dir.path(), small().write_buffer_size(1 << 20).disable_auto_compactions(true)).unwrap();
     for t in 0..5 {
         fill(&db, t * 1000..t * 1000 + 1000, 0);
         db.flush().unwrap();

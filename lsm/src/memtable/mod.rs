@@ -19,8 +19,18 @@ use crate::range_del::{FragmentMap, RangeTombstone, Region, TombstoneSource};
 use crate::sstable::bloom::{self, AtomicBloom};
 use crate::Result;
 
-/// Bytes charged per entry beyond key and value: skip-list node, tower and allocation headers.
-const ENTRY_OVERHEAD: usize = 48;
+/// The skip-list node of one entry: the key (inline up to [`key::INLINE_KEY`] bytes), the value's
+/// handle, the node's reference count and height, and a tower of 1.33 links on average.
+const NODE_BYTES: usize = std::mem::size_of::<InternalKey>() + std::mem::size_of::<Bytes>() + 8 + 16;
+
+/// What one entry really occupies on the heap, so `write_buffer_size` bounds the memory a
+/// memtable holds rather than the bytes its writes carried: the node, a key too long to be
+/// inline, and the value's own allocation (rounded up to the allocator's 16-byte classes).
+fn entry_charge(internal_key_len: usize, value_len: usize) -> usize {
+    let key_heap = if internal_key_len > key::INLINE_KEY { internal_key_len.next_multiple_of(16) } else { 0 };
+    let value_heap = if value_len == 0 { 0 } else { value_len.next_multiple_of(16) };
+    NODE_BYTES + key_heap + value_heap
+}
 
 /// A sorted in-memory table of recent writes.
 #[derive(Debug)]
@@ -121,7 +131,7 @@ impl Memtable {
     /// Inserts one record (for a range delete, `user_key..value` is the range).
     pub fn insert(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8]) {
         if kind == ValueKind::RangeDelete {
-            self.size.fetch_add(user_key.len() + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+            self.size.fetch_add(entry_charge(user_key.len(), value.len()), Ordering::Relaxed);
             let t = RangeTombstone { start: user_key.to_vec(), end: value.to_vec(), seq };
             let mut dels = self.range_dels.write().unwrap_or_else(|e| e.into_inner());
             dels.fragments.insert(&t);
@@ -139,7 +149,7 @@ impl Memtable {
         } else {
             InternalKey::new(&key::make_internal_key(user_key, seq, kind))
         };
-        self.size.fetch_add(user_key.len() + key::TRAILER_LEN + value.len() + ENTRY_OVERHEAD, Ordering::Relaxed);
+        self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, value.len()), Ordering::Relaxed);
         if let Some(b) = &self.bloom {
             b.add(bloom::hash_key(user_key));
         }
