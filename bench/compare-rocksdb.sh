@@ -4,24 +4,46 @@
 # Prints a markdown table of medians (benchmark | RocksDB | Shale | ratio) and writes
 # $OUT/compare.json and $OUT/compare.svg.
 #
+# Each engine's peak resident set (`time -f %M`, the kernel's maximum RSS of the process) is
+# reported beside the times.
+#
 #   bench/compare-rocksdb.sh                      # 1M entries, snappy, 3 runs each
 #   NUM=200000 RUNS=5 COMPRESSION=zstd bench/compare-rocksdb.sh
+#   SCALE=10M bench/compare-rocksdb.sh            # 10M entries, block cache 1/10 of the data
+#   BENCHMARKS=fill_random,read_random_write_random,update_random,multi_read_random,read_while_writing \
+#     BATCH_SIZE=8 THREADS=4 bench/compare-rocksdb.sh
 #
-# Environment: NUM (1000000), RUNS (3), COMPRESSION (snappy|zstd|none), VALUE_SIZE (100),
-# KEY_SIZE (16), CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), THREADS (1),
-# BENCHMARKS (fill_seq,fill_random,overwrite,read_random,read_seq), FEATURES (jemalloc),
-# OUT (bench-results), DB_ROOT (a temporary directory).
+# Environment: SCALE (1M | 10M | 100M: sets NUM, and CACHE_SIZE to ~1/10 of the raw data),
+# NUM (1000000), RUNS (3), COMPRESSION (snappy|zstd|none), VALUE_SIZE (100), KEY_SIZE (16),
+# CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), THREADS (1; readers of
+# read_while_writing and threads of every other benchmark), BATCH_SIZE (1, keys per multi_get),
+# READ_WRITE_PERCENT (90), WRITE_RATE_LIMIT (0: none, bytes/s), BENCHMARKS
+# (fill_seq,fill_random,overwrite,read_random,read_seq), FEATURES (jemalloc), OUT
+# (bench-results), DB_ROOT (a temporary directory), CARGO_TARGET_DIR (where cargo builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case "${SCALE:-}" in
+  "") ;;
+  1M) NUM=${NUM:-1000000} ;;
+  10M) NUM=${NUM:-10000000} ;;
+  100M) NUM=${NUM:-100000000} ;;
+  *) echo "SCALE must be 1M, 10M or 100M (got '$SCALE')" >&2; exit 2 ;;
+esac
 NUM=${NUM:-1000000}
 RUNS=${RUNS:-3}
 COMPRESSION=${COMPRESSION:-snappy}
 VALUE_SIZE=${VALUE_SIZE:-100}
 KEY_SIZE=${KEY_SIZE:-16}
+if [ -n "${SCALE:-}" ]; then
+  CACHE_SIZE=${CACHE_SIZE:-$(( NUM * (${KEY_SIZE:-16} + ${VALUE_SIZE:-100}) / 10 ))}
+fi
 CACHE_SIZE=${CACHE_SIZE:-8388608}
 BLOOM_BITS=${BLOOM_BITS:-10}
 THREADS=${THREADS:-1}
+BATCH_SIZE=${BATCH_SIZE:-1}
+READ_WRITE_PERCENT=${READ_WRITE_PERCENT:-90}
+WRITE_RATE_LIMIT=${WRITE_RATE_LIMIT:-0}
 BENCHMARKS=${BENCHMARKS:-fill_seq,fill_random,overwrite,read_random,read_seq}
 FEATURES=${FEATURES:-jemalloc}
 OUT=${OUT:-bench-results}
@@ -33,29 +55,47 @@ if [ ! -x "$ROCKS" ]; then
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq rocksdb-tools >&2
   else sudo apt-get update -qq && sudo apt-get install -y -qq rocksdb-tools >&2; fi
 fi
+if [ ! -x /usr/bin/time ]; then
+  echo "installing GNU time to measure peak memory" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -qq time >&2; else sudo apt-get install -y -qq time >&2; fi
+fi
 command -v python3 >/dev/null || { echo "python3 is needed to parse the results" >&2; exit 1; }
 
 echo "building Shale's db_bench (features: $FEATURES)" >&2
 cargo build --release -q -p bench --features "$FEATURES"
-SHALE=$(pwd)/target/release/db_bench
+SHALE=${CARGO_TARGET_DIR:-$(pwd)/target}/release/db_bench
+[ -x "$SHALE" ] || { echo "no db_bench binary at $SHALE after the build" >&2; exit 1; }
 mkdir -p "$OUT"
 
 # Our names -> db_bench's names.
-rocks_names=$(echo "$BENCHMARKS" | sed -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
+# (Longer names first: read_random is part of three others.)
+rocks_names=$(echo "$BENCHMARKS" | sed \
+  -e 's/read_random_write_random/readrandomwriterandom/g; s/update_random/updaterandom/g; s/multi_read_random/multireadrandom/g' \
+  -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
   -e 's/read_random/readrandom/g; s/read_seq/readseq/g; s/read_reverse/readreverse/g; s/read_missing/readmissing/g' \
   -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g')
 common=(--num="$NUM" --key_size="$KEY_SIZE" --value_size="$VALUE_SIZE" --compression_ratio=0.5
-        --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --threads="$THREADS" --write_buffer_size=67108864)
+        --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --threads="$THREADS" --write_buffer_size=67108864
+        --batch_size="$BATCH_SIZE" --readwritepercent="$READ_WRITE_PERCENT"
+        --benchmark_write_rate_limit="$WRITE_RATE_LIMIT")
+
+# Runs one engine under `time`, its peak RSS (KiB) in $OUT/<engine>-run<n>.rss; a failed run
+# stops the comparison with the tail of its output.
+timed() {
+  local label=$1 run=$2; shift 2
+  if ! /usr/bin/time -f '%M' -o "$OUT/$label-run$run.rss" "$@" > "$OUT/$label-run$run.txt" 2>&1; then
+    echo "$label run $run failed:" >&2; tail -n 20 "$OUT/$label-run$run.txt" >&2; exit 1
+  fi
+}
 
 run_rocks() {
   rm -rf "$DB_ROOT/rocks"
-  "$ROCKS" --benchmarks="$rocks_names" --db="$DB_ROOT/rocks" --compression_type="$COMPRESSION" "${common[@]}" \
-    > "$OUT/rocksdb-run$1.txt" 2>&1
+  timed rocksdb "$1" "$ROCKS" --benchmarks="$rocks_names" --db="$DB_ROOT/rocks" --compression_type="$COMPRESSION" "${common[@]}"
 }
 run_shale() {
   rm -rf "$DB_ROOT/shale"
-  "$SHALE" --benchmarks="$BENCHMARKS" --db="$DB_ROOT/shale" --compression="$COMPRESSION" "${common[@]}" \
-    --json="$OUT/shale-run$1.json" > "$OUT/shale-run$1.txt" 2>&1
+  timed shale "$1" "$SHALE" --benchmarks="$BENCHMARKS" --db="$DB_ROOT/shale" --compression="$COMPRESSION" "${common[@]}" \
+    --json="$OUT/shale-run$1.json"
 }
 
 for run in $(seq 1 "$RUNS"); do
@@ -68,13 +108,14 @@ for run in $(seq 1 "$RUNS"); do
 done
 rm -rf "$DB_ROOT/rocks" "$DB_ROOT/shale"
 
-python3 - "$OUT" "$RUNS" "$BENCHMARKS" "$NUM" "$COMPRESSION" <<'PY'
+python3 - "$OUT" "$RUNS" "$BENCHMARKS" "$NUM" "$COMPRESSION" "$CACHE_SIZE" <<'PY'
 import json, re, statistics, sys
-out, runs, benches, num, compression = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5]
+out, runs, benches, num, compression, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], int(sys.argv[6])
 to_rocks = {"fill_seq": "fillseq", "fill_random": "fillrandom", "fill_random_sync": "fillsync",
             "read_random": "readrandom", "read_seq": "readseq", "read_reverse": "readreverse",
             "read_missing": "readmissing", "seek_random": "seekrandom", "delete_random": "deleterandom",
-            "read_while_writing": "readwhilewriting"}
+            "read_while_writing": "readwhilewriting", "read_random_write_random": "readrandomwriterandom",
+            "update_random": "updaterandom", "multi_read_random": "multireadrandom"}
 line = re.compile(r"^(\w+)\s*:\s*([0-9.]+) micros/op")
 def parse(path):
     seen = {}
@@ -98,13 +139,26 @@ for i, b in enumerate(benches):
     rm, sm = statistics.median(r), statistics.median(s)
     rows.append({"name": b, "rocksdb_micros_per_op": rm, "shale_micros_per_op": sm,
                  "ratio": rm / sm if sm else 0.0, "rocksdb_runs": r, "shale_runs": s})
+def peak_mb(engine):
+    kib = []
+    for n in range(1, runs + 1):
+        try:
+            kib.append(int(open(f"{out}/{engine}-run{n}.rss").read().split()[-1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return statistics.median(kib) / 1024 if kib else None
+memory = {"rocksdb_peak_rss_mb": peak_mb("rocksdb"), "shale_peak_rss_mb": peak_mb("shale")}
 with open(f"{out}/compare.json", "w") as f:
-    json.dump({"num": int(num), "runs": runs, "compression": compression, "benchmarks": rows}, f, indent=2)
-print(f"\nMedian of {runs} alternating runs, {num} entries, {compression}; micros/op (lower is better), ratio = RocksDB / Shale (> 1: Shale faster)\n")
+    json.dump({"num": int(num), "runs": runs, "compression": compression, "cache_size": cache,
+               "benchmarks": rows, "memory": memory}, f, indent=2)
+print(f"\nMedian of {runs} alternating runs, {num} entries, {compression}, block cache {cache / 1048576:.0f} MB; micros/op (lower is better), ratio = RocksDB / Shale (> 1: Shale faster)\n")
 print("| benchmark | RocksDB µs/op | Shale µs/op | ratio |")
 print("|---|---:|---:|---:|")
 for r in rows:
     print(f"| {r['name']} | {r['rocksdb_micros_per_op']:.3f} | {r['shale_micros_per_op']:.3f} | {r['ratio']:.2f}x |")
+rp, sp = memory["rocksdb_peak_rss_mb"], memory["shale_peak_rss_mb"]
+if rp and sp:
+    print(f"| peak RSS (MB, whole run) | {rp:.0f} | {sp:.0f} | {rp / sp:.2f}x |")
 PY
 "$SHALE" report "$OUT/compare.json" --svg "$OUT/compare.svg" >&2
 echo "wrote $OUT/compare.json and $OUT/compare.svg" >&2

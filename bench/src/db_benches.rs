@@ -10,7 +10,8 @@ use rand::{Rng, SeedableRng};
 use crate::error::{Error, Result};
 use crate::flags::Flags;
 use crate::keys::{make_key, ValueGenerator};
-use crate::runner::{run_threads, Outcome, Recorder};
+use crate::memory::Memory;
+use crate::runner::{run_threads, Outcome, Recorder, WriteRate};
 
 /// The engine benchmarks this tool knows.
 pub const DB_BENCHMARKS: &[&str] = &[
@@ -25,6 +26,9 @@ pub const DB_BENCHMARKS: &[&str] = &[
     "seek_random",
     "delete_random",
     "read_while_writing",
+    "read_random_write_random",
+    "update_random",
+    "multi_read_random",
     "compact",
     "stats",
 ];
@@ -79,6 +83,11 @@ impl DbBench {
 
     fn db(&self) -> Result<&Db> {
         self.db.as_ref().ok_or_else(|| Error::Other("database is not open".into()))
+    }
+
+    /// The engine's statistics (`lsm.stats`), if the database is open.
+    pub fn statistics(&self) -> Option<String> {
+        self.db.as_ref().and_then(|db| db.property("lsm.stats"))
     }
 
     /// Bytes in the database directory.
@@ -163,6 +172,23 @@ impl DbBench {
                 })?
             }
             "read_while_writing" => read_while_writing(&f, &db, threads, reads)?,
+            "read_random_write_random" => {
+                let ops = f.read_writes();
+                let rate = WriteRate::new(f.write_rate_limit);
+                run_threads(name, threads, ops * threads as u64, f.histogram, true, |t, r| {
+                    read_random_write_random(&f, &db, t, ops, &rate, r)
+                })?
+            }
+            "update_random" => {
+                let ops = f.read_writes();
+                let rate = WriteRate::new(f.write_rate_limit);
+                run_threads(name, threads, ops * threads as u64, f.histogram, true, |t, r| {
+                    update_random(&f, &db, t, ops, &rate, r)
+                })?
+            }
+            "multi_read_random" => run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
+                multi_read_random(&f, &db, t, reads, r)
+            })?,
             "compact" => run_threads(name, 1, 1, f.histogram, false, |_, r| {
                 db.compact_range::<&[u8], _>(..)?;
                 r.done(0);
@@ -176,6 +202,7 @@ impl DbBench {
             other => return Err(Error::Other(format!("unknown benchmark '{other}'"))),
         };
         outcome.file_size = self.dir_size();
+        outcome.memory = Some(Memory::measure(Some(&db)));
         Ok(Some(outcome))
     }
 }
@@ -200,6 +227,7 @@ fn write_bench(
     wopts: WriteOptions,
     order: Order,
 ) -> Result<Outcome> {
+    let rate = WriteRate::new(f.write_rate_limit);
     run_threads(name, threads, count * threads as u64, f.histogram, false, |t, r| {
         let mut rng = thread_rng(f, t);
         let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + t as u64);
@@ -224,6 +252,7 @@ fn write_bench(
                 make_key(begin + f.range_tombstone_width, f.key_size, &mut to);
                 batch.delete_range(from, to);
             }
+            rate.admit(key.len() + value.len());
             db.write(std::mem::take(&mut batch), &wopts)?;
             r.done(key.len() + value.len());
         }
@@ -249,16 +278,110 @@ fn random_reads(f: &Flags, db: &Db, thread: usize, reads: u64, missing: bool, r:
     Ok(())
 }
 
+/// db_bench's `readrandomwriterandom`: `ops` operations on random keys, `--readwritepercent` of
+/// them gets and the rest puts, interleaved as db_bench does (runs of reads, then of writes,
+/// in the ratio's proportion).
+fn read_random_write_random(
+    f: &Flags,
+    db: &Db,
+    thread: usize,
+    ops: u64,
+    rate: &WriteRate,
+    r: &mut Recorder,
+) -> lsm::Result<()> {
+    let mut rng = thread_rng(f, thread);
+    let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + thread as u64);
+    let mut key = Vec::new();
+    let read_weight = f.read_write_percent.min(100);
+    let (mut reads_left, mut writes_left) = (0u32, 0u32);
+    for _ in 0..ops {
+        if reads_left == 0 && writes_left == 0 {
+            (reads_left, writes_left) = (read_weight, 100 - read_weight);
+        }
+        make_key(rng.random_range(0..f.num), f.key_size, &mut key);
+        if reads_left > 0 {
+            reads_left -= 1;
+            match db.get(&key)? {
+                Some(v) => {
+                    r.found();
+                    r.done(key.len() + v.len());
+                }
+                None => r.done(key.len()),
+            }
+        } else {
+            writes_left -= 1;
+            let value = values.generate(f.value_size);
+            rate.admit(key.len() + value.len());
+            db.put(&key, value)?;
+            r.wrote();
+            r.done(key.len() + value.len());
+        }
+    }
+    Ok(())
+}
+
+/// db_bench's `updaterandom`: read-modify-write of `ops` random keys (a get, then a put of a
+/// fresh value whether the key was found or not).
+fn update_random(f: &Flags, db: &Db, thread: usize, ops: u64, rate: &WriteRate, r: &mut Recorder) -> lsm::Result<()> {
+    let mut rng = thread_rng(f, thread);
+    let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + thread as u64);
+    let mut key = Vec::new();
+    for _ in 0..ops {
+        make_key(rng.random_range(0..f.num), f.key_size, &mut key);
+        let mut bytes = key.len();
+        if let Some(old) = db.get(&key)? {
+            r.found();
+            bytes += old.len();
+        }
+        let value = values.generate(f.value_size);
+        rate.admit(key.len() + value.len());
+        db.put(&key, value)?;
+        r.wrote();
+        r.done(bytes + value.len());
+    }
+    Ok(())
+}
+
+/// db_bench's `multireadrandom`: `reads` random keys, looked up `--batch_size` at a time with
+/// one [`Db::multi_get`] per batch (each key counts as one operation, as in db_bench).
+fn multi_read_random(f: &Flags, db: &Db, thread: usize, reads: u64, r: &mut Recorder) -> lsm::Result<()> {
+    let mut rng = thread_rng(f, thread);
+    let batch = f.batch_size.max(1) as u64;
+    let opts = ReadOptions::default();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut left = reads;
+    while left > 0 {
+        let n = batch.min(left);
+        left -= n;
+        keys.resize_with(n as usize, Vec::new);
+        for key in &mut keys {
+            make_key(rng.random_range(0..f.num), f.key_size, key);
+        }
+        for (key, value) in keys.iter().zip(db.multi_get(&keys, &opts)?) {
+            match value {
+                Some(v) => {
+                    r.found();
+                    r.done(key.len() + v.len());
+                }
+                None => r.done(key.len()),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn read_while_writing(f: &Flags, db: &Db, readers: usize, reads: u64) -> Result<Outcome> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let writer = s.spawn(|| -> Result<u64> {
+            let rate = WriteRate::new(f.write_rate_limit);
             let mut rng = thread_rng(f, 999);
             let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + 999);
             let mut key = Vec::new();
             let mut written = 0;
             while !stop.load(Ordering::Relaxed) {
                 make_key(rng.random_range(0..f.num), f.key_size, &mut key);
+                rate.admit(key.len() + f.value_size);
                 db.put(&key, values.generate(f.value_size))?;
                 written += 1;
             }

@@ -17,6 +17,23 @@ pub struct Flags {
     /// Number of reads (-1: same as --num).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub reads: i64,
+    /// Number of writes in the mixed benchmarks (-1: same as --num).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub writes: i64,
+    /// Percentage of reads among the operations of `read_random_write_random`.
+    #[arg(long = "readwritepercent", default_value_t = 90)]
+    pub read_write_percent: u32,
+    /// Keys per `multi_get` in `multi_read_random`.
+    #[arg(long = "batch_size", default_value_t = 1)]
+    pub batch_size: usize,
+    /// Rate limit of the writes, in key and value bytes per second over all writing threads
+    /// (0: none), as RocksDB's db_bench applies it.
+    #[arg(long = "benchmark_write_rate_limit", default_value_t = 0)]
+    pub write_rate_limit: u64,
+    /// Print the engine's statistics (compactions, stalls, cache and bloom counters, write
+    /// amplification) after the last benchmark.
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub statistics: bool,
     /// Key size in bytes (the number, big-endian, padded with '0').
     #[arg(long = "key_size", default_value_t = 16)]
     pub key_size: usize,
@@ -123,6 +140,16 @@ impl Flags {
         }
     }
 
+    /// Operations of the mixed benchmarks (`read_random_write_random`, `update_random`): the
+    /// larger of --reads and --writes, --num when neither is set (db_bench's `readwrites`).
+    pub fn read_writes(&self) -> u64 {
+        if self.reads < 0 && self.writes < 0 {
+            self.num
+        } else {
+            self.reads.max(self.writes).max(0) as u64
+        }
+    }
+
     /// The benchmark names, normalised to this tool's spelling (`fillseq` → `fill_seq`).
     pub fn benchmark_list(&self) -> Vec<String> {
         self.benchmarks.split(',').map(str::trim).filter(|s| !s.is_empty()).map(normalise).collect()
@@ -142,6 +169,9 @@ pub fn normalise(name: &str) -> String {
         "seekrandom" => "seek_random",
         "deleterandom" => "delete_random",
         "readwhilewriting" => "read_while_writing",
+        "readrandomwriterandom" => "read_random_write_random",
+        "updaterandom" => "update_random",
+        "multireadrandom" => "multi_read_random",
         other => other,
     }
     .to_string()

@@ -10,10 +10,12 @@ mod db_benches;
 mod error;
 mod flags;
 mod keys;
+mod memory;
 mod report;
 mod runner;
 mod table_benches;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -92,6 +94,11 @@ fn run(flags: &Flags) -> Result<()> {
                 results.push(o);
             }
             None => println!("{name:<20} : skipped (--use_existing_db is set)"),
+        }
+    }
+    if flags.statistics {
+        if let Some(stats) = db.as_ref().and_then(DbBench::statistics) {
+            writeln!(out, "STATISTICS:\n{stats}")?;
         }
     }
     if let Some(path) = &flags.json {

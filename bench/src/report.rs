@@ -97,13 +97,19 @@ pub fn print_outcome(out: &mut impl Write, o: &Outcome) -> std::io::Result<()> {
     if o.file_size > 0 {
         write!(out, " | file size: {}", o.file_size)?;
     }
-    if let Some(found) = o.found {
-        write!(out, " ({found} of {} found)", o.ops)?;
+    match o.found {
+        Some(found) if o.writes > 0 && o.writes == o.ops => write!(out, " ( updates:{} found:{found})", o.ops)?,
+        Some(found) if o.writes > 0 => write!(out, " ( reads:{} writes:{} found:{found})", o.ops - o.writes, o.writes)?,
+        Some(found) => write!(out, " ({found} of {} found)", o.ops)?,
+        None => {}
     }
     if let Some(n) = &o.note {
         write!(out, " [{n}]")?;
     }
     writeln!(out)?;
+    if let Some(m) = &o.memory {
+        writeln!(out, "{:<20}   memory: {}", "", m.summary())?;
+    }
     if let Some(p) = &o.percentiles {
         writeln!(
             out,
@@ -125,6 +131,56 @@ pub struct RunJson<'a> {
 #[derive(Debug, Deserialize)]
 pub struct Comparison {
     pub benchmarks: Vec<ComparedBenchmark>,
+    /// Entries per benchmark.
+    #[serde(default)]
+    pub num: Option<u64>,
+    /// Runs per engine the medians are taken over.
+    #[serde(default)]
+    pub runs: Option<u32>,
+    /// Block compression.
+    #[serde(default)]
+    pub compression: Option<String>,
+}
+
+impl Comparison {
+    /// What was compared, for the chart's caption.
+    fn setting(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.num {
+            parts.push(format!("{n} entries"));
+        }
+        if let Some(c) = &self.compression {
+            parts.push(c.clone());
+        }
+        if let Some(r) = self.runs {
+            parts.push(format!("median of {r} runs"));
+        }
+        if parts.is_empty() {
+            "throughput relative to RocksDB".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// A single run's results, as this tool writes them with --json.
+#[derive(Debug, Deserialize)]
+struct SingleRun {
+    header: SingleHeader,
+    results: Vec<SingleResult>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SingleHeader {
+    entries: u64,
+    compression: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SingleResult {
+    name: String,
+    ops: u64,
+    thread_seconds: f64,
 }
 
 /// One benchmark measured by both tools (medians, micros per op).
@@ -135,14 +191,77 @@ pub struct ComparedBenchmark {
     pub shale_micros_per_op: f64,
 }
 
-/// Draws each benchmark's throughput relative to RocksDB (RocksDB = 1.0, higher is better) as
-/// an SVG bar chart; the labels carry the absolute micros/op of both.
+/// Draws a results file as an SVG bar chart: a comparison (from `compare-rocksdb.sh`) as each
+/// benchmark's throughput relative to RocksDB, or a single run (`--json`) as each benchmark's
+/// micros/op.
 pub fn svg_chart(results: &Path, svg: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(results)?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::Other(format!("{}: {e}", results.display())))?;
+    let bad = |e: serde_json::Error| Error::Other(format!("{}: {e}", results.display()));
+    if value.get("header").is_some() {
+        let run: SingleRun = serde_json::from_value(value).map_err(bad)?;
+        single_run_chart(&run, results, svg)
+    } else {
+        let cmp: Comparison = serde_json::from_value(value).map_err(bad)?;
+        comparison_chart(&cmp, results, svg)
+    }
+}
+
+/// One bar per benchmark: its micros/op in one run (lower is better).
+fn single_run_chart(run: &SingleRun, results: &Path, svg: &Path) -> Result<()> {
     use plotters::prelude::*;
 
-    let text = std::fs::read_to_string(results)?;
-    let cmp: Comparison =
-        serde_json::from_str(&text).map_err(|e| Error::Other(format!("{}: {e}", results.display())))?;
+    let bars: Vec<(&str, f64)> = run
+        .results
+        .iter()
+        .filter(|r| r.ops > 0)
+        .map(|r| (r.name.as_str(), r.thread_seconds * 1e6 / r.ops as f64))
+        .collect();
+    if bars.is_empty() {
+        return Err(Error::Other(format!("{}: no benchmarks to draw", results.display())));
+    }
+    let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
+    let n = bars.len();
+    let root = SVGBackend::new(svg, (150 * n as u32 + 160, 480)).into_drawing_area();
+    let draw = |e: &dyn std::fmt::Display| Error::Other(format!("drawing {}: {e}", svg.display()));
+    root.fill(&WHITE).map_err(|e| draw(&e))?;
+    let caption = format!("Shale lsm db_bench: {} entries, {}", run.header.entries, run.header.compression);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(20)
+        .x_label_area_size(20)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..(n as f64 * 2.0), 0f64..max * 1.3)
+        .map_err(|e| draw(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("micros/op (lower is better)")
+        .draw()
+        .map_err(|e| draw(&e))?;
+    let shale = RGBColor(60, 110, 190);
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            let x = i as f64 * 2.0 + 0.5;
+            Rectangle::new([(x, 0.0), (x + 1.0, b.1)], shale.filled())
+        }))
+        .map_err(|e| draw(&e))?;
+    for (i, (name, micros)) in bars.iter().enumerate() {
+        let label = format!("{name} {micros:.2} us/op");
+        let at = (i as f64 * 2.0 + 0.3, micros + max * 0.08);
+        chart.draw_series(std::iter::once(Text::new(label, at, ("sans-serif", 13)))).map_err(|e| draw(&e))?;
+    }
+    root.present().map_err(|e| draw(&e))?;
+    Ok(())
+}
+
+/// Each benchmark's throughput relative to RocksDB (RocksDB = 1.0, higher is better); the
+/// labels carry the absolute micros/op of both.
+fn comparison_chart(cmp: &Comparison, results: &Path, svg: &Path) -> Result<()> {
+    use plotters::prelude::*;
+
     if cmp.benchmarks.is_empty() {
         return Err(Error::Other(format!("{}: no benchmarks to draw", results.display())));
     }
@@ -161,7 +280,7 @@ pub fn svg_chart(results: &Path, svg: &Path) -> Result<()> {
     root.fill(&WHITE).map_err(|e| draw(&e))?;
     let top = max * 1.45;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Shale lsm vs RocksDB db_bench: throughput relative to RocksDB", ("sans-serif", 20))
+        .caption(format!("Shale lsm (blue) vs RocksDB (red) db_bench: {}", cmp.setting()), ("sans-serif", 20))
         .margin(20)
         .x_label_area_size(20)
         .y_label_area_size(60)
@@ -249,7 +368,8 @@ mod tests {
         let json = dir.path().join("cmp.json");
         std::fs::write(
             &json,
-            r#"{"benchmarks":[{"name":"fill_seq","rocksdb_micros_per_op":2.0,"shale_micros_per_op":1.0},
+            r#"{"num":1000,"runs":3,"compression":"zstd",
+                "benchmarks":[{"name":"fill_seq","rocksdb_micros_per_op":2.0,"shale_micros_per_op":1.0},
                 {"name":"read_random","rocksdb_micros_per_op":3.0,"shale_micros_per_op":2.5}]}"#,
         )
         .unwrap();
@@ -257,7 +377,26 @@ mod tests {
         svg_chart(&json, &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg") && text.contains("fill_seq") && text.contains("RocksDB"));
+        assert!(text.contains("1000 entries, zstd, median of 3 runs"), "the caption says what was compared");
         std::fs::write(&json, "{\"benchmarks\":[]}").unwrap();
         assert!(svg_chart(&json, &svg).is_err());
+    }
+
+    #[test]
+    fn chart_is_drawn_from_a_single_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("run.json");
+        std::fs::write(
+            &json,
+            r#"{"header":{"entries":5000,"compression":"snappy","tool":"shale db_bench"},
+                "results":[{"name":"fill_random","ops":5000,"thread_seconds":0.01},
+                {"name":"read_random","ops":5000,"thread_seconds":0.005}]}"#,
+        )
+        .unwrap();
+        let svg = dir.path().join("run.svg");
+        svg_chart(&json, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("fill_random 2.00 us/op") && text.contains("read_random 1.00 us/op"), "{text}");
+        assert!(text.contains("5000 entries, snappy"));
     }
 }

@@ -20,6 +20,8 @@ pub struct Outcome {
     pub bytes: u64,
     /// For reads: keys found.
     pub found: Option<u64>,
+    /// For the mixed benchmarks: how many of the operations were writes.
+    pub writes: u64,
     /// Sum of the threads' busy time.
     pub thread_seconds: f64,
     /// Wall-clock time.
@@ -30,6 +32,8 @@ pub struct Outcome {
     pub file_size: u64,
     /// Extra text (e.g. a throughput unit for table benchmarks).
     pub note: Option<String>,
+    /// The process's memory when the benchmark ended.
+    pub memory: Option<crate::memory::Memory>,
 }
 
 /// Latency percentiles, microseconds.
@@ -74,6 +78,7 @@ pub struct Recorder {
     ops: u64,
     bytes: u64,
     found: u64,
+    writes: u64,
     started: Instant,
     last: Instant,
     hist: Option<Histogram<u64>>,
@@ -86,7 +91,7 @@ impl Recorder {
         let now = Instant::now();
         let hist =
             histogram.then(|| Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"));
-        Recorder { ops: 0, bytes: 0, found: 0, started: now, last: now, hist, progress, unreported: 0 }
+        Recorder { ops: 0, bytes: 0, found: 0, writes: 0, started: now, last: now, hist, progress, unreported: 0 }
     }
 
     /// One operation finished, having processed `bytes`.
@@ -110,6 +115,41 @@ impl Recorder {
     #[inline]
     pub fn found(&mut self) {
         self.found += 1;
+    }
+
+    /// One of the operations (of a mixed benchmark) was a write.
+    #[inline]
+    pub fn wrote(&mut self) {
+        self.writes += 1;
+    }
+}
+
+/// db_bench's `--benchmark_write_rate_limit`: writers, all threads together, go no faster than
+/// `bytes_per_sec` (0: no limit).
+#[derive(Debug)]
+pub struct WriteRate {
+    bytes_per_sec: u64,
+    started: Instant,
+    sent: std::sync::atomic::AtomicU64,
+}
+
+impl WriteRate {
+    /// A limit starting now.
+    pub fn new(bytes_per_sec: u64) -> Self {
+        WriteRate { bytes_per_sec, started: Instant::now(), sent: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// Accounts `bytes` about to be written, first sleeping as long as the writes so far are
+    /// ahead of the rate.
+    pub fn admit(&self, bytes: usize) {
+        if self.bytes_per_sec == 0 {
+            return;
+        }
+        let sent = self.sent.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        let due = Duration::from_secs_f64(sent as f64 / self.bytes_per_sec as f64);
+        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
     }
 }
 
@@ -162,17 +202,20 @@ where
         ops: 0,
         bytes: 0,
         found: count_found.then_some(0),
+        writes: 0,
         thread_seconds: 0.0,
         wall_seconds,
         percentiles: None,
         file_size: 0,
         note: None,
+        memory: None,
     };
     let mut merged: Option<Histogram<u64>> = None;
     for r in results {
         let (r, busy) = r?;
         out.ops += r.ops;
         out.bytes += r.bytes;
+        out.writes += r.writes;
         out.thread_seconds += busy.as_secs_f64();
         if let Some(f) = out.found.as_mut() {
             *f += r.found;

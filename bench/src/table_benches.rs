@@ -97,11 +97,13 @@ impl TableBench {
             ops: 0,
             bytes: 0,
             found: None,
+            writes: 0,
             thread_seconds: 0.0,
             wall_seconds: 0.0,
             percentiles: None,
             file_size: 0,
             note: None,
+            memory: None,
         };
         match name {
             "table_read" | "table_read_and_build" => {
@@ -184,6 +186,7 @@ impl TableBench {
             other => return Err(Error::Other(format!("unknown table benchmark '{other}'"))),
         }
         out.thread_seconds = out.wall_seconds;
+        out.memory = Some(crate::memory::Memory::measure(None));
         Ok(out)
     }
 }

@@ -100,3 +100,70 @@ fn existing_db_skips_fills_and_reads_what_is_there() {
     assert!(stdout.contains("skipped"), "{stdout}");
     assert_eq!(parse_line(&stdout, "read_random").1, Some((5000, 5000)));
 }
+
+/// The `key:value` counts in a result line, e.g. `( reads:8000 writes:2000 found:8000)`.
+fn counts(stdout: &str, name: &str) -> std::collections::HashMap<String, u64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.split(':').next().is_some_and(|n| n.trim() == name))
+        .unwrap_or_else(|| panic!("no line for {name} in:\n{stdout}"));
+    let inside = line.split_once("( ").and_then(|(_, rest)| rest.split_once(')')).map_or("", |(c, _)| c);
+    inside
+        .split_whitespace()
+        .filter_map(|w| w.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap_or_else(|_| panic!("bad count in {line}"))))
+        .collect()
+}
+
+#[test]
+fn mixed_workloads_count_their_reads_writes_and_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let (ok, stdout, stderr) = db_bench(&[
+        "--benchmarks=fillseq,readrandomwriterandom,updaterandom,multireadrandom,deleterandom,multireadrandom",
+        "--num=10000",
+        "--readwritepercent=80",
+        "--batch_size=7",
+        "--statistics",
+        &format!("--json={}", json.display()),
+    ]);
+    assert!(ok, "db_bench failed: {stderr}\n{stdout}");
+    // Every key exists after fill_seq, and the writes only overwrite: 80 % reads, all found.
+    let mixed = counts(&stdout, "read_random_write_random");
+    assert_eq!((mixed["reads"], mixed["writes"], mixed["found"]), (8000, 2000, 8000), "{stdout}");
+    let updates = counts(&stdout, "update_random");
+    assert_eq!((updates["updates"], updates["found"]), (10000, 10000), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = v["results"].as_array().unwrap();
+    let multi: Vec<_> = results.iter().filter(|r| r["name"] == "multi_read_random").collect();
+    assert_eq!((multi[0]["ops"].as_u64(), multi[0]["found"].as_u64()), (Some(10000), Some(10000)));
+    // delete_random removes about 1 - 1/e of the keys; the batched reads see exactly that.
+    let deleted_left = multi[1]["found"].as_u64().unwrap() as f64 / 10000.0;
+    assert!((0.33..0.41).contains(&deleted_left), "after delete_random {deleted_left} found");
+    // Memory is in every result, with the engine's own accounting.
+    for r in results {
+        let m = &r["memory"];
+        assert!(m["rss_mb"].as_f64().unwrap() > 0.0 && m["peak_mb"].as_f64() >= m["rss_mb"].as_f64(), "{r}");
+        assert!(m["memtables_mb"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(stdout.contains("memory: rss"), "{stdout}");
+    assert!(stdout.contains("STATISTICS:") && stdout.contains("Write amplification"), "{stdout}");
+}
+
+#[test]
+fn write_rate_limit_holds_writers_back() {
+    // 3000 writes of 116 bytes at 1 MB/s take at least a third of a second, however fast the
+    // machine (a lower bound only: the limiter must slow writers down).
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let (ok, stdout, stderr) = db_bench(&[
+        "--benchmarks=fillrandom",
+        "--num=3000",
+        "--benchmark_write_rate_limit=1000000",
+        &format!("--json={}", json.display()),
+    ]);
+    assert!(ok, "db_bench failed: {stderr}\n{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let wall = v["results"][0]["wall_seconds"].as_f64().unwrap();
+    assert!(wall >= 0.33, "rate-limited fill took only {wall} s");
+}
