@@ -228,11 +228,15 @@ fn write_bench(
     order: Order,
 ) -> Result<Outcome> {
     let rate = WriteRate::new(f.write_rate_limit);
+    // `--batch_size` entries per write batch, each counted as one operation (db_bench's
+    // `entries_per_batch`).
+    let per_batch = f.batch_size.max(1) as u64;
     run_threads(name, threads, count * threads as u64, f.histogram, false, |t, r| {
         let mut rng = thread_rng(f, t);
         let mut values = ValueGenerator::new(f.compression_ratio, f.value_size, f.seed + t as u64);
         let mut key = Vec::with_capacity(f.key_size);
         let mut batch = WriteBatch::new();
+        let mut sizes = Vec::with_capacity(per_batch as usize);
         for i in 0..count {
             let k = match order {
                 Order::Sequential => i,
@@ -240,8 +244,8 @@ fn write_bench(
             };
             make_key(k, f.key_size, &mut key);
             let value = values.generate(f.value_size);
-            batch.clear();
             batch.put(&key, value);
+            sizes.push(key.len() + value.len());
             if f.range_tombstone_due(i + 1) {
                 let begin = match order {
                     Order::Sequential => i + 1,
@@ -252,9 +256,13 @@ fn write_bench(
                 make_key(begin + f.range_tombstone_width, f.key_size, &mut to);
                 batch.delete_range(from, to);
             }
-            rate.admit(key.len() + value.len());
-            db.write(std::mem::take(&mut batch), &wopts)?;
-            r.done(key.len() + value.len());
+            if sizes.len() as u64 == per_batch || i + 1 == count {
+                rate.admit(sizes.iter().sum());
+                db.write(std::mem::take(&mut batch), &wopts)?;
+                for size in sizes.drain(..) {
+                    r.done(size);
+                }
+            }
         }
         Ok(())
     })

@@ -23,7 +23,8 @@ pub struct Flags {
     /// Percentage of reads among the operations of `read_random_write_random`.
     #[arg(long = "readwritepercent", default_value_t = 90)]
     pub read_write_percent: u32,
-    /// Keys per `multi_get` in `multi_read_random`.
+    /// Entries per write batch in the fill benchmarks, keys per `multi_get` in
+    /// `multi_read_random` (db_bench's `entries_per_batch`).
     #[arg(long = "batch_size", default_value_t = 1)]
     pub batch_size: usize,
     /// Rate limit of the writes, in key and value bytes per second over all writing threads
