@@ -17,7 +17,9 @@
 # NUM (1000000), RUNS (3), COMPRESSION (snappy|zstd|none), VALUE_SIZE (100), KEY_SIZE (16),
 # CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), THREADS (1; readers of
 # read_while_writing and threads of every other benchmark), BATCH_SIZE (1, keys per multi_get),
-# READ_WRITE_PERCENT (90), WRITE_RATE_LIMIT (0: none, bytes/s), BENCHMARKS
+# READ_WRITE_PERCENT (90), WRITE_RATE_LIMIT (0: none, bytes/s), READS (--reads: reads per
+# thread, default --num), PREFILL (benchmarks run first on one thread and not reported, e.g.
+# fill_random; the measured ones then use the existing database), BENCHMARKS
 # (fill_seq,fill_random,overwrite,read_random,read_seq), FEATURES (jemalloc), OUT
 # (bench-results), DB_ROOT (a temporary directory), CARGO_TARGET_DIR (where cargo builds).
 set -euo pipefail
@@ -44,6 +46,8 @@ THREADS=${THREADS:-1}
 BATCH_SIZE=${BATCH_SIZE:-1}
 READ_WRITE_PERCENT=${READ_WRITE_PERCENT:-90}
 WRITE_RATE_LIMIT=${WRITE_RATE_LIMIT:-0}
+READS=${READS:-}
+PREFILL=${PREFILL:-}
 BENCHMARKS=${BENCHMARKS:-fill_seq,fill_random,overwrite,read_random,read_seq}
 FEATURES=${FEATURES:-jemalloc}
 OUT=${OUT:-bench-results}
@@ -69,34 +73,46 @@ mkdir -p "$OUT"
 
 # Our names -> db_bench's names.
 # (Longer names first: read_random is part of three others.)
-rocks_names=$(echo "$BENCHMARKS" | sed \
-  -e 's/read_random_write_random/readrandomwriterandom/g; s/update_random/updaterandom/g; s/multi_read_random/multireadrandom/g' \
-  -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
-  -e 's/read_random/readrandom/g; s/read_seq/readseq/g; s/read_reverse/readreverse/g; s/read_missing/readmissing/g' \
-  -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g')
+to_rocks() {
+  echo "$1" | sed \
+    -e 's/read_random_write_random/readrandomwriterandom/g; s/update_random/updaterandom/g; s/multi_read_random/multireadrandom/g' \
+    -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
+    -e 's/read_random/readrandom/g; s/read_seq/readseq/g; s/read_reverse/readreverse/g; s/read_missing/readmissing/g' \
+    -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g'
+}
 common=(--num="$NUM" --key_size="$KEY_SIZE" --value_size="$VALUE_SIZE" --compression_ratio=0.5
-        --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --threads="$THREADS" --write_buffer_size=67108864
+        --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --write_buffer_size=67108864
         --batch_size="$BATCH_SIZE" --readwritepercent="$READ_WRITE_PERCENT"
         --benchmark_write_rate_limit="$WRITE_RATE_LIMIT")
+if [ -n "$READS" ]; then common+=(--reads="$READS"); fi
 
-# Runs one engine under `time`, its peak RSS (KiB) in $OUT/<engine>-run<n>.rss; a failed run
-# stops the comparison with the tail of its output.
+# Runs one engine under `time` (label, run, what), its peak RSS (KiB) in
+# $OUT/<label>-run<n>[.<what>].rss; a failed run stops the comparison with the tail of its output.
 timed() {
-  local label=$1 run=$2; shift 2
-  if ! /usr/bin/time -f '%M' -o "$OUT/$label-run$run.rss" "$@" > "$OUT/$label-run$run.txt" 2>&1; then
-    echo "$label run $run failed:" >&2; tail -n 20 "$OUT/$label-run$run.txt" >&2; exit 1
+  local label=$1 run=$2 what=$3; shift 3
+  local base="$OUT/$label-run$run$what"
+  if ! /usr/bin/time -f '%M' -o "$base.rss" "$@" > "$base.txt" 2>&1; then
+    echo "$label run $run$what failed:" >&2; tail -n 20 "$base.txt" >&2; exit 1
   fi
 }
 
-run_rocks() {
-  rm -rf "$DB_ROOT/rocks"
-  timed rocksdb "$1" "$ROCKS" --benchmarks="$rocks_names" --db="$DB_ROOT/rocks" --compression_type="$COMPRESSION" "${common[@]}"
+# One engine's run: the PREFILL benchmarks on one thread (not reported), then the measured ones
+# on THREADS threads over what the prefill left.
+run_engine() {
+  local label=$1 run=$2 dir=$3; shift 3   # then: the command up to its flags
+  local existing=()
+  rm -rf "$dir"
+  if [ -n "$PREFILL" ]; then
+    local names=$PREFILL; [ "$label" = rocksdb ] && names=$(to_rocks "$PREFILL")
+    timed "$label" "$run" .prefill "$@" --benchmarks="$names" --threads=1
+    existing=(--use_existing_db=1)
+  fi
+  local names=$BENCHMARKS; [ "$label" = rocksdb ] && names=$(to_rocks "$BENCHMARKS")
+  local json=(); [ "$label" = shale ] && json=(--json="$OUT/shale-run$run.json")
+  timed "$label" "$run" "" "$@" --benchmarks="$names" --threads="$THREADS" "${existing[@]}" "${json[@]}"
 }
-run_shale() {
-  rm -rf "$DB_ROOT/shale"
-  timed shale "$1" "$SHALE" --benchmarks="$BENCHMARKS" --db="$DB_ROOT/shale" --compression="$COMPRESSION" "${common[@]}" \
-    --json="$OUT/shale-run$1.json"
-}
+run_rocks() { run_engine rocksdb "$1" "$DB_ROOT/rocks" "$ROCKS" --db="$DB_ROOT/rocks" --compression_type="$COMPRESSION" "${common[@]}"; }
+run_shale() { run_engine shale "$1" "$DB_ROOT/shale" "$SHALE" --db="$DB_ROOT/shale" --compression="$COMPRESSION" "${common[@]}"; }
 
 for run in $(seq 1 "$RUNS"); do
   # Alternate which engine goes first, so neither always gets the cooler machine.
@@ -142,10 +158,14 @@ for i, b in enumerate(benches):
 def peak_mb(engine):
     kib = []
     for n in range(1, runs + 1):
-        try:
-            kib.append(int(open(f"{out}/{engine}-run{n}.rss").read().split()[-1]))
-        except (OSError, ValueError, IndexError):
-            pass
+        peaks = []
+        for part in ("", ".prefill"):
+            try:
+                peaks.append(int(open(f"{out}/{engine}-run{n}{part}.rss").read().split()[-1]))
+            except (OSError, ValueError, IndexError):
+                pass
+        if peaks:
+            kib.append(max(peaks))
     return statistics.median(kib) / 1024 if kib else None
 memory = {"rocksdb_peak_rss_mb": peak_mb("rocksdb"), "shale_peak_rss_mb": peak_mb("shale")}
 with open(f"{out}/compare.json", "w") as f:
