@@ -112,6 +112,13 @@ pub(crate) struct DbInner {
     commit_cv: Condvar,
     /// Write groups committed so far (followers watch it while they spin).
     groups_done: AtomicU64,
+    /// The queue's `done_through`, readable without the queue's lock: async writers whose batch
+    /// is committed learn it here (the lock is taken only to wait, or to read a failure).
+    committed_through: AtomicU64,
+    /// True while the queue holds failures not yet read by their writers.
+    unread_failures: AtomicBool,
+    /// The last id handed to an async waiter.
+    next_waiter: AtomicU64,
     wal: Mutex<WalState>,
     /// The active WAL's file, for the everysec syncer.
     wal_file: Mutex<Arc<File>>,

@@ -116,6 +116,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         dir: dir.to_path_buf(),
         sync_mode: std::sync::atomic::AtomicU8::new(opts.sync_mode as u8),
         groups_done: AtomicU64::new(0),
+        committed_through: AtomicU64::new(0),
+        unread_failures: AtomicBool::new(false),
+        next_waiter: AtomicU64::new(0),
         versions: Mutex::new(versions),
         sv: RwLock::new(Arc::new(SuperVersion {
             mem: Arc::new(Memtable::with_capacity(wal_number, opts.write_buffer_size)),

@@ -56,8 +56,6 @@ pub(super) struct WriteQueue {
     errors: HashMap<u64, Error>,
     /// Async waiters (`Commit`, `Committed`): ticket awaited, waiter id, waker.
     wakers: Vec<(u64, u64, Waker)>,
-    /// Next waiter id.
-    next_waiter: u64,
     /// The commit thread sleeps on `commit_cv` (async batches queued must wake it).
     committer_idle: bool,
     /// The database is closing: the commit thread exits once the queue is empty.
@@ -127,19 +125,35 @@ impl DbInner {
         q.next_ticket += 1;
         let ticket = q.next_ticket;
         q.pending.push_back(Pending { ticket, batch: std::mem::take(batch), sync, forced_seq: None });
-        if q.committer_idle {
-            q.committer_idle = false;
+        let wake = std::mem::replace(&mut q.committer_idle, false);
+        // Woken after the lock is released, so the commit thread does not wake only to wait
+        // for it (it sleeps in `commit_cv.wait`, which released the lock: no wake-up is lost).
+        drop(q);
+        if wake {
             self.commit_cv.notify_one();
         }
-        q.next_waiter += 1;
-        Ok((ticket, q.next_waiter))
+        Ok((ticket, self.new_waiter()))
+    }
+
+    /// The result of `ticket`, whose group is done, for its writer (taken out of the queue).
+    fn take_result(&self, q: &mut WriteQueue, ticket: u64) -> Result<()> {
+        let Some(e) = q.errors.remove(&ticket) else { return Ok(()) };
+        if q.errors.is_empty() {
+            self.unread_failures.store(false, Ordering::Release);
+        }
+        Err(e)
+    }
+
+    /// True if `ticket` is committed and succeeded, learnt without the queue's lock (`false`
+    /// says nothing: the batch may be pending, or it failed).
+    fn known_good(&self, ticket: u64) -> bool {
+        // A failure is recorded before `committed_through` passes its ticket.
+        self.committed_through.load(Ordering::Acquire) >= ticket && !self.unread_failures.load(Ordering::Acquire)
     }
 
     /// A fresh id for an async waiter.
     pub(super) fn new_waiter(&self) -> u64 {
-        let mut q = lock(&self.queue);
-        q.next_waiter += 1;
-        q.next_waiter
+        self.next_waiter.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Polls the async write `ticket` for its writer: its result once its group is committed
@@ -151,10 +165,14 @@ impl DbInner {
         done: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Result<()>> {
+        if self.known_good(ticket) {
+            *done = true;
+            return Poll::Ready(Ok(()));
+        }
         let mut q = lock(&self.queue);
         if q.done_through >= ticket {
             *done = true;
-            return Poll::Ready(q.errors.remove(&ticket).map_or(Ok(()), Err));
+            return Poll::Ready(self.take_result(&mut q, ticket));
         }
         register(&mut q, ticket, waiter, cx);
         Poll::Pending
@@ -162,6 +180,9 @@ impl DbInner {
 
     /// Polls for `ticket` being committed or failed (its result stays for its writer).
     pub(super) fn poll_committed(&self, ticket: u64, waiter: u64, cx: &mut Context<'_>) -> Poll<()> {
+        if self.committed_through.load(Ordering::Acquire) >= ticket {
+            return Poll::Ready(());
+        }
         let mut q = lock(&self.queue);
         if q.done_through >= ticket {
             return Poll::Ready(());
@@ -176,13 +197,13 @@ impl DbInner {
         let mut q = lock(&self.queue);
         q.wakers.retain(|(_, w, _)| *w != waiter);
         if let Some(ticket) = abandoned_result.filter(|&t| q.done_through >= t) {
-            q.errors.remove(&ticket);
+            let _ = self.take_result(&mut q, ticket);
         }
     }
 
     /// True once the batch with `ticket` is committed (or failed): its writes are visible.
     pub(super) fn is_committed(&self, ticket: u64) -> bool {
-        lock(&self.queue).done_through >= ticket
+        self.committed_through.load(Ordering::Acquire) >= ticket
     }
 
     /// Waits until the batch with `ticket` is committed or failed, leading groups meanwhile if
@@ -259,7 +280,7 @@ impl DbInner {
     ) -> (MutexGuard<'a, WriteQueue>, Option<Result<()>>) {
         loop {
             if q.done_through >= ticket {
-                let result = q.errors.remove(&ticket).map_or(Ok(()), Err);
+                let result = self.take_result(&mut q, ticket);
                 return (q, Some(result));
             }
             if q.leader_active || q.pending.is_empty() {
@@ -280,24 +301,28 @@ impl DbInner {
             for p in &group {
                 q.errors.insert(p.ticket, e.duplicate());
             }
+            self.unread_failures.store(true, Ordering::Release);
         }
         q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
+        self.committed_through.store(q.done_through, Ordering::Release);
         q.leader_active = false;
         self.groups_done.fetch_add(1, Ordering::Release);
-        if q.sleepers > 0 {
+        let sleepers = q.sleepers > 0;
+        let done = q.done_through;
+        let ready: Vec<Waker> = q.wakers.extract_if(.., |(t, _, _)| *t <= done).map(|(_, _, w)| w).collect();
+        if !sleepers && ready.is_empty() {
+            return q;
+        }
+        // Wake-ups (a futex call each, at times) go out after the lock is released, so writers
+        // queueing meanwhile do not wait for them.
+        drop(q);
+        if sleepers {
             self.queue_cv.notify_all();
         }
-        if !q.wakers.is_empty() {
-            let done = q.done_through;
-            // Waking only schedules the waiting task: cheap enough under the lock.
-            q.wakers.retain(|(t, _, w)| {
-                if *t <= done {
-                    w.wake_by_ref();
-                }
-                *t > done
-            });
+        for w in ready {
+            w.wake();
         }
-        q
+        lock(&self.queue)
     }
 
     /// Waits for `ticket` on this thread: spin, then yield, then sleep.
@@ -564,26 +589,32 @@ pub struct Committed {
     inner: Arc<DbInner>,
     ticket: WriteTicket,
     waiter: u64,
+    /// A poll left this waiter's waker with the queue.
+    registered: bool,
 }
 
 impl Committed {
     pub(super) fn new(inner: Arc<DbInner>, ticket: WriteTicket) -> Self {
         let waiter = inner.new_waiter();
-        Committed { inner, ticket, waiter }
+        Committed { inner, ticket, waiter, registered: false }
     }
 }
 
 impl std::future::Future for Committed {
     type Output = ();
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.inner.poll_committed(self.ticket.0, self.waiter, cx)
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let polled = self.inner.poll_committed(self.ticket.0, self.waiter, cx);
+        self.registered |= polled.is_pending();
+        polled
     }
 }
 
 impl Drop for Committed {
     fn drop(&mut self) {
-        self.inner.drop_waiter(self.waiter, None);
+        if self.registered {
+            self.inner.drop_waiter(self.waiter, None);
+        }
     }
 }
 
