@@ -35,6 +35,17 @@ pub struct ReadCounters {
     pub iter_tombstones: AtomicU64,
 }
 
+/// The bytes an allocator hands out for a request of `len`: rounded up to its size class
+/// (jemalloc's: 16-byte steps up to 128, then four classes per doubling; glibc's are finer, so
+/// this errs on the side of charging more).
+pub fn allocation_size(len: usize) -> usize {
+    if len <= 128 {
+        return len.max(1).next_multiple_of(16);
+    }
+    let spacing = (len - 1).ilog2() - 2;
+    len.next_multiple_of(1 << spacing)
+}
+
 /// Decompressed blocks keyed by `(file number, block offset)`, in 16 LRU shards bounded in bytes.
 /// Uncompressed blocks are read in place from the memory map and never cached.
 #[derive(Debug)]
@@ -69,9 +80,10 @@ impl BlockCache {
         got
     }
 
-    /// Caches a decompressed block.
+    /// Caches a decompressed block, charged what it occupies: its allocation's size class,
+    /// plus the entry and the shared handle.
     pub fn insert(&self, file: u64, offset: u64, block: Bytes) {
-        let charge = block.len() + 64;
+        let charge = allocation_size(block.len()) + 64;
         self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).insert((file, offset), block, charge);
     }
 
@@ -154,5 +166,30 @@ impl TableCache {
     /// The block cache tables read through.
     pub fn block_cache(&self) -> &Arc<BlockCache> {
         &self.block_cache
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_sizes_follow_the_allocator_classes() {
+        let cases = [(1, 16), (16, 16), (100, 112), (128, 128), (129, 160), (4096, 4096), (4097, 5120), (4101, 5120)];
+        for (len, class) in cases {
+            assert_eq!(allocation_size(len), class, "{len}");
+        }
+        for len in 1..20_000 {
+            let class = allocation_size(len);
+            assert!(class >= len && (class - len) * 4 < len.max(64), "{len} -> {class}");
+        }
+    }
+
+    #[test]
+    fn the_cache_charges_what_blocks_occupy() {
+        let cache = BlockCache::new(1 << 20, Arc::default());
+        cache.insert(1, 0, Bytes::from(vec![0u8; 4097]));
+        cache.insert(1, 4097, Bytes::from(vec![0u8; 4096]));
+        assert_eq!(cache.usage(), 5120 + 64 + 4096 + 64);
     }
 }

@@ -115,6 +115,16 @@ impl<W: Write> TableBuilder<W> {
         if self.props.num_entries > 0 && key::compare(&self.last_key, ikey) != std::cmp::Ordering::Less {
             return Err(Error::InvalidArgument("table keys must be added in increasing order".into()));
         }
+        // The block is cut before an entry that would take it past `block_size` once it is
+        // 90 % full (RocksDB's `block_size_deviation`): blocks then stay within the allocator's
+        // size class of `block_size` when they are read back into the cache.
+        let entry = ikey.len() + value.len() + 3 * 5 + 4;
+        if !self.data.is_empty()
+            && self.data.estimated_size() + entry > self.opts.block_size
+            && self.data.estimated_size() * 10 >= self.opts.block_size * 9
+        {
+            self.flush_data_block()?;
+        }
         if let Some(handle) = self.pending_index.take() {
             let sep = key::shortest_separator(&self.last_key, ikey);
             let mut h = Vec::new();

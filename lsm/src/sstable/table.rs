@@ -170,7 +170,11 @@ impl Source {
                         format!("block of {} bytes runs past the end of the file", h.size),
                     )
                 })?;
-                decode_block(raw, h, path, verify)
+                let block = decode_block(raw, h, path, verify)?;
+                // An uncompressed block is a slice of the buffer read, whose trailer takes a
+                // block of `block_size` bytes into the allocator's next size class (4 KiB + 5
+                // bytes is served from 5 KiB): the cache keeps a copy of just the block.
+                Ok(if block.len() as u64 == h.size { Bytes::copy_from_slice(&block) } else { block })
             }
         }
     }
@@ -331,6 +335,12 @@ impl Table {
     /// The table's properties.
     pub fn properties(&self) -> &TableProperties {
         &self.props
+    }
+
+    /// Sizes of the data blocks as stored (before the trailer).
+    #[cfg(test)]
+    pub(crate) fn block_sizes_for_test(&self) -> Vec<u64> {
+        self.index.handles.iter().map(|h| h.size).collect()
     }
 
     #[cfg(test)]

@@ -206,3 +206,22 @@ fn range_tombstones_round_trip_and_widen_the_key_range() {
     assert!(!it.valid());
     assert_eq!(t.max_covering_tombstone(b"a", 5), Some(1));
 }
+
+#[test]
+fn blocks_are_cut_before_they_pass_the_block_size() {
+    // 116-byte entries: a block cut only after passing 4096 bytes would end up to an entry
+    // past it, one allocator size class up once read back.
+    let es: Vec<_> = (0..5000u32)
+        .map(|i| (make_internal_key(format!("key{i:013}").as_bytes(), 1, ValueKind::Put), vec![b'v'; 100]))
+        .collect();
+    let t = build(&es, Compression::None, 4096);
+    let sizes = t.block_sizes_for_test();
+    assert!(sizes.len() > 100);
+    assert!(sizes.iter().all(|&s| s <= 4096), "{:?}", sizes.iter().max());
+    // ...and still nearly full.
+    let full = sizes[..sizes.len() - 1].iter().filter(|&&s| s * 10 >= 4096 * 9).count();
+    assert_eq!(full, sizes.len() - 1);
+    // A single entry larger than the block still gets a block of its own.
+    let big = vec![(make_internal_key(b"a", 1, ValueKind::Put), vec![b'x'; 10_000])];
+    assert!(build(&big, Compression::None, 4096).block_sizes_for_test()[0] > 10_000);
+}
