@@ -146,6 +146,8 @@ def parse(path):
     return seen
 rows = []
 for i, b in enumerate(benches):
+    if b == "stats":
+        continue  # prints the engine's statistics, not a timing
     occurrence = benches[:i].count(b)
     r = [parse(f"{out}/rocksdb-run{n}.txt").get((to_rocks.get(b, b), occurrence)) for n in range(1, runs + 1)]
     s = [parse(f"{out}/shale-run{n}.txt").get((b, occurrence)) for n in range(1, runs + 1)]
