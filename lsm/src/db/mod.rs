@@ -1,8 +1,10 @@
 //! The database: open/recover, reads, writes, iterators, flush and close.
 
+mod commit;
 mod compact;
 mod flush;
 mod open;
+mod read;
 mod read_only;
 mod replication;
 mod stats;
@@ -28,15 +30,15 @@ use bytes::Bytes;
 
 use crate::batch::WriteBatch;
 use crate::cache::{ReadCounters, TableCache};
-use crate::iter::{BoxedIter, DbIterator, MergingIterator, Range};
+use crate::iter::{DbIterator, Range};
 use crate::manifest::{Version, VersionSet};
-use crate::memtable::{Lookup, Memtable};
+use crate::memtable::Memtable;
 use crate::options::{Options, ReadOptions, SyncMode, WriteOptions};
 use crate::snapshot::{Snapshot, SnapshotList};
 use crate::sstable::Fetch;
 use crate::wal::LogWriter;
 use crate::{Error, Result};
-pub use write::{Commit, Committed, WriteTicket};
+pub use commit::{Commit, Committed, WriteTicket};
 
 /// What readers need, swapped atomically as memtables rotate and flushes land: the active
 /// memtable, the frozen ones (newest first) and the table version.
@@ -362,7 +364,13 @@ impl Db {
             return DbIterator::failed(e);
         }
         let (seq, sv) = self.inner.read_view(opts);
-        new_iterator(sv, seq, opts.snapshot.clone(), Fetch::from_options(opts), Arc::clone(&self.inner.read_counters))
+        read::new_iterator(
+            sv,
+            seq,
+            opts.snapshot.clone(),
+            Fetch::from_options(opts),
+            Arc::clone(&self.inner.read_counters),
+        )
     }
 
     /// The entries with keys in `range`, in key order from either end.
@@ -394,7 +402,7 @@ impl Db {
         let fetch = Fetch::from_options(opts);
         let counters = Arc::clone(&self.inner.read_counters);
         let make = Box::new(move || match &open {
-            Ok(()) => new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fetch, Arc::clone(&counters)),
+            Ok(()) => read::new_iterator(Arc::clone(&sv), seq, snapshot.clone(), fetch, Arc::clone(&counters)),
             Err(e) => DbIterator::failed(e.duplicate()),
         });
         Range::new(make, lower, upper)
@@ -517,77 +525,10 @@ fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
     Some(end)
 }
 
-fn new_iterator(
-    sv: Arc<SuperVersion>,
-    seq: u64,
-    snapshot: Option<Snapshot>,
-    fetch: Fetch,
-    counters: Arc<ReadCounters>,
-) -> DbIterator {
-    let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
-    let mut sources: Vec<Arc<dyn crate::range_del::TombstoneSource>> = Vec::new();
-    for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
-        children.push(Box::new(m.iter()));
-        if m.has_range_tombstones() {
-            sources.push(Arc::clone(m) as Arc<dyn crate::range_del::TombstoneSource>);
-        }
-    }
-    let built = sv
-        .version
-        .iterators(&mut children, fetch)
-        .and_then(|_| sv.version.tombstone_sources(&mut sources, fetch.cache_only));
-    if let Err(e) = built {
-        return DbIterator::failed(e);
-    }
-    let tombstones = crate::range_del::Tombstones::new(sources, seq);
-    DbIterator::new(MergingIterator::new(children), seq, tombstones, sv, snapshot, counters)
-}
-
 impl DbInner {
     /// The options in force.
     fn opts(&self) -> Arc<Options> {
         Arc::clone(&self.options.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
-        self.check_open()?;
-        let (seq, sv) = self.read_view(opts);
-        Self::get_in(&sv, key, seq, opts.cache_only)
-    }
-
-    fn multi_get(&self, keys: &[&[u8]], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
-        self.check_open()?;
-        let (seq, sv) = self.read_view(opts);
-        // In key order, so keys that share tables and blocks find them in the CPU's caches.
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
-        let mut values = vec![None; keys.len()];
-        for i in order {
-            values[i] = Self::get_in(&sv, keys[i], seq, opts.cache_only)?;
-        }
-        Ok(values)
-    }
-
-    /// `key`'s value at `seq` in the sources of `sv`.
-    fn get_in(sv: &SuperVersion, key: &[u8], seq: u64, cache_only: bool) -> Result<Option<Bytes>> {
-        // Newest source first; stop at the first point version or covering range tombstone
-        // (everything below either is older). Point lookups always fill the block cache.
-        let mut tomb = None;
-        let mut found = None;
-        for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
-            tomb = tomb.max(m.max_covering_tombstone(key, seq));
-            found = m.get(key, seq);
-            if found.is_some() || tomb.is_some() {
-                break;
-            }
-        }
-        if found.is_none() {
-            (found, tomb) = sv.version.get(key, seq, tomb, cache_only)?;
-        }
-        Ok(match found {
-            Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
-            _ => None,
-        })
     }
 
     pub(super) fn sync_mode(&self) -> SyncMode {
@@ -596,16 +537,6 @@ impl DbInner {
             1 => SyncMode::EverySec,
             _ => SyncMode::Never,
         }
-    }
-
-    /// The sequence number and super version a read uses. The sequence is read first, so every
-    /// write it covers is in the super version read after it.
-    fn read_view(&self, opts: &ReadOptions) -> (u64, Arc<SuperVersion>) {
-        let seq = match &opts.snapshot {
-            Some(s) => s.sequence(),
-            None => self.visible_seq.load(Ordering::Acquire),
-        };
-        (seq, self.super_version())
     }
 
     fn super_version(&self) -> Arc<SuperVersion> {

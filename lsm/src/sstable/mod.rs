@@ -9,6 +9,7 @@ pub mod block;
 pub mod bloom;
 mod builder;
 pub mod format;
+mod index;
 mod table;
 
 pub use builder::{TableBuilder, TableOptions};

@@ -1,0 +1,95 @@
+//! The read path: point lookups (one key or many at one point in time) and the merged cursor
+//! over every source (memtables, then tables newest first).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{DbInner, SuperVersion};
+use crate::cache::ReadCounters;
+use crate::iter::{BoxedIter, DbIterator, MergingIterator};
+use crate::memtable::Lookup;
+use crate::options::ReadOptions;
+use crate::snapshot::Snapshot;
+use crate::sstable::Fetch;
+use crate::Result;
+
+pub(super) fn new_iterator(
+    sv: Arc<SuperVersion>,
+    seq: u64,
+    snapshot: Option<Snapshot>,
+    fetch: Fetch,
+    counters: Arc<ReadCounters>,
+) -> DbIterator {
+    let mut children: Vec<BoxedIter> = Vec::with_capacity(1 + sv.imm.len() + sv.version.num_files(0) + 6);
+    let mut sources: Vec<Arc<dyn crate::range_del::TombstoneSource>> = Vec::new();
+    for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
+        children.push(Box::new(m.iter()));
+        if m.has_range_tombstones() {
+            sources.push(Arc::clone(m) as Arc<dyn crate::range_del::TombstoneSource>);
+        }
+    }
+    let built = sv
+        .version
+        .iterators(&mut children, fetch)
+        .and_then(|_| sv.version.tombstone_sources(&mut sources, fetch.cache_only));
+    if let Err(e) = built {
+        return DbIterator::failed(e);
+    }
+    let tombstones = crate::range_del::Tombstones::new(sources, seq);
+    DbIterator::new(MergingIterator::new(children), seq, tombstones, sv, snapshot, counters)
+}
+
+impl DbInner {
+    /// The sequence number and super version a read uses. The sequence is read first, so every
+    /// write it covers is in the super version read after it.
+    pub(super) fn read_view(&self, opts: &ReadOptions) -> (u64, Arc<SuperVersion>) {
+        let seq = match &opts.snapshot {
+            Some(s) => s.sequence(),
+            None => self.visible_seq.load(Ordering::Acquire),
+        };
+        (seq, self.super_version())
+    }
+
+    pub(super) fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
+        self.check_open()?;
+        let (seq, sv) = self.read_view(opts);
+        Self::get_in(&sv, key, seq, opts.cache_only)
+    }
+
+    pub(super) fn multi_get(&self, keys: &[&[u8]], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
+        self.check_open()?;
+        let (seq, sv) = self.read_view(opts);
+        // In key order, so keys that share tables and blocks find them in the CPU's caches.
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
+        let mut values = vec![None; keys.len()];
+        for i in order {
+            values[i] = Self::get_in(&sv, keys[i], seq, opts.cache_only)?;
+        }
+        Ok(values)
+    }
+
+    /// `key`'s value at `seq` in the sources of `sv`.
+    fn get_in(sv: &SuperVersion, key: &[u8], seq: u64, cache_only: bool) -> Result<Option<Bytes>> {
+        // Newest source first; stop at the first point version or covering range tombstone
+        // (everything below either is older). Point lookups always fill the block cache.
+        let mut tomb = None;
+        let mut found = None;
+        for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
+            tomb = tomb.max(m.max_covering_tombstone(key, seq));
+            found = m.get(key, seq);
+            if found.is_some() || tomb.is_some() {
+                break;
+            }
+        }
+        if found.is_none() {
+            (found, tomb) = sv.version.get(key, seq, tomb, cache_only)?;
+        }
+        Ok(match found {
+            Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),
+            _ => None,
+        })
+    }
+}
