@@ -144,6 +144,17 @@ pub struct Options {
     pub(crate) compaction_filter: Option<FilterHandle>,
     pub(crate) wal_ttl: std::time::Duration,
     pub(crate) wal_size_limit: u64,
+    pub(crate) memory_release: Option<ReleaseHook>,
+}
+
+/// What the application runs once a flushed memtable's memory is freed.
+#[derive(Clone)]
+pub(crate) struct ReleaseHook(pub(crate) Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ReleaseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReleaseHook")
+    }
 }
 
 /// A user compaction filter, shared by every compaction.
@@ -186,6 +197,7 @@ impl Default for Options {
             table_read_mode: TableReadMode::default(),
             max_open_files: 1000,
             compaction_filter: None,
+            memory_release: None,
             wal_ttl: std::time::Duration::ZERO,
             wal_size_limit: 0,
         }
@@ -367,6 +379,15 @@ impl Options {
     #[must_use]
     pub fn wal_size_limit(mut self, bytes: u64) -> Self {
         self.wal_size_limit = bytes;
+        self
+    }
+
+    /// Runs `release` on the flush thread each time a flushed memtable's memory has been freed
+    /// (a memtable still read by an open iterator is freed later): for an allocator that keeps
+    /// freed pages, a place to hand them back to the OS, e.g. jemalloc's `arena.<all>.purge`.
+    /// glibc's malloc returns large frees by itself and needs nothing here.
+    pub fn memory_release(mut self, release: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.memory_release = Some(ReleaseHook(release));
         self
     }
 

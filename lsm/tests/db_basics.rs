@@ -343,3 +343,28 @@ fn flush_in_background_freezes_only_a_big_enough_memtable() {
     assert_eq!(db.stats().memtable_bytes, 0);
     assert_eq!(db.get(999u32.to_be_bytes()).unwrap().as_deref(), Some(&[7u8; 100][..]));
 }
+
+#[test]
+fn memory_release_runs_after_each_flush_frees_a_memtable() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let opts = small().memory_release(Arc::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }));
+    let db = Db::open(dir.path(), opts).unwrap();
+    db.put(b"k", b"v").unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing flushed, nothing released");
+    for round in 1..=2 {
+        db.put(format!("key{round}"), b"value").unwrap();
+        db.flush().unwrap();
+        // The flush thread runs the hook right after it drops the flushed memtable.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while calls.load(Ordering::SeqCst) < round && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), round);
+    }
+    assert_eq!(db.get(b"key2").unwrap().as_deref(), Some(&b"value"[..]));
+}

@@ -80,10 +80,21 @@ impl DbInner {
             let Some(imm) = self.super_version().imm.last().cloned() else {
                 continue;
             };
-            if let Err(e) = self.flush_memtable(&imm) {
+            let flushed = self.flush_memtable(&imm);
+            drop(imm);
+            match flushed {
+                // The memtable's memory is free now (unless a reader still holds it): the
+                // application may hand it back to the OS.
+                Ok(()) => {
+                    if let Some(release) = &self.opts().memory_release {
+                        (release.0)();
+                    }
+                }
                 // A table that could not be built was removed: retryable on a full disk. A
                 // failed manifest write was already recorded as fatal by flush_memtable.
-                self.poison_retryable(e);
+                Err(e) => {
+                    self.poison_retryable(e);
+                }
             }
             self.signal_work();
         }
