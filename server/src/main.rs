@@ -224,7 +224,9 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .compaction_rate_limit(config.compaction_rate_limit)
         // The replication backlog: flushed WAL kept for replicas' partial resyncs.
         .wal_size_limit(config.get("repl-backlog-size").and_then(|v| v.parse().ok()).unwrap_or(256 << 20))
-        .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>);
+        .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>)
+        // A flushed memtable's memory goes back to the OS at once, not seconds later.
+        .memory_release(Arc::new(shale_server::commands::purge_allocator));
     let db = lsm::Db::open(&config.dir, opts)?;
     filter.attach(&db);
     let state = Arc::new(ServerState::new(config, db.clone()).map_err(|e| e as Box<dyn std::error::Error>)?);

@@ -26,6 +26,7 @@ mod redis_meta;
 pub(crate) mod replication;
 mod scripting;
 mod server;
+pub use server::purge_allocator;
 mod sets;
 mod sort;
 mod sorted_sets;

@@ -221,7 +221,10 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
         ("doctor", 2) => Reply::Verbatim(Bytes::from_static(
             b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.",
         )),
-        ("purge", 2) => Reply::ok(),
+        ("purge", 2) => {
+            purge_allocator();
+            Reply::ok()
+        }
         ("help", 2) => super::introspection::help(&[
             "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "DOCTOR",
@@ -260,6 +263,28 @@ fn malloc_stats() -> Vec<u8> {
     unsafe { tikv_jemalloc_sys::malloc_stats_print(Some(append), (&mut out as *mut Vec<u8>).cast(), std::ptr::null()) };
     out
 }
+
+/// Hands the allocator's freed pages back to the OS: jemalloc's `arena.<all>.purge` (what
+/// Redis's `MEMORY PURGE` does). The engine also runs it after each memtable flush. Nothing to
+/// do for the system allocator, which returns large frees by itself.
+#[cfg(feature = "jemalloc")]
+pub fn purge_allocator() {
+    // SAFETY: a NUL-terminated mallctl name (4096 is MALLCTL_ARENAS_ALL); this control reads
+    // and writes nothing. A failed purge only leaves the pages with the allocator.
+    let _ = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"arena.4096.purge".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+}
+
+/// See the jemalloc version: the system allocator returns large frees by itself.
+#[cfg(not(feature = "jemalloc"))]
+pub fn purge_allocator() {}
 
 #[cfg(not(feature = "jemalloc"))]
 fn malloc_stats() -> Vec<u8> {
