@@ -65,7 +65,7 @@ impl DbBench {
         // jemalloc keeps freed pages for seconds before returning them; a flushed memtable's
         // tens of MB go back at once, as glibc's malloc (RocksDB's db_bench) returns them.
         #[cfg(feature = "jemalloc")]
-        let opts = opts.memory_release(std::sync::Arc::new(purge_allocator));
+        let opts = opts.memory_release(std::sync::Arc::new(lsm::allocator::purge));
         Ok(opts
             .compression(compression)
             .block_cache_size(flags.cache_size)
@@ -418,20 +418,4 @@ pub fn dir_size(path: &Path) -> u64 {
             rd.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
         })
         .unwrap_or(0)
-}
-
-/// Hands every jemalloc arena's freed pages back to the OS (`arena.<MALLCTL_ARENAS_ALL>.purge`).
-#[cfg(feature = "jemalloc")]
-fn purge_allocator() {
-    // SAFETY: a NUL-terminated mallctl name; this control reads and writes nothing. A failed
-    // purge only leaves the pages with the allocator.
-    let _ = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"arena.4096.purge".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
 }

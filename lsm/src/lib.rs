@@ -30,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod batch;
 pub mod cache;
 mod coding;

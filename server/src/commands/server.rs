@@ -264,27 +264,13 @@ fn malloc_stats() -> Vec<u8> {
     out
 }
 
-/// Hands the allocator's freed pages back to the OS: jemalloc's `arena.<all>.purge` (what
-/// Redis's `MEMORY PURGE` does). The engine also runs it after each memtable flush. Nothing to
-/// do for the system allocator, which returns large frees by itself.
-#[cfg(feature = "jemalloc")]
+/// Hands the allocator's freed pages back to the OS (Redis's `MEMORY PURGE`); the engine also
+/// runs it after each memtable flush. Nothing to do for the system allocator, which returns
+/// large frees by itself.
 pub fn purge_allocator() {
-    // SAFETY: a NUL-terminated mallctl name (4096 is MALLCTL_ARENAS_ALL); this control reads
-    // and writes nothing. A failed purge only leaves the pages with the allocator.
-    let _ = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"arena.4096.purge".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
+    #[cfg(feature = "jemalloc")]
+    lsm::allocator::purge();
 }
-
-/// See the jemalloc version: the system allocator returns large frees by itself.
-#[cfg(not(feature = "jemalloc"))]
-pub fn purge_allocator() {}
 
 #[cfg(not(feature = "jemalloc"))]
 fn malloc_stats() -> Vec<u8> {
