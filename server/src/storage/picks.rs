@@ -82,28 +82,60 @@ struct Sampler<'v, 'a> {
 }
 
 impl Sampler<'_, '_> {
-    /// The members whose pick records lie in `[start, end)`.
-    fn read(&mut self, start: Vec<u8>, end: Vec<u8>) -> lsm::Result<Vec<Bytes>> {
-        let skip = self.prefix.len() + 8;
-        let member = |k: &[u8]| Bytes::copy_from_slice(&k[skip.min(k.len())..]);
+    /// Calls `visit` with the pick-record key of each member whose record lies in
+    /// `[start, end)`, in a fixed order, until it returns false.
+    fn walk(&mut self, start: Vec<u8>, end: Vec<u8>, mut visit: impl FnMut(&[u8]) -> bool) -> lsm::Result<()> {
         // Inside a transaction (a combined write group too) its buffered writes lie over the
         // engine's records: deleted pick records are hidden, added ones join.
         let overlay = self.view.buffered_in(&start, &end);
         let it = self.cursor.get_or_insert_with(|| self.view.engine_cursor());
         it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
         it.seek(&start)?;
-        let mut out = Vec::new();
         while it.valid() {
-            if !overlay.as_ref().is_some_and(|o| o.hides(it.key())) {
-                out.push(member(it.key()));
+            if !overlay.as_ref().is_some_and(|o| o.hides(it.key())) && !visit(it.key()) {
+                return Ok(());
             }
             it.next()?;
         }
         it.status()?;
         if let Some(o) = overlay {
-            out.extend(o.writes.iter().filter(|(_, put)| *put).map(|(k, _)| member(k)));
+            for (k, _) in o.writes.iter().filter(|(_, put)| *put) {
+                if !visit(k) {
+                    break;
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// The member a pick-record key names (`skip`: the length of the prefix and hash).
+    fn member(key: &[u8], skip: usize) -> Bytes {
+        Bytes::copy_from_slice(&key[skip.min(key.len())..])
+    }
+
+    /// The members whose pick records lie in `[start, end)`.
+    fn read(&mut self, start: Vec<u8>, end: Vec<u8>) -> lsm::Result<Vec<Bytes>> {
+        let (skip, mut out) = (self.prefix.len() + 8, Vec::new());
+        self.walk(start, end, |k| {
+            out.push(Self::member(k, skip));
+            true
+        })?;
         Ok(out)
+    }
+
+    /// The `j`-th member (from 0) of those whose pick records lie in `[start, end)`, if there
+    /// are more than `j`: nothing is copied but that member.
+    fn nth(&mut self, start: Vec<u8>, end: Vec<u8>, j: usize) -> lsm::Result<Option<Bytes>> {
+        let (skip, mut seen, mut found) = (self.prefix.len() + 8, 0, None);
+        self.walk(start, end, |k| {
+            if seen == j {
+                found = Some(Self::member(k, skip));
+                return false;
+            }
+            seen += 1;
+            true
+        })?;
+        Ok(found)
     }
 
     fn all(&mut self) -> lsm::Result<Vec<Bytes>> {
@@ -111,6 +143,11 @@ impl Sampler<'_, '_> {
     }
 
     /// One member, uniformly (see the module docs); `None` only if the index is empty.
+    ///
+    /// A round draws `j` uniformly from `0..CAP` and takes the bucket's `j`-th member if it
+    /// has one: with `k` members that happens with probability `k / CAP`, and then `j` is
+    /// uniform over `0..k` — the module's acceptance rule and uniform choice in one draw, read
+    /// without copying the members passed over.
     fn one(&mut self, rng: &mut impl Rng) -> lsm::Result<Option<Bytes>> {
         let buckets = self.count.div_ceil(MEAN).max(1);
         for _ in 0..MAX_ROUNDS {
@@ -118,11 +155,9 @@ impl Sampler<'_, '_> {
             let start = self.bucket_start(bucket, buckets);
             let end =
                 if bucket + 1 < buckets { self.bucket_start(bucket + 1, buckets) } else { prefix_end(&self.prefix) };
-            let members = self.read(start, end)?;
-            if members.is_empty() || rng.random_range(0..CAP) >= members.len() {
-                continue;
+            if let Some(member) = self.nth(start, end, rng.random_range(0..CAP))? {
+                return Ok(Some(member));
             }
-            return Ok(Some(members[rng.random_range(0..members.len())].clone()));
         }
         tracing::warn!(target: "shale::storage", count = self.count, "random pick found no bucket; reading every pick record");
         let all = self.all()?;
