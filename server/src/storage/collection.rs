@@ -279,7 +279,7 @@ impl<'a> View<'a> {
     }
 
     /// Elements of `uid` in field order, from `from` on.
-    pub fn elements(&self, uid: u64, from: Bound<&[u8]>) -> ElementIter {
+    pub fn elements(&self, uid: u64, from: Bound<&[u8]>) -> ElementIter<'a> {
         let prefix = element_key(self.pdb, uid, b"");
         let start = match from {
             Bound::Included(f) => Bound::Included(element_key(self.pdb, uid, f)),
@@ -291,7 +291,7 @@ impl<'a> View<'a> {
     }
 
     /// Elements of `uid` with fields in `[from, to)`, from either end.
-    pub fn elements_between(&self, uid: u64, from: &[u8], to: &[u8]) -> ElementIter {
+    pub fn elements_between(&self, uid: u64, from: &[u8], to: &[u8]) -> ElementIter<'a> {
         let prefix_len = element_key(self.pdb, uid, b"").len();
         let (start, end) = (element_key(self.pdb, uid, from), element_key(self.pdb, uid, to));
         ElementIter {
@@ -367,7 +367,7 @@ impl<'a> View<'a> {
     }
 
     /// Records in `[start, end)` as this command sees them.
-    pub(super) fn raw_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
+    pub(super) fn raw_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'a> {
         self.cx.range(&self.storage.engine, start, end)
     }
 
@@ -391,7 +391,7 @@ impl<'a> View<'a> {
     /// The score index of sorted set `meta` in (score, member) order, as a double-ended
     /// iterator of `(score, member)` starting at score `min` (inclusive) when given. Reads
     /// start and end at the set's [`ScoreBounds`], past what pops deleted.
-    pub fn scores(&self, meta: &Meta, min: Option<f64>) -> ScoreIter {
+    pub fn scores(&self, meta: &Meta, min: Option<f64>) -> ScoreIter<'a> {
         let prefix = score_prefix(self.pdb, meta.uid);
         let bounds = ScoreBounds::of(meta);
         let with_prefix = |suffix: &[u8]| {
@@ -412,18 +412,18 @@ impl<'a> View<'a> {
 }
 
 /// `(field, value)` pairs of one collection.
-pub struct ElementIter {
-    range: RawRange,
+pub struct ElementIter<'a> {
+    range: RawRange<'a>,
     skip: usize,
 }
 
-impl std::fmt::Debug for ElementIter {
+impl std::fmt::Debug for ElementIter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ElementIter").finish_non_exhaustive()
     }
 }
 
-impl Iterator for ElementIter {
+impl Iterator for ElementIter<'_> {
     type Item = lsm::Result<(Bytes, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -431,31 +431,31 @@ impl Iterator for ElementIter {
     }
 }
 
-impl DoubleEndedIterator for ElementIter {
+impl DoubleEndedIterator for ElementIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         Some(self.range.next_back()?.map(|(k, v)| (k.slice(self.skip..), v)))
     }
 }
 
 /// `(score, member)` pairs of one sorted set.
-pub struct ScoreIter {
-    range: RawRange,
+pub struct ScoreIter<'a> {
+    range: RawRange<'a>,
     skip: usize,
 }
 
-impl std::fmt::Debug for ScoreIter {
+impl std::fmt::Debug for ScoreIter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScoreIter").finish_non_exhaustive()
     }
 }
 
-impl ScoreIter {
+impl ScoreIter<'_> {
     fn decode(&self, k: Bytes) -> (f64, Bytes) {
         (decode_score(&k[self.skip..self.skip + 8]), k.slice(self.skip + 8..))
     }
 }
 
-impl Iterator for ScoreIter {
+impl Iterator for ScoreIter<'_> {
     type Item = lsm::Result<(f64, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -464,7 +464,7 @@ impl Iterator for ScoreIter {
     }
 }
 
-impl DoubleEndedIterator for ScoreIter {
+impl DoubleEndedIterator for ScoreIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         let kv = self.range.next_back()?;
         Some(kv.map(|(k, _)| self.decode(k)))

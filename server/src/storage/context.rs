@@ -39,7 +39,7 @@ pub use merged::{MergedRange, RawRange};
 
 /// Writes buffered by the running transaction.
 #[derive(Debug, Default)]
-struct TxnBuffer {
+pub(super) struct TxnBuffer {
     batch: lsm::WriteBatch,
     /// Key -> value (None: deleted).
     writes: BTreeMap<Vec<u8>, Option<Bytes>>,
@@ -340,20 +340,20 @@ impl ExecContext {
     }
 
     /// `engine.range(start..end)` as this command sees it.
-    pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange {
+    pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'_> {
         self.void_memory_only();
         let inner = match self.read_options() {
             Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
             None => engine.range((start.clone(), end.clone())),
         };
-        let t = self.txn.borrow();
-        let Some(txn) = t.as_ref() else { return RawRange::Engine(inner) };
-        let buffered: BTreeMap<Bytes, Option<Bytes>> =
-            txn.writes.range::<Vec<u8>, _>((start, end)).map(|(k, v)| (Bytes::copy_from_slice(k), v.clone())).collect();
+        if self.txn.borrow().is_none() {
+            return RawRange::Engine(inner);
+        }
         RawRange::Merged(Box::new(MergedRange {
             engine: inner,
-            buffered,
-            range_dels: txn.range_dels.clone(),
+            txn: &self.txn,
+            low: start,
+            high: end,
             front: None,
             back: None,
         }))
