@@ -50,6 +50,15 @@ impl std::fmt::Debug for MergedRange<'_> {
     }
 }
 
+/// Whether no key lies between `bounds` (`BTreeMap::range` panics on some of those).
+fn is_empty((low, high): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match (low, high) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a >= b,
+        _ => false,
+    }
+}
+
 /// Which end of a range a step reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -103,6 +112,9 @@ impl MergedRange<'_> {
             let t = self.txn.borrow();
             let txn = t.as_ref()?;
             let bounds = (self.low.as_ref().map(Vec::as_slice), self.high.as_ref().map(Vec::as_slice));
+            if is_empty(bounds) {
+                return None;
+            }
             let mut writes = txn.writes.range::<[u8], _>(bounds);
             let (k, v) = match end {
                 End::Front => writes.next()?,
@@ -188,5 +200,22 @@ impl DoubleEndedIterator for RawRange<'_> {
             RawRange::Engine(r) => r.next_back(),
             RawRange::Merged(m) => m.next_back(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_bounds_are_told_apart_from_ranges_btreemap_accepts() {
+        use Bound::{Excluded as X, Included as I, Unbounded as U};
+        let (a, b): (&[u8], &[u8]) = (b"a", b"b");
+        assert!(!is_empty((I(a), I(a))), "one key");
+        assert!(is_empty((I(a), X(a))));
+        assert!(is_empty((X(a), X(a))), "BTreeMap::range panics on this one");
+        assert!(is_empty((X(b), I(a))));
+        assert!(!is_empty((X(a), X(b))));
+        assert!(!is_empty((U, X(a))) && !is_empty((X(b), U)));
     }
 }
