@@ -177,18 +177,12 @@ impl DbBench {
                 })?
             }
             "read_while_writing" => read_while_writing(&f, &db, threads, reads)?,
-            "read_random_write_random" => {
+            "read_random_write_random" | "update_random" => {
+                let body = if name == "update_random" { update_random } else { read_random_write_random };
                 let ops = f.read_writes();
                 let rate = WriteRate::new(f.write_rate_limit);
                 run_threads(name, threads, ops * threads as u64, f.histogram, true, |t, r| {
-                    read_random_write_random(&f, &db, t, ops, &rate, r)
-                })?
-            }
-            "update_random" => {
-                let ops = f.read_writes();
-                let rate = WriteRate::new(f.write_rate_limit);
-                run_threads(name, threads, ops * threads as u64, f.histogram, true, |t, r| {
-                    update_random(&f, &db, t, ops, &rate, r)
+                    body(&f, &db, t, ops, &rate, r)
                 })?
             }
             "multi_read_random" => run_threads(name, threads, reads * threads as u64, f.histogram, true, |t, r| {
