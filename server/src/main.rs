@@ -176,6 +176,13 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     if workers > 0 {
         builder.worker_threads(workers);
     }
+    // Tasks woken together run in the order they were woken. With tokio's LIFO slot, the task
+    // woken last runs first: when two clients' commands arrive in one poll of the sockets, the
+    // later one would run first (a PUBLISH overtaking the other client's UNSUBSCRIBE sent before
+    // it). Redis serves them in arrival order. The option is `tokio_unstable`, which
+    // `.cargo/config.toml` sets; a build with its own RUSTFLAGS keeps tokio's default.
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
     builder.enable_all().build()
 }
 
