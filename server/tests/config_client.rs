@@ -156,6 +156,29 @@ fn client_list_kill_and_reply_modes() {
     let got = roundtrip(&mut me, b"CLIENT KILL SKIPME no\r\nPING\r\n", 64);
     assert!(got.starts_with(b":") && !got.ends_with(b"+PONG\r\n"), "{}", String::from_utf8_lossy(&got));
 
+    // A client killed while it waits (blocked in BLPOP, or between requests after a blocked
+    // wait ended) is closed at once: every wait of the connection sees the kill.
+    let mut admin = server.client();
+    for blocked in [true, false] {
+        let mut waiter = server.raw();
+        let mut id = roundtrip(&mut waiter, b"CLIENT ID\r\n", 3);
+        while !id.ends_with(b"\r\n") {
+            id.extend(roundtrip(&mut waiter, b"", 1));
+        }
+        let id = String::from_utf8_lossy(&id[1..]).trim().to_string();
+        assert_eq!(roundtrip(&mut waiter, b"BLPOP kill:list 0.01\r\n", 5), b"*-1\r\n");
+        if blocked {
+            std::io::Write::write_all(&mut waiter, b"BLPOP kill:list 0\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let killed: i64 = cmd("CLIENT").arg("KILL").arg("ID").arg(&id).query(&mut admin).unwrap();
+        assert_eq!(killed, 1, "blocked: {blocked}");
+        waiter.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let n = std::io::Read::read(&mut waiter, &mut buf).expect("closed, not timed out");
+        assert_eq!(n, 0, "blocked: {blocked}: closed without a reply");
+    }
+
     // CLIENT REPLY: OFF and SKIP answer nothing, ON answers +OK.
     let mut s = server.raw();
     let got = roundtrip(

@@ -58,6 +58,20 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
     let mut output = BytesMut::with_capacity(16 * 1024);
     let mut requests: VecDeque<Vec<Bytes>> = VecDeque::new();
     let mut protocol_error = None;
+    // What the connection waits for besides input lives as long as the connection: a round of
+    // requests then costs a poll of each, not a registration with the kill signal, the server's
+    // stop flag and the timer wheel every time (measurable at one request per round).
+    let killed = handle.kill_signal.notified();
+    tokio::pin!(killed);
+    let mut stop_watch = stop.clone();
+    let stopping = async move {
+        let _ = stop_watch.changed().await;
+    };
+    tokio::pin!(stopping);
+    let mut stop_seen = false;
+    let resize_timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(resize_timer);
+    let mut resize_armed = false;
     loop {
         // CLIENT KILL (or a subscriber over its output limit): close, whatever is pending.
         if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
@@ -208,15 +222,24 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 tokio::time::sleep(Duration::from_secs(timeout)).await
             }
         };
+        // The resize check is armed once and left running while input comes in: firing before
+        // the buffer has been idle long enough only re-runs the check, which is harmless.
         let resize_check = query_buf.idle_check_in(&input);
+        if let (Some(d), false) = (resize_check, resize_armed) {
+            resize_timer.as_mut().reset(tokio::time::Instant::now() + d);
+            resize_armed = true;
+        }
         let mut resize_due = false;
         tokio::select! {
             read = socket.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => session.arrival = state.blocking.next_arrival(),
             },
-            _ = until(resize_check.map(|d| tokio::time::Instant::now() + d)) => resize_due = true,
-            _ = handle.kill_signal.notified() => {}
+            _ = &mut resize_timer, if resize_armed && resize_check.is_some() => {
+                resize_armed = false;
+                resize_due = true;
+            }
+            _ = &mut killed => {}
             msg = next_message(&mut session.messages) => {
                 // Pub/sub messages: this one and whatever else is queued, in one write.
                 if let Some(m) = msg {
@@ -231,8 +254,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 tracing::debug!(target: "shale::net", client = session.id, "idle timeout; closing");
                 return;
             }
-            _ = stop.changed() => {
+            _ = &mut stopping, if !stop_seen => {
                 // Shutting down: finish what is already buffered (the loop above), then close.
+                stop_seen = true;
                 if input.is_empty() {
                     return;
                 }
@@ -279,7 +303,10 @@ pub(crate) async fn write_out(
     if handle.killed.load(std::sync::atomic::Ordering::Acquire) {
         return false;
     }
+    // The write first: when it completes at once (the usual case), the kill signal is never
+    // polled and costs no registration.
     let written = tokio::select! {
+        biased;
         r = async { socket.write_all(output).await?; socket.flush().await } => r.is_ok(),
         _ = handle.kill_signal.notified() => false,
     };

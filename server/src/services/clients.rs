@@ -173,9 +173,12 @@ impl ClientHandle {
         coarse_now_ms().saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000
     }
 
-    /// Asks the connection to close.
+    /// Asks the connection to close: wakes every wait of the connection registered on
+    /// `kill_signal` (the connection keeps one registered for its whole life), and leaves a
+    /// permit for a wait that starts later (every wait checks `killed` first, too).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
+        self.kill_signal.notify_waiters();
         self.kill_signal.notify_one();
     }
 
