@@ -48,6 +48,7 @@ pub mod range_del;
 pub mod repair;
 mod snapshot;
 pub mod sstable;
+pub mod stripe;
 pub mod wal;
 
 pub use batch::WriteBatch;

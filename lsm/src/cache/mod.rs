@@ -13,13 +13,20 @@ use bytes::Bytes;
 pub use lru::Lru;
 
 use crate::sstable::Table;
+use crate::stripe::Striped;
 use crate::Result;
 
 const SHARDS: usize = 16;
 
-/// Engine-wide read counters, shared by the caches and every open table.
+/// Engine-wide read counters, shared by the caches and every open table, striped per thread
+/// (see [`crate::stripe`]): count into [`ReadCounters::local`], read totals with
+/// [`ReadCounters::total`].
 #[derive(Debug, Default)]
-pub struct ReadCounters {
+pub struct ReadCounters(Striped<ReadCounts>);
+
+/// One stripe of the engine-wide read counters.
+#[derive(Debug, Default)]
+pub struct ReadCounts {
     /// Block reads served by the block cache.
     pub block_cache_hits: AtomicU64,
     /// Compressed blocks read and decompressed.
@@ -33,6 +40,18 @@ pub struct ReadCounters {
     pub iter_entries: AtomicU64,
     /// Of those, deletions (point tombstones and entries hidden by range tombstones).
     pub iter_tombstones: AtomicU64,
+}
+
+impl ReadCounters {
+    /// The calling thread's stripe, to count into.
+    pub fn local(&self) -> &ReadCounts {
+        self.0.local()
+    }
+
+    /// The total of one counter over every stripe.
+    pub fn total(&self, counter: impl Fn(&ReadCounts) -> &AtomicU64) -> u64 {
+        self.0.iter().map(|c| counter(c).load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// The bytes an allocator hands out for a request of `len`: rounded up to its size class
@@ -74,7 +93,8 @@ impl BlockCache {
     pub fn get(&self, file: u64, offset: u64, count: bool) -> Option<Bytes> {
         let got = self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).get(&(file, offset));
         if count {
-            let c = if got.is_some() { &self.counters.block_cache_hits } else { &self.counters.block_cache_misses };
+            let local = self.counters.local();
+            let c = if got.is_some() { &local.block_cache_hits } else { &local.block_cache_misses };
             c.fetch_add(1, Ordering::Relaxed);
         }
         got

@@ -371,8 +371,8 @@ impl DbIterator {
 impl Drop for DbIterator {
     fn drop(&mut self) {
         if let Some(c) = &self.counters {
-            c.iter_entries.fetch_add(self.entries_seen, Ordering::Relaxed);
-            c.iter_tombstones.fetch_add(self.deleted_seen, Ordering::Relaxed);
+            c.local().iter_entries.fetch_add(self.entries_seen, Ordering::Relaxed);
+            c.local().iter_tombstones.fetch_add(self.deleted_seen, Ordering::Relaxed);
         }
     }
 }

@@ -278,7 +278,7 @@ impl Table {
         let Some(f) = &self.filter else { return true };
         let maybe = bloom::may_contain(f, key_hash);
         if let Some(c) = &self.cache {
-            let c = c.counters();
+            let c = c.counters().local();
             c.bloom_checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if !maybe {
                 c.bloom_useful.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

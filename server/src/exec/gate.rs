@@ -72,7 +72,7 @@ pub(super) fn admit(
         other => other,
     };
     if let Err(Reply::Error(why)) = &outcome {
-        s.state.command_stats.rejected(spec.map(|c| stats_id(c, args)), s.id, why);
+        s.state.command_stats.rejected(spec.map(|c| stats_id(c, args)), why);
     }
     outcome
 }
@@ -182,6 +182,9 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
         spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
     let took_snapshot = multi_key_read && s.exec.begin_snapshot(s.state.storage.engine());
     s.exec.set_notify_flags(s.state.notify_flags(), spec.flags.contains(&"readonly"));
+    if let Some(key) = usize::try_from(spec.first_key).ok().filter(|&k| k > 0).and_then(|k| args.get(k)) {
+        s.state.access.prefetch(s.db, key);
+    }
     let started = Stamp::now();
     let reply = (spec.handler)(s, args);
     // A memory-only attempt that needed the disk is void: its rerun is the call.

@@ -37,7 +37,7 @@ pub(crate) fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
 pub(super) fn failed_sets(s: &Session, reply: Reply, ids: impl IntoIterator<Item = usize>) -> Reply {
     if let Reply::Error(why) = &reply {
         for id in ids {
-            s.state.command_stats.failed(id, s.id, why);
+            s.state.command_stats.failed(id, why);
         }
     }
     reply
@@ -52,9 +52,9 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
     };
     let id = stats_id(spec, args);
     if std::mem::take(&mut s.error_counted) && error.is_some() {
-        s.state.command_stats.called_failed_counted(id, s.id, took);
+        s.state.command_stats.called_failed_counted(id, took);
     } else {
-        s.state.command_stats.called(id, s.id, took, error);
+        s.state.command_stats.called(id, took, error);
     }
     if s.blocked.is_some() {
         s.blocked_stats = Some(id);

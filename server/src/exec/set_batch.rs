@@ -52,7 +52,7 @@ impl SetBatch {
         let id = stats_id(spec, args);
         self.replies.push((send, id));
         // Its share of the commit is not timed: the batch commits once for all of them.
-        s.state.command_stats.called(id, s.id, started.elapsed(), None);
+        s.state.command_stats.called(id, started.elapsed(), None);
         (send, id)
     }
 

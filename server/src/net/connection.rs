@@ -173,7 +173,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     more = true; // input read while blocked
                                  // An error that ends the wait (a stream or group gone) is the command's failure.
                     if let (Some(id), Reply::Error(why)) = (session.blocked_stats.take(), &reply) {
-                        state.command_stats.failed(id, session.id, why);
+                        state.command_stats.failed(id, why);
                     }
                     if let Some((args, micros)) = session.blocked_log.take() {
                         crate::exec::log_slow(&session, &args, micros);

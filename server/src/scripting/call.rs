@@ -371,7 +371,7 @@ impl Run<'_, '_> {
                 // is one) as rejected, the error once.
                 if let Reply::Error(why) = &refused {
                     let id = spec.map(|c| crate::exec::observe::stats_id(c, argv));
-                    self.s.state.command_stats.rejected(id, self.s.id, why);
+                    self.s.state.command_stats.rejected(id, why);
                 }
                 self.counted_error = true;
                 return refused;

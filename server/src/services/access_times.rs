@@ -118,6 +118,25 @@ impl AccessTimes {
         ((self.started_unix + self.started.elapsed().as_secs()) / 60) as u16
     }
 
+    /// Starts loading the cell of `key` in `db` into the CPU's cache. The table is larger
+    /// than the caches, so a touch of a key not used lately waits on memory (measured: 6 % of
+    /// a pipelined GET); called before a command runs, the load overlaps with its work and the
+    /// touch after it finds the cell cached.
+    pub fn prefetch(&self, db: u32, key: &[u8]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (cell, _) = self.slot(db, key);
+            // SAFETY: a prefetch is only a hint to the CPU: it never faults and writes nothing
+            // (and the address is that of a live cell).
+            #[allow(unused_unsafe)]
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.as_ptr() as *const i8)
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (db, key);
+    }
+
     /// Records an access of `key` in `db`: under LRU its time, under LFU a (probabilistic,
     /// logarithmic) counter increment after the decay since its last one, as Redis's
     /// `updateLFU`.
@@ -132,7 +151,12 @@ impl AccessTimes {
         } else {
             self.seconds()
         };
-        cell.store(tag | u64::from(payload), Ordering::Relaxed);
+        // Unchanged (the same second, or an LFU counter that did not move) is not written: a
+        // hot key's cell then stays a shared, clean cache line for every thread reading it.
+        let value = tag | u64::from(payload);
+        if cell.load(Ordering::Relaxed) != value {
+            cell.store(value, Ordering::Relaxed);
+        }
     }
 
     /// `RESTORE … IDLETIME seconds`: the key was last used that long ago (LRU policies only,

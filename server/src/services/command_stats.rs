@@ -4,9 +4,9 @@
 //! `config|set`, as Redis 7 counts them), indexed by its universe id, so recording a call is a
 //! few relaxed atomic adds: calls, microseconds, calls refused before running (`rejected_calls`:
 //! arity, ACL, MULTI state …) and calls that answered an error (`failed_calls`). The counters
-//! are kept in [`SHARDS`] copies, each entry on its own cache line, and a client always
-//! counts into the copy its id picks: connections on different threads running the same
-//! command do not fight over one cache line (that cost 5-7 % of GET throughput); INFO sums
+//! are kept in [`SHARDS`] copies, each entry on its own cache line, and a thread always
+//! counts into the copy of its stripe (`lsm::stripe`): threads running the same command do not
+//! fight over one cache line (that cost 5-7 % of GET throughput); INFO sums
 //! the copies. With
 //! `latency-tracking yes` (the default) each call's duration also goes into a lock-free
 //! log-linear histogram (16 sub-buckets per power of two: values within ~6 %), allocated on the
@@ -52,8 +52,8 @@ fn bucket_high(b: usize) -> u64 {
     ((SUB + b % SUB) << shift) + (1 << shift) - 1
 }
 
-/// Copies of the counters (a power of two).
-pub const SHARDS: usize = 8;
+/// Copies of the counters (one per thread stripe).
+pub const SHARDS: usize = lsm::stripe::STRIPES;
 
 /// A command's counters (one copy).
 #[derive(Debug, Default)]
@@ -93,9 +93,9 @@ impl CommandStats {
         self.latency_tracking.store(on, Ordering::Relaxed);
     }
 
-    /// Copy `client`'s counters of command `id`.
-    fn entry(&self, id: usize, client: u64) -> Option<&Entry> {
-        self.entries.get(id.checked_mul(SHARDS)? + (client as usize & (SHARDS - 1)))
+    /// The calling thread's copy of command `id`'s counters.
+    fn entry(&self, id: usize) -> Option<&Entry> {
+        self.entries.get(id.checked_mul(SHARDS)? + lsm::stripe::index())
     }
 
     /// Every copy of command `id`'s counters.
@@ -103,21 +103,21 @@ impl CommandStats {
         &self.entries[id * SHARDS..(id + 1) * SHARDS]
     }
 
-    /// A call of command `id` (a universe id) by `client` that ran for `took`; `error` is its
+    /// A call of command `id` (a universe id) that ran for `took`; `error` is its
     /// error reply.
-    pub fn called(&self, id: usize, client: u64, took: Duration, error: Option<&str>) {
-        self.record(id, client, took, error, true);
+    pub fn called(&self, id: usize, took: Duration, error: Option<&str>) {
+        self.record(id, took, error, true);
     }
 
     /// A call of command `id` that failed with an error already counted in the error
     /// statistics (a script's error that a command it called returned): a failed call, but
     /// no second error.
-    pub fn called_failed_counted(&self, id: usize, client: u64, took: Duration) {
-        self.record(id, client, took, Some(""), false);
+    pub fn called_failed_counted(&self, id: usize, took: Duration) {
+        self.record(id, took, Some(""), false);
     }
 
-    fn record(&self, id: usize, client: u64, took: Duration, error: Option<&str>, count_error: bool) {
-        let Some(e) = self.entry(id, client) else { return };
+    fn record(&self, id: usize, took: Duration, error: Option<&str>, count_error: bool) {
+        let Some(e) = self.entry(id) else { return };
         e.calls.fetch_add(1, Ordering::Relaxed);
         e.usec.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         if let Some(msg) = error {
@@ -135,16 +135,16 @@ impl CommandStats {
 
     /// A call of command `id` already counted whose outcome turned out to be `error` (a
     /// batched SET whose commit failed).
-    pub fn failed(&self, id: usize, client: u64, error: &str) {
-        if let Some(e) = self.entry(id, client) {
+    pub fn failed(&self, id: usize, error: &str) {
+        if let Some(e) = self.entry(id) {
             e.failed.fetch_add(1, Ordering::Relaxed);
         }
         self.error(error);
     }
 
     /// A call refused before it ran with `error` (`id`: its command, if known).
-    pub fn rejected(&self, id: Option<usize>, client: u64, error: &str) {
-        if let Some(e) = id.and_then(|id| self.entry(id, client)) {
+    pub fn rejected(&self, id: Option<usize>, error: &str) {
+        if let Some(e) = id.and_then(|id| self.entry(id)) {
             e.rejected.fetch_add(1, Ordering::Relaxed);
         }
         self.error(error);
@@ -415,8 +415,8 @@ mod tests {
         let set = meta::acl_command("set").unwrap().id;
         assert_eq!(stats.histogram(set), None, "no samples, no histogram");
         for (ns, times) in [(500u64, 10u64), (1_500, 5), (40_000, 1)] {
-            for client in 0..times {
-                stats.called(set, client, Duration::from_nanos(ns), None);
+            for _ in 0..times {
+                stats.called(set, Duration::from_nanos(ns), None);
             }
         }
         // Levels 1024 ns (1 µs), 2048 (2 µs) … 65536 ns (66 µs); unchanged levels are left out.
@@ -427,11 +427,18 @@ mod tests {
     fn percentiles_of_a_known_distribution() {
         let stats = CommandStats::default();
         let get = meta::acl_command("get").unwrap().id;
-        // From clients that count into different copies.
-        for us in 1..=100u64 {
-            stats.called(get, us, Duration::from_micros(us), None);
-        }
-        stats.called(get, 3, Duration::from_micros(7), Some("WRONGTYPE Operation against a key"));
+        // From threads that count into different copies.
+        std::thread::scope(|scope| {
+            for start in 1..=4u64 {
+                let stats = &stats;
+                scope.spawn(move || {
+                    for us in (start..=100).step_by(4) {
+                        stats.called(get, Duration::from_micros(us), None);
+                    }
+                });
+            }
+        });
+        stats.called(get, Duration::from_micros(7), Some("WRONGTYPE Operation against a key"));
         let lines = stats.latencystats(&[50.0, 99.0, 99.9]);
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].0, "latency_percentiles_usec_get");
@@ -443,8 +450,8 @@ mod tests {
         assert_eq!(cmd.len(), 1);
         assert!(cmd[0].1.starts_with("calls=101,usec=5057,usec_per_call=50.07,"), "{}", cmd[0].1);
         assert!(cmd[0].1.ends_with("rejected_calls=0,failed_calls=1"), "{}", cmd[0].1);
-        stats.rejected(Some(get), 1, "ERR wrong number of arguments for 'get' command");
-        stats.rejected(None, 1, "ERR unknown command 'x'");
+        stats.rejected(Some(get), "ERR wrong number of arguments for 'get' command");
+        stats.rejected(None, "ERR unknown command 'x'");
         assert_eq!(
             stats.errorstats(),
             [("errorstat_ERR".into(), "count=2".into()), ("errorstat_WRONGTYPE".into(), "count=1".into())]
