@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 
 use crate::batch::WriteBatch;
@@ -107,7 +108,13 @@ pub(crate) struct DbInner {
     /// The options in force: those given to `open`, as changed since by [`Db::set_options`].
     options: RwLock<Arc<Options>>,
     versions: Mutex<VersionSet>,
-    sv: RwLock<Arc<SuperVersion>>,
+    /// The current super version. Point lookups borrow it through `load` (arc-swap keeps
+    /// the borrow in a per-thread slot: no lock and no shared reference count is written, so
+    /// readers on different cores do not pass one cache line back and forth); cursors take
+    /// their own reference.
+    sv: ArcSwap<SuperVersion>,
+    /// Serializes super-version changes (each is derived from the one before).
+    sv_change: Mutex<()>,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
     /// The commit thread sleeps here while nothing is queued.
@@ -540,13 +547,18 @@ impl DbInner {
     }
 
     fn super_version(&self) -> Arc<SuperVersion> {
-        Arc::clone(&self.sv.read().unwrap_or_else(|e| e.into_inner()))
+        self.sv.load_full()
+    }
+
+    /// The current super version, borrowed for one short read.
+    fn borrow_super_version(&self) -> arc_swap::Guard<Arc<SuperVersion>> {
+        self.sv.load()
     }
 
     fn set_super_version(&self, f: impl FnOnce(&SuperVersion) -> SuperVersion) {
-        let mut guard = self.sv.write().unwrap_or_else(|e| e.into_inner());
-        let next = f(&guard);
-        *guard = Arc::new(next);
+        let _change = self.sv_change.lock().unwrap_or_else(|e| e.into_inner());
+        let next = f(&self.sv.load());
+        self.sv.store(Arc::new(next));
     }
 
     fn shutdown(&self) -> Result<()> {

@@ -120,11 +120,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         unread_failures: AtomicBool::new(false),
         next_waiter: AtomicU64::new(0),
         versions: Mutex::new(versions),
-        sv: RwLock::new(Arc::new(SuperVersion {
+        sv: arc_swap::ArcSwap::from_pointee(SuperVersion {
             mem: Arc::new(Memtable::with_capacity(wal_number, opts.write_buffer_size)),
             imm: Vec::new(),
             version,
-        })),
+        }),
+        sv_change: Mutex::new(()),
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
         commit_cv: Condvar::new(),

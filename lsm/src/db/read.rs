@@ -45,22 +45,27 @@ impl DbInner {
     /// The sequence number and super version a read uses. The sequence is read first, so every
     /// write it covers is in the super version read after it.
     pub(super) fn read_view(&self, opts: &ReadOptions) -> (u64, Arc<SuperVersion>) {
-        let seq = match &opts.snapshot {
+        (self.read_seq(opts), self.super_version())
+    }
+
+    /// The sequence number a read sees; read before its super version (see `read_view`).
+    fn read_seq(&self, opts: &ReadOptions) -> u64 {
+        match &opts.snapshot {
             Some(s) => s.sequence(),
             None => self.visible_seq.load(Ordering::Acquire),
-        };
-        (seq, self.super_version())
+        }
     }
 
     pub(super) fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
         self.check_open()?;
-        let (seq, sv) = self.read_view(opts);
-        Self::get_in(&sv, key, seq, opts.cache_only)
+        let seq = self.read_seq(opts);
+        Self::get_in(&self.borrow_super_version(), key, seq, opts.cache_only)
     }
 
     pub(super) fn multi_get(&self, keys: &[&[u8]], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
         self.check_open()?;
-        let (seq, sv) = self.read_view(opts);
+        let seq = self.read_seq(opts);
+        let sv = self.borrow_super_version();
         // In key order, so keys that share tables and blocks find them in the CPU's caches.
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
