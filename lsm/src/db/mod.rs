@@ -108,12 +108,9 @@ pub(crate) struct DbInner {
     /// The options in force: those given to `open`, as changed since by [`Db::set_options`].
     options: RwLock<Arc<Options>>,
     versions: Mutex<VersionSet>,
-    /// The current super version. Point lookups borrow it through `load` (arc-swap keeps
-    /// the borrow in a per-thread slot: no lock and no shared reference count is written, so
-    /// readers on different cores do not pass one cache line back and forth); cursors take
-    /// their own reference.
+    /// The current super version: point lookups borrow it (no lock, no shared reference
+    /// count written), cursors take a reference; `sv_change` serializes changes.
     sv: ArcSwap<SuperVersion>,
-    /// Serializes super-version changes (each is derived from the one before).
     sv_change: Mutex<()>,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
