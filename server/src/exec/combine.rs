@@ -109,6 +109,8 @@ pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
         && requests.len() <= MAX_ROUND
         && !s.tracking
         && !s.state.pause_in_force()
+        // (A write must be able to wait for an announced blocking command: see run_command.)
+        && !s.state.blocking.announced.any()
         && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(s, spec, args)))
 }
 

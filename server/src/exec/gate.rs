@@ -185,6 +185,12 @@ pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[B
     if let Some(key) = usize::try_from(spec.first_key).ok().filter(|&k| k > 0).and_then(|k| args.get(k)) {
         s.state.access.prefetch(s.db, key);
     }
+    // A write does not overtake another client's blocking command that arrived before it
+    // (services/announced.rs). Writes run on executor threads, where waiting is allowed.
+    if s.state.blocking.announced.any() && !s.in_exec && spec.flags.contains(&"write") {
+        let keys: Vec<&Bytes> = spec.key_positions(args.len()).filter_map(|i| args.get(i)).collect();
+        s.state.blocking.announced.wait_for_earlier(s.id, s.arrival, s.db, &keys);
+    }
     let started = Stamp::now();
     let reply = (spec.handler)(s, args);
     // A memory-only attempt that needed the disk is void: its rerun is the call.
@@ -237,7 +243,8 @@ pub(super) fn blind_set(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool
 /// True if a client is blocked on `key` (a SET of it must run its handler, which wakes them:
 /// see `after_command::wake_changed_keys`).
 pub(super) fn waited_on(s: &Session, key: &Bytes) -> bool {
-    s.state.blocking.blocked_clients() > 0 && s.state.blocking.has_waiters(s.db, key)
+    (s.state.blocking.blocked_clients() > 0 && s.state.blocking.has_waiters(s.db, key))
+        || s.state.blocking.announced.announced_by_other(s.id, s.db, key)
 }
 
 /// True if `CLIENT PAUSE WRITE` holds this request back: what Redis calls a "may replicate"

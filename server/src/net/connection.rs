@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use super::query_buffer::{self, QueryBuffer};
 use crate::exec::{run_batch, run_in_memory, BatchEnd, BlockRequest, InMemory, Session};
 use crate::resp::{parse_request, Limits, Reply};
+use crate::services::announced::Announcement;
 use crate::state::ServerState;
 
 /// Most requests parsed from one connection per round.
@@ -109,6 +110,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         }
         more &= protocol_error.is_none();
         let mut close = false;
+        // Blocking commands are announced before anything of the round runs: another client's
+        // write that arrived later cannot overtake them (services/announced.rs).
+        let mut announced = announce_blocking(&state, &session, &requests);
         // Reads that memory answers and plain SETs run right here; the rest go to an executor.
         let output_full = loop {
             match run_in_memory(&mut session, &mut requests, &mut output, OUTPUT_BOUND) {
@@ -166,10 +170,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     if !write_out(&mut socket, &mut output, &handle).await {
                         return;
                     }
-                    let reply = match wait_blocked(&mut socket, &mut session, req, &mut input, &mut stop).await {
-                        Some(r) => r,
-                        None => return,
-                    };
+                    let registered = announced.take();
+                    let reply =
+                        match wait_blocked(&mut socket, &mut session, req, registered, &mut input, &mut stop).await {
+                            Some(r) => r,
+                            None => return,
+                        };
                     more = true; // input read while blocked
                                  // An error that ends the wait (a stream or group gone) is the command's failure.
                     if let (Some(id), Reply::Error(why)) = (session.blocked_stats.take(), &reply) {
@@ -184,6 +190,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 }
             }
         }
+        drop(announced);
         if requests.is_empty() && !close {
             if let Some(e) = protocol_error.take() {
                 tracing::debug!(target: "shale::net", client = session.id, error = %e, "protocol error; closing");
@@ -271,6 +278,26 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
     }
 }
 
+/// Announces the blocking commands among `requests` (their keys, in the session's database).
+fn announce_blocking<'a>(
+    state: &'a ServerState,
+    session: &Session,
+    requests: &VecDeque<Vec<Bytes>>,
+) -> Option<Announcement<'a>> {
+    let mut keys = Vec::new();
+    for args in requests {
+        // Every blocking command's name starts with B or X: most requests stop here.
+        if !matches!(args.first().and_then(|n| n.first()).map(u8::to_ascii_lowercase), Some(b'b' | b'x')) {
+            continue;
+        }
+        let Some(spec) = crate::commands::lookup(&args[0]).filter(|c| c.flags.contains(&"blocking")) else {
+            continue;
+        };
+        keys.extend(crate::commands::meta::keys(spec, args).into_iter().map(|k| (session.db, args[k.pos].clone())));
+    }
+    (!keys.is_empty()).then(|| state.blocking.announced.announce(session.id, session.arrival, keys))
+}
+
 /// What an executor round gives back: the session, the requests it did not run, the replies,
 /// and why it stopped.
 type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
@@ -317,14 +344,20 @@ pub(crate) async fn write_out(
 /// Waits for a blocking command's reply: served by a pusher, the timeout, `CLIENT UNBLOCK`. Input
 /// arriving meanwhile is buffered for afterwards. `None` if the connection must close (the
 /// client went away, was killed, or the server is stopping).
+/// `announced` (the round's announcement of its blocking commands) is withdrawn once the client
+/// is registered as a waiter.
 async fn wait_blocked(
     socket: &mut impl Socket,
     session: &mut Session,
     req: BlockRequest,
+    mut announced: Option<Announcement<'_>>,
     input: &mut BytesMut,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<Reply> {
     let state = Arc::clone(&session.state);
+    if req.lock.is_some() || req.replicas.is_some() {
+        announced.take();
+    }
     if let Some((name, rx)) = req.lock {
         return wait_lock(socket, session, name, rx, req.timeout, input, stop).await;
     }
@@ -335,6 +368,7 @@ async fn wait_blocked(
     let db = session.db;
     let (registration, mut rx) =
         state.blocking.block(session.id, session.arrival, db, req.keys, req.attempt, req.timeout_reply.clone());
+    drop(announced);
     // An element pushed between the command's own attempt and the registration would otherwise
     // wake nobody: serve our keys once now that we are registered (on an executor: it reads).
     let serving = Arc::clone(&state);

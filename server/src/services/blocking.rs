@@ -67,6 +67,8 @@ pub struct Registry {
     arrivals: AtomicU64,
     /// Keys to serve, served by one thread at a time (see [`Registry::serve`]).
     serving: Mutex<Serving>,
+    /// Blocking commands parsed and not yet run or registered ([`super::announced`]).
+    pub announced: super::announced::Announcements,
 }
 
 /// Keys signalled and not yet served, and whether a thread is serving them.

@@ -6,6 +6,7 @@
 //! times and frequencies (`OBJECT IDLETIME | FREQ`).
 
 pub mod access_times;
+pub mod announced;
 pub mod blocking;
 pub mod clients;
 pub mod command_stats;
