@@ -157,6 +157,8 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     return crate::replication::primary::serve(socket, session, handoff, input, stop).await;
                 }
                 BatchEnd::Paused(wait) => {
+                    // Nothing runs while paused: nobody waits for this round's announcement.
+                    announced.take();
                     // Replies already produced go out before the client waits.
                     if !write_out(&mut socket, &mut output, &handle).await {
                         return;
