@@ -106,24 +106,30 @@ pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {
 }
 
 /// Bytewise comparison, inlined: eight bytes at a time as big-endian words. Keys are short, and
-/// a `memcmp` call per skip-list step was a quarter of the memtable's insert time.
+/// a `memcmp` call per skip-list step was a quarter of the memtable's insert time. The last
+/// (partial) word is compared as the common length's last eight bytes, whose leading part was
+/// already found equal, so no comparison calls `memcmp` (whose call was still 8 % of an INCR's
+/// executor time when only the tail went to it).
 #[inline]
 pub fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
     let n = a.len().min(b.len());
-    let (mut ca, mut cb) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        let (x, y) = (
-            u64::from_be_bytes(x.try_into().unwrap_or_default()),
-            u64::from_be_bytes(y.try_into().unwrap_or_default()),
-        );
+    let word = |s: &[u8], at: usize| u64::from_be_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    let mut at = 0;
+    while at + 8 <= n {
+        let (x, y) = (word(a, at), word(b, at));
         if x != y {
             return x.cmp(&y);
         }
+        at += 8;
     }
-    match ca.remainder().cmp(cb.remainder()) {
-        Ordering::Equal => a.len().cmp(&b.len()),
-        o => o,
-    }
+    let tail = if at == n {
+        Ordering::Equal
+    } else if n >= 8 {
+        word(a, n - 8).cmp(&word(b, n - 8))
+    } else {
+        a[at..n].iter().zip(&b[at..n]).map(|(x, y)| x.cmp(y)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+    };
+    tail.then(a.len().cmp(&b.len()))
 }
 
 /// The internal-key order: user key ascending, then trailer (seq, kind) descending.
@@ -285,6 +291,21 @@ mod tests {
         assert!(parse(&bad).is_none());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn fast_compare_matches_slice_order_for_any_bytes(
+            prefix in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20),
+            a in proptest::collection::vec(0u8..3, 0..20),
+            b in proptest::collection::vec(0u8..3, 0..20),
+        ) {
+            // A shared prefix of any length, then tails over a tiny alphabet: words that are
+            // equal up to the last, partial one are common.
+            let a = [prefix.as_slice(), &a].concat();
+            let b = [prefix.as_slice(), &b].concat();
+            proptest::prop_assert_eq!(compare_bytes(&a, &b), a.cmp(&b));
+        }
+    }
+
     #[test]
     fn fast_compare_matches_slice_order() {
         let samples: Vec<Vec<u8>> = vec![
@@ -298,6 +319,13 @@ mod tests {
             b"abcdefghijklmnopr".to_vec(),
             vec![0xff; 9],
             vec![0x7f, 0xff],
+            b"M\0\0key:000000012345".to_vec(),
+            b"M\0\0key:000000012346".to_vec(),
+            b"M\0\0key:00000001234".to_vec(),
+            b"M\0\0key:000000012345\0".to_vec(),
+            b"abc".to_vec(),
+            b"abd".to_vec(),
+            b"ab".to_vec(),
         ];
         for a in &samples {
             for b in &samples {
