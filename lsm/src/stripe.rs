@@ -40,11 +40,16 @@ pub struct Striped<T> {
 
 impl<T: Default> Default for Striped<T> {
     fn default() -> Self {
-        Striped { stripes: std::array::from_fn(|_| Padded::default()) }
+        Striped::from_fn(T::default)
     }
 }
 
 impl<T> Striped<T> {
+    /// Copies made by `make`.
+    pub fn from_fn(mut make: impl FnMut() -> T) -> Self {
+        Striped { stripes: std::array::from_fn(|_| Padded(make())) }
+    }
+
     /// The calling thread's copy.
     pub fn local(&self) -> &T {
         &self.stripes[index()].0

@@ -2,8 +2,8 @@
 //! arrived after them cannot overtake them.
 //!
 //! Redis serves clients on one thread in arrival order: a client that sends `XREADGROUP … BLOCK`
-//! and then, on another connection, `DEL` of the stream (without waiting) always sees the
-//! XREADGROUP block first and then be woken with "the stream key no longer exists". Shale
+//! and then, on another connection, `DEL` of the stream (without waiting) always has the
+//! XREADGROUP block first and then woken with "the stream key no longer exists". Shale
 //! parses on several runtime threads and runs commands on executor threads, and a plain SET
 //! is written from the runtime thread without an executor hand-off at all, so the later write
 //! could run before the blocking command had even looked at its keys.
@@ -83,15 +83,15 @@ impl Announcements {
             let mut map = self.keys.lock().unwrap_or_else(|e| e.into_inner());
             for key in &keys {
                 map.entry(key.clone()).or_default().push(by);
-                self.count.fetch_add(1, Ordering::Release);
             }
+            self.count.fetch_add(keys.len(), Ordering::Release);
         }
         Announcement { registry: self, by, keys }
     }
 
     /// True if a client other than `client` announced `key` of `db`.
     pub fn announced_by_other(&self, client: u64, db: u32, key: &Bytes) -> bool {
-        if self.count.load(Ordering::Acquire) == 0 {
+        if !self.any() {
             return false;
         }
         let map = self.keys.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,11 +3,10 @@
 //! One entry per command and subcommand of the ACL universe (`config|get` apart from
 //! `config|set`, as Redis 7 counts them), indexed by its universe id, so recording a call is a
 //! few relaxed atomic adds: calls, microseconds, calls refused before running (`rejected_calls`:
-//! arity, ACL, MULTI state …) and calls that answered an error (`failed_calls`). The counters
-//! are kept in [`SHARDS`] copies, each entry on its own cache line, and a thread always
-//! counts into the copy of its stripe (`lsm::stripe`): threads running the same command do not
-//! fight over one cache line (that cost 5-7 % of GET throughput); INFO sums
-//! the copies. With
+//! arity, ACL, MULTI state …) and calls that answered an error (`failed_calls`). The table is
+//! striped per thread (`lsm::stripe`): a thread always counts into its own copy, so threads
+//! running the same command do not fight over one cache line (that cost 5-7 % of GET
+//! throughput); INFO sums the copies. With
 //! `latency-tracking yes` (the default) each call's duration also goes into a lock-free
 //! log-linear histogram (16 sub-buckets per power of two: values within ~6 %), allocated on the
 //! command's first call; percentiles (INFO) and `LATENCY HISTOGRAM`'s cumulative levels are read
@@ -19,6 +18,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+
+use lsm::stripe::Striped;
 
 use crate::commands::meta;
 
@@ -52,12 +53,8 @@ fn bucket_high(b: usize) -> u64 {
     ((SUB + b % SUB) << shift) + (1 << shift) - 1
 }
 
-/// Copies of the counters (one per thread stripe).
-pub const SHARDS: usize = lsm::stripe::STRIPES;
-
 /// A command's counters (one copy).
 #[derive(Debug, Default)]
-#[repr(align(64))]
 struct Entry {
     calls: AtomicU64,
     usec: AtomicU64,
@@ -69,8 +66,8 @@ struct Entry {
 /// Every command's counters and the error counts.
 #[derive(Debug)]
 pub struct CommandStats {
-    /// `SHARDS` copies of one entry per universe id: copy `c` of entry `id` at `id * SHARDS + c`.
-    entries: Vec<Entry>,
+    /// Per thread stripe, one entry per universe id.
+    entries: Striped<Box<[Entry]>>,
     errors: Mutex<BTreeMap<String, u64>>,
     total_errors: AtomicU64,
     latency_tracking: AtomicBool,
@@ -79,7 +76,7 @@ pub struct CommandStats {
 impl Default for CommandStats {
     fn default() -> Self {
         CommandStats {
-            entries: (0..meta::universe().len() * SHARDS).map(|_| Entry::default()).collect(),
+            entries: Striped::from_fn(|| (0..meta::universe().len()).map(|_| Entry::default()).collect()),
             errors: Mutex::new(BTreeMap::new()),
             total_errors: AtomicU64::new(0),
             latency_tracking: AtomicBool::new(true),
@@ -95,12 +92,12 @@ impl CommandStats {
 
     /// The calling thread's copy of command `id`'s counters.
     fn entry(&self, id: usize) -> Option<&Entry> {
-        self.entries.get(id.checked_mul(SHARDS)? + lsm::stripe::index())
+        self.entries.local().get(id)
     }
 
     /// Every copy of command `id`'s counters.
-    fn copies(&self, id: usize) -> &[Entry] {
-        &self.entries[id * SHARDS..(id + 1) * SHARDS]
+    fn copies(&self, id: usize) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter_map(move |stripe| stripe.get(id))
     }
 
     /// A call of command `id` (a universe id) that ran for `took`; `error` is its
@@ -172,7 +169,7 @@ impl CommandStats {
 
     /// `CONFIG RESETSTAT`.
     pub fn reset(&self) {
-        for e in &self.entries {
+        for e in self.entries.iter().flat_map(|stripe| stripe.iter()) {
             for c in [&e.calls, &e.usec, &e.rejected, &e.failed] {
                 c.store(0, Ordering::Relaxed);
             }
@@ -189,7 +186,7 @@ impl CommandStats {
         let mut out = Vec::new();
         for cmd in meta::universe() {
             let sum = |f: fn(&Entry) -> &AtomicU64| -> u64 {
-                self.copies(cmd.id).iter().map(|e| f(e).load(Ordering::Relaxed)).sum()
+                self.copies(cmd.id).map(|e| f(e).load(Ordering::Relaxed)).sum()
             };
             let (calls, usec) = (sum(|e| &e.calls), sum(|e| &e.usec));
             let (rejected, failed) = (sum(|e| &e.rejected), sum(|e| &e.failed));
@@ -234,7 +231,7 @@ impl CommandStats {
     fn counts(&self, id: usize) -> Option<Vec<u64>> {
         let mut counts = vec![0u64; BUCKETS];
         let mut any = false;
-        for h in self.copies(id).iter().filter_map(|e| e.histogram.get()) {
+        for h in self.copies(id).filter_map(|e| e.histogram.get()) {
             any = true;
             for (c, b) in counts.iter_mut().zip(h.iter()) {
                 *c += b.load(Ordering::Relaxed);
