@@ -100,3 +100,37 @@ fn async_writes_queued_before_closing_survive_a_reopen() {
     assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(db.get("late").unwrap().as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn deferred_async_writes_commit_once_started_when_the_queue_fills_or_behind_a_blocking_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let opts = WriteOptions::default();
+    // Started explicitly (what an event loop does at the end of its pass).
+    let first = db.write_async_deferred(&mut batch(&[("a", "1")]), &opts).unwrap();
+    db.start_deferred_commits();
+    block_on(first).unwrap();
+    assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"1"[..]));
+
+    // Never started: a queue of deferred batches wakes the commit thread by itself, so no
+    // writer waits forever on a loop that forgot to start them.
+    let commits: Vec<_> =
+        (0..100).map(|i| db.write_async_deferred(&mut batch(&[(&format!("q{i:03}"), "v")]), &opts).unwrap()).collect();
+    for c in commits {
+        block_on(c).unwrap();
+    }
+    assert_eq!(db.prefix("q").count(), 100);
+
+    // A blocking writer commits the deferred batches queued before it, in order.
+    let deferred = db.write_async_deferred(&mut batch(&[("b", "1")]), &opts).unwrap();
+    db.put("b", "2").unwrap();
+    assert!(db.is_committed(deferred.ticket()));
+    block_on(deferred).unwrap();
+    assert_eq!(db.get("b").unwrap().as_deref(), Some(&b"2"[..]));
+
+    // Closing commits what is still deferred.
+    drop(db.write_async_deferred(&mut batch(&[("late", "v")]), &opts).unwrap());
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.get("late").unwrap().as_deref(), Some(&b"v"[..]));
+}

@@ -116,6 +116,8 @@ pub(crate) struct DbInner {
     queue_cv: Condvar,
     /// The commit thread sleeps here while nothing is queued.
     commit_cv: Condvar,
+    /// Deferred async batches wait for [`Db::start_deferred_commits`] to wake the commit thread.
+    commit_deferred: AtomicBool,
     /// Write groups committed so far (followers watch it while they spin).
     groups_done: AtomicU64,
     /// The queue's `done_through`, readable without the queue's lock: async writers whose batch
@@ -267,8 +269,24 @@ impl Db {
     /// (nothing queued, `batch` left as it was) with [`Error::WouldBlock`] while the database
     /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
     pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
-        let (ticket, waiter) = self.inner.submit(batch, opts)?;
+        let (ticket, waiter) = self.inner.submit(batch, opts, false)?;
         Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
+    }
+
+    /// [`Db::write_async`] without waking the commit thread if it sleeps: the batch waits for
+    /// the next [`Db::start_deferred_commits`] (or the next batch that does wake it, or a queue of
+    /// `DEFERRED_MAX` batches). An event loop queues the writes of one pass over its ready tasks
+    /// this way and starts their commit once, before it waits for more work: one wake-up of the
+    /// commit thread per pass instead of one per write.
+    pub fn write_async_deferred(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
+        let (ticket, waiter) = self.inner.submit(batch, opts, true)?;
+        Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
+    }
+
+    /// Wakes the commit thread for batches queued by [`Db::write_async_deferred`] (cheap when
+    /// there are none: one atomic load).
+    pub fn start_deferred_commits(&self) {
+        self.inner.start_deferred_commits()
     }
 
     /// A future that resolves once the async write `ticket` is committed or failed (its writes,

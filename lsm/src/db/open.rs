@@ -129,6 +129,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
         commit_cv: Condvar::new(),
+        commit_deferred: AtomicBool::new(false),
         wal_file: Mutex::new(log.file()),
         active_wal: super::ActiveWal { number: AtomicU64::new(log.number()), size: AtomicU64::new(log.size()) },
         wal: Mutex::new(WalState { log, last_seq }),

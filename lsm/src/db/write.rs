@@ -43,6 +43,9 @@ struct Pending {
     forced_seq: Option<u64>,
 }
 
+/// Deferred batches queued before the commit thread is woken all the same.
+const DEFERRED_MAX: usize = 64;
+
 /// Writers waiting for their batch to be committed.
 #[derive(Debug, Default)]
 pub(super) struct WriteQueue {
@@ -112,7 +115,7 @@ impl DbInner {
     /// any blocking writer that leads meanwhile) commits it with the next group. Never blocks
     /// beyond the queue lock. Refused with [`Error::WouldBlock`] while the database is
     /// read-only after a failure (a blocking write is the one that tries to resume).
-    pub(super) fn submit(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<(u64, u64)> {
+    pub(super) fn submit(&self, batch: &mut WriteBatch, opts: &WriteOptions, defer: bool) -> Result<(u64, u64)> {
         if self.is_poisoned.load(Ordering::Acquire) {
             return Err(Error::WouldBlock);
         }
@@ -125,7 +128,12 @@ impl DbInner {
         q.next_ticket += 1;
         let ticket = q.next_ticket;
         q.pending.push_back(Pending { ticket, batch: std::mem::take(batch), sync, forced_seq: None });
-        let wake = std::mem::replace(&mut q.committer_idle, false);
+        let wake = if defer && q.committer_idle && q.pending.len() < DEFERRED_MAX {
+            self.commit_deferred.store(true, Ordering::Release);
+            false
+        } else {
+            std::mem::replace(&mut q.committer_idle, false)
+        };
         // Woken after the lock is released, so the commit thread does not wake only to wait
         // for it (it sleeps in `commit_cv.wait`, which released the lock: no wake-up is lost).
         drop(q);
@@ -133,6 +141,19 @@ impl DbInner {
             self.commit_cv.notify_one();
         }
         Ok((ticket, self.new_waiter()))
+    }
+
+    /// Wakes the commit thread if deferred batches wait for it.
+    pub(super) fn start_deferred_commits(&self) {
+        if !self.commit_deferred.load(Ordering::Acquire) || !self.commit_deferred.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        let wake = !q.pending.is_empty() && std::mem::replace(&mut q.committer_idle, false);
+        drop(q);
+        if wake {
+            self.commit_cv.notify_one();
+        }
     }
 
     /// The result of `ticket`, whose group is done, for its writer (taken out of the queue).

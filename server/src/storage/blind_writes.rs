@@ -54,7 +54,13 @@ impl Storage {
         };
         // Point writes only: `affected` needs no reads for them (it would, for range deletes).
         let watchers = self.watches.affected(batch, |_| true);
-        let commit = match self.engine.write_async(batch, &lsm::WriteOptions::default()) {
+        let opts = lsm::WriteOptions::default();
+        let queued = if self.defer_commits.load(Ordering::Relaxed) {
+            self.engine.write_async_deferred(batch, &opts)
+        } else {
+            self.engine.write_async(batch, &opts)
+        };
+        let commit = match queued {
             Ok(commit) => commit,
             // Read-only after a failure: a blocking write reports it, or resumes the engine.
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),

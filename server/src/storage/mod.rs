@@ -39,7 +39,7 @@ mod strings;
 mod values;
 mod watch;
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -130,6 +130,9 @@ pub struct Storage {
     /// Writes committed since start (a command's batch, EXEC's batch, each queued SET): what
     /// `INFO persistence` reports changes since the last save from.
     changes: AtomicU64,
+    /// Queued SETs leave the engine's commit thread asleep until the runtime's hooks start
+    /// their commit ([`Storage::defer_async_commits`]).
+    defer_commits: AtomicBool,
 }
 
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
@@ -172,6 +175,7 @@ impl Storage {
             next_uid,
             pick_seed,
             changes: AtomicU64::new(0),
+            defer_commits: AtomicBool::new(false),
         };
         storage.load_map(storage.engine.get(DB_MAP_KEY)?.as_deref())?;
         Ok(storage)
@@ -247,6 +251,14 @@ impl Storage {
     pub fn write_blind(&self, cx: &ExecContext, db: u32, keys: &[Bytes], batch: lsm::WriteBatch) -> lsm::Result<()> {
         let _guard = self.lock(cx, db, keys.iter().map(|k| &k[..]));
         self.write(cx, batch)
+    }
+
+    /// From now on, SETs queued from connections' tasks ([`Storage::try_write_blind_async`])
+    /// do not wake the engine's commit thread each: the caller promises to call
+    /// `lsm::Db::start_deferred_commits` whenever a runtime worker ends a pass over its ready
+    /// tasks (the runtime's park and poll hooks do, see `main.rs`).
+    pub fn defer_async_commits(&self) {
+        self.defer_commits.store(true, Ordering::Relaxed);
     }
 
     /// The secret seed of the pick index.
