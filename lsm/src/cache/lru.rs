@@ -64,7 +64,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     /// The value for `k`, marking it recently used.
     pub fn get(&mut self, k: &K) -> Option<V> {
         let slot = self.map.get_mut(k)?;
-        slot.referenced = true;
+        // Written only when it changes: hits on a hot entry leave its cache line clean.
+        if !slot.referenced {
+            slot.referenced = true;
+        }
         Some(slot.value.clone())
     }
 
