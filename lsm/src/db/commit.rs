@@ -1,12 +1,61 @@
-//! The futures of async writes: [`Commit`] for the writer, [`Committed`] for anyone waiting to
-//! see a write. Polling takes the write queue's lock only while the batch is not yet known to
+//! Async writes: `Db`'s calls that queue a batch without blocking, and their futures —
+//! [`Commit`] for the writer, [`Committed`] for anyone waiting to see a write. Polling takes the write queue's lock only while the batch is not yet known to
 //! be committed (see [`DbInner::poll_commit`]).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::DbInner;
-use crate::Result;
+use super::{Db, DbInner};
+use crate::{Result, WriteBatch, WriteOptions};
+
+/// Async writes.
+impl Db {
+    /// Queues `batch` for commit and returns at once — never blocking, so an async runtime's
+    /// thread may call it. The returned [`Commit`] resolves once the batch is committed (its
+    /// writes visible to every reader) with the result a blocking [`Db::write`] would have
+    /// given; the engine's commit thread commits it with the next group, so the caller needs
+    /// no thread of its own. The batch is taken out of `batch` once queued. Fails at once
+    /// (nothing queued, `batch` left as it was) with [`Error::WouldBlock`](crate::Error::WouldBlock) while the database
+    /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
+    pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
+        let (ticket, waiter) = self.inner.submit(batch, opts, false)?;
+        Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
+    }
+
+    /// [`Db::write_async`] without waking the commit thread if it sleeps: the batch waits for
+    /// the next [`Db::start_deferred_commits`] (or the next batch that does wake it, or a queue of
+    /// `DEFERRED_MAX` batches). An event loop queues the writes of one pass over its ready tasks
+    /// this way and starts their commit once, before it waits for more work: one wake-up of the
+    /// commit thread per pass instead of one per write.
+    pub fn write_async_deferred(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
+        let (ticket, waiter) = self.inner.submit(batch, opts, true)?;
+        Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
+    }
+
+    /// Wakes the commit thread for batches queued by [`Db::write_async_deferred`] (cheap when
+    /// there are none: one atomic load).
+    pub fn start_deferred_commits(&self) {
+        self.inner.start_deferred_commits()
+    }
+
+    /// A future that resolves once the async write `ticket` is committed or failed (its writes,
+    /// if any, visible) — for a reader that must see it and may not block. Its result stays for
+    /// its [`Commit`].
+    pub fn committed(&self, ticket: WriteTicket) -> Committed {
+        Committed::new(Arc::clone(&self.inner), ticket)
+    }
+
+    /// True once the async write `ticket` is committed or failed (its writes, if any, visible).
+    pub fn is_committed(&self, ticket: WriteTicket) -> bool {
+        self.inner.is_committed(ticket.0)
+    }
+
+    /// Waits (blocking) until the async write `ticket` is committed or failed — for a reader
+    /// that must see it. Its result stays for its [`Commit`].
+    pub fn wait_committed(&self, ticket: WriteTicket) {
+        self.inner.wait_committed(ticket.0)
+    }
+}
 
 /// Identifies an async write ([`Db::write_async`](crate::Db::write_async)); later writes have
 /// larger tickets.
