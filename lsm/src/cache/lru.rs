@@ -33,7 +33,7 @@ impl Hasher for FastHasher {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// A CLOCK-evicting map. `get` marks an entry used; `insert` evicts until the new one fits.
 #[derive(Debug)]
@@ -74,15 +74,17 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     /// Changes the capacity, evicting (in the usual order) down to it.
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
-        self.evict_for(0);
+        self.evict_for(0, &mut |_| false);
     }
 
-    /// Evicts until `charge` more fits (or nothing is left).
-    fn evict_for(&mut self, charge: usize) {
+    /// Evicts until `charge` more fits (or nothing is left). An entry is spared once (its
+    /// second chance) if it was marked used by `get` or `used` says so.
+    fn evict_for(&mut self, charge: usize, used: &mut dyn FnMut(&V) -> bool) {
         while self.usage + charge > self.capacity {
             let Some((old, generation)) = self.ring.pop_front() else { break };
             let Some(slot) = self.map.get_mut(&old).filter(|s| s.generation == generation) else { continue };
-            if slot.referenced {
+            let spared = slot.referenced | used(&slot.value);
+            if spared {
                 slot.referenced = false;
                 self.ring.push_back((old, generation));
             } else if let Some(s) = self.map.remove(&old) {
@@ -93,11 +95,17 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
 
     /// Inserts (or replaces) `k`; entries bigger than the whole capacity are not kept.
     pub fn insert(&mut self, k: K, v: V, charge: usize) {
+        self.insert_sparing(k, v, charge, |_| false)
+    }
+
+    /// [`Lru::insert`], where an entry the clock reaches is also spared once if `used` says
+    /// it was used since (marks kept outside the map, see `TableCache`).
+    pub fn insert_sparing(&mut self, k: K, v: V, charge: usize, mut used: impl FnMut(&V) -> bool) {
         self.remove(&k);
         if charge > self.capacity {
             return;
         }
-        self.evict_for(charge);
+        self.evict_for(charge, &mut used);
         self.generation += 1;
         self.ring.push_back((k.clone(), self.generation));
         self.map.insert(k, Slot { value: v, charge, generation: self.generation, referenced: false });
@@ -132,6 +140,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     /// Total charge held.
     pub fn usage(&self) -> usize {
         self.usage
+    }
+
+    /// Every entry.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter().map(|(k, s)| (k, &s.value))
     }
 
     /// Number of entries.

@@ -141,13 +141,33 @@ pub struct TableCache {
     dir: PathBuf,
     mode: crate::TableReadMode,
     tables: Mutex<Lru<u64, Arc<Table>>>,
+    /// A copy of the open tables, replaced (under `tables`' lock) whenever one opens or
+    /// closes: point reads find their tables here without a lock or a reference count.
+    open: arc_swap::ArcSwap<OpenTables>,
     block_cache: Arc<BlockCache>,
 }
+
+/// The open tables by file number (see [`TableCache::open_tables`]).
+pub type OpenTables = lru::FastMap<u64, Arc<Table>>;
 
 impl TableCache {
     /// A cache of tables in `dir`.
     pub fn new(dir: PathBuf, max_open_files: usize, block_cache: Arc<BlockCache>, mode: crate::TableReadMode) -> Self {
-        TableCache { dir, mode, tables: Mutex::new(Lru::new(max_open_files.max(1))), block_cache }
+        let (tables, open) = (Mutex::new(Lru::new(max_open_files.max(1))), Default::default());
+        TableCache { dir, mode, tables, open, block_cache }
+    }
+
+    /// The open tables, read without a lock: a reader that finds its table here marks it
+    /// used ([`Table::mark_used`]) for the clock, and borrows it for as long as it holds the
+    /// guard (briefly: a point lookup). Tables opened since may be missing; use
+    /// [`TableCache::get`] or [`TableCache::get_open`] then.
+    pub fn open_tables(&self) -> arc_swap::Guard<Arc<OpenTables>> {
+        self.open.load()
+    }
+
+    /// Republishes the open tables after `tables` changed (called under its lock).
+    fn publish(&self, tables: &Lru<u64, Arc<Table>>) {
+        self.open.store(Arc::new(tables.iter().map(|(n, t)| (*n, Arc::clone(t))).collect()));
     }
 
     /// The open table `number`, opening it if needed.
@@ -158,7 +178,10 @@ impl TableCache {
         // Opened outside the lock: opening reads the file's index and filter.
         let path = crate::filename::table_path(&self.dir, number);
         let t = Table::open_with(&path, number, Some(Arc::clone(&self.block_cache)), self.mode)?;
-        self.tables.lock().unwrap_or_else(|e| e.into_inner()).insert(number, Arc::clone(&t), 1);
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        tables.insert_sparing(number, Arc::clone(&t), 1, |t| t.take_used());
+        self.publish(&tables);
+        drop(tables);
         Ok(t)
     }
 
@@ -169,7 +192,11 @@ impl TableCache {
 
     /// Forgets table `number` and its cached blocks (its file is being deleted).
     pub fn evict(&self, number: u64) {
-        self.tables.lock().unwrap_or_else(|e| e.into_inner()).remove(&number);
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        if tables.remove(&number).is_some() {
+            self.publish(&tables);
+        }
+        drop(tables);
         self.block_cache.evict_file(number);
     }
 
@@ -192,6 +219,52 @@ impl TableCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes a one-entry table numbered `n` into `dir`.
+    fn table_file(dir: &std::path::Path, n: u64) {
+        let opts = crate::sstable::TableOptions {
+            block_size: 4096,
+            restart_interval: 16,
+            compression: crate::options::Compression::None,
+            zstd_level: 3,
+            bloom_bits_per_key: 10,
+            faults: None,
+        };
+        let mut b = crate::sstable::TableBuilder::new(Vec::new(), opts).unwrap();
+        b.add(&crate::key::make_internal_key(b"k", 1, crate::key::ValueKind::Put), b"v").unwrap();
+        let (bytes, _, _) = b.finish().unwrap();
+        std::fs::write(crate::filename::table_path(dir, n), bytes).unwrap();
+    }
+
+    fn open_numbers(cache: &TableCache) -> Vec<u64> {
+        let mut n: Vec<u64> = cache.open_tables().keys().copied().collect();
+        n.sort_unstable();
+        n
+    }
+
+    #[test]
+    fn the_lock_free_copy_follows_opens_and_closes_and_reads_through_it_keep_a_table_open() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 1..=4 {
+            table_file(dir.path(), n);
+        }
+        let blocks = Arc::new(BlockCache::new(1 << 20, Arc::new(ReadCounters::default())));
+        let cache = TableCache::new(dir.path().to_path_buf(), 2, blocks, crate::TableReadMode::Pread);
+        cache.get(1).unwrap();
+        cache.get(2).unwrap();
+        assert_eq!(open_numbers(&cache), [1, 2]);
+        // Table 1 is read through the copy only (no `get`): the clock still spares it.
+        cache.open_tables()[&1].mark_used();
+        cache.get(3).unwrap();
+        assert_eq!(open_numbers(&cache), [1, 3], "the unused table closed, the one read stayed");
+        // Its mark is spent: next time the clock passes, it goes.
+        cache.get(4).unwrap();
+        cache.get(2).unwrap();
+        assert!(!open_numbers(&cache).contains(&1));
+        cache.evict(2);
+        assert!(!open_numbers(&cache).contains(&2), "a deleted table leaves the copy");
+        assert_eq!(open_numbers(&cache).len(), cache.len());
+    }
 
     #[test]
     fn allocation_sizes_follow_the_allocator_classes() {

@@ -173,8 +173,21 @@ impl Version {
             let i = level.partition_point(|f| key::compare(&f.largest, &target).is_lt());
             level.get(i).filter(|f| key::user_key(&f.smallest) <= user_key)
         });
+        // Tables the cache has open are borrowed from its lock-free copy (no reference count
+        // written per lookup: two threads reading one hot table would bounce it).
+        let open = self.files().find_map(|(_, f)| f.tables.as_ref()).map(|t| t.open_tables());
         for f in self.levels[0].iter().filter(|f| f.covers(user_key)).chain(level_files) {
-            let table = f.table_fetch(cache_only)?;
+            let fetched;
+            let table = match open.as_ref().and_then(|o| o.get(&f.number)) {
+                Some(t) => {
+                    t.mark_used();
+                    t
+                }
+                None => {
+                    fetched = f.table_fetch(cache_only)?;
+                    &fetched
+                }
+            };
             if f.num_range_dels > 0 {
                 tomb = tomb.max(table.max_covering_tombstone(user_key, seq));
             }
