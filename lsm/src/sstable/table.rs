@@ -126,7 +126,7 @@ pub struct Table {
     /// first time each is read, not every time.
     verified: Vec<std::sync::atomic::AtomicU64>,
     /// Read since the table cache's clock last passed it (see `TableCache::open_tables`).
-    recently_used: std::sync::atomic::AtomicBool,
+    used: std::sync::atomic::AtomicBool,
 }
 
 impl TombstoneSource for Table {
@@ -233,34 +233,22 @@ impl Table {
         })?;
         let fragments = Fragments::new(&range_dels, u64::MAX);
         let verified = (0..index.len().div_ceil(64)).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        let recently_used = std::sync::atomic::AtomicBool::new(false);
-        Ok(Arc::new(Table {
-            data,
-            path,
-            number,
-            index,
-            filter,
-            props,
-            cache,
-            range_dels,
-            fragments,
-            verified,
-            recently_used,
-        }))
+        let used = std::sync::atomic::AtomicBool::new(false);
+        Ok(Arc::new(Table { data, path, number, index, filter, props, cache, range_dels, fragments, verified, used }))
     }
 
     /// Marks the table read, for the table cache's clock (written only when it changes, so
     /// threads reading a hot table do not bounce its cache line).
     pub(crate) fn mark_used(&self) {
-        if !self.recently_used.load(std::sync::atomic::Ordering::Relaxed) {
-            self.recently_used.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.used.load(std::sync::atomic::Ordering::Relaxed) {
+            self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
     /// Whether the table was read since the last call (the clock's second chance).
     pub(crate) fn take_used(&self) -> bool {
-        self.recently_used.load(std::sync::atomic::Ordering::Relaxed)
-            && self.recently_used.swap(false, std::sync::atomic::Ordering::Relaxed)
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+            && self.used.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The table's properties.
