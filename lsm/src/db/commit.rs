@@ -1,6 +1,7 @@
 //! Async writes: `Db`'s calls that queue a batch without blocking, and their futures —
-//! [`Commit`] for the writer, [`Committed`] for anyone waiting to see a write. Polling takes the write queue's lock only while the batch is not yet known to
-//! be committed (see [`DbInner::poll_commit`]).
+//! [`Commit`] for the writer, [`Committed`] for anyone waiting to see a write. Polling takes
+//! the write queue's lock only while the batch is not yet known to be committed (see
+//! [`DbInner::poll_commit`]).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,18 +16,19 @@ impl Db {
     /// writes visible to every reader) with the result a blocking [`Db::write`] would have
     /// given; the engine's commit thread commits it with the next group, so the caller needs
     /// no thread of its own. The batch is taken out of `batch` once queued. Fails at once
-    /// (nothing queued, `batch` left as it was) with [`Error::WouldBlock`](crate::Error::WouldBlock) while the database
-    /// is read-only after a failure: a blocking [`Db::write`] of it may then resume the database.
+    /// (nothing queued, `batch` left as it was) with
+    /// [`Error::WouldBlock`](crate::Error::WouldBlock) while the database is read-only after a
+    /// failure: a blocking [`Db::write`] of it may then resume the database.
     pub fn write_async(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
         let (ticket, waiter) = self.inner.submit(batch, opts, false)?;
         Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))
     }
 
     /// [`Db::write_async`] without waking the commit thread if it sleeps: the batch waits for
-    /// the next [`Db::start_deferred_commits`] (or the next batch that does wake it, or a queue of
-    /// `DEFERRED_MAX` batches). An event loop queues the writes of one pass over its ready tasks
-    /// this way and starts their commit once, before it waits for more work: one wake-up of the
-    /// commit thread per pass instead of one per write.
+    /// the next [`Db::start_deferred_commits`] (or the next batch that does wake it, or a queue
+    /// of 64 batches). An event loop queues the writes of one pass over its ready tasks this way
+    /// and starts their commit once, before it waits for more work: one wake-up of the commit
+    /// thread per pass instead of one per write.
     pub fn write_async_deferred(&self, batch: &mut WriteBatch, opts: &WriteOptions) -> Result<Commit> {
         let (ticket, waiter) = self.inner.submit(batch, opts, true)?;
         Ok(Commit::new(Arc::clone(&self.inner), ticket, waiter))

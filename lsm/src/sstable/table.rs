@@ -240,15 +240,16 @@ impl Table {
     /// Marks the table read, for the table cache's clock (written only when it changes, so
     /// threads reading a hot table do not bounce its cache line).
     pub(crate) fn mark_used(&self) {
-        if !self.used.load(std::sync::atomic::Ordering::Relaxed) {
-            self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.used.load(Relaxed) {
+            self.used.store(true, Relaxed);
         }
     }
 
     /// Whether the table was read since the last call (the clock's second chance).
     pub(crate) fn take_used(&self) -> bool {
-        self.used.load(std::sync::atomic::Ordering::Relaxed)
-            && self.used.swap(false, std::sync::atomic::Ordering::Relaxed)
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used.load(Relaxed) && self.used.swap(false, Relaxed)
     }
 
     /// The table's properties.
