@@ -48,10 +48,14 @@ impl Storage {
         if let Err(ticket) = guard.try_settle(&self.engine) {
             return Ok(BlindWrite::WaitFor(ticket));
         }
-        let deltas = match self.count_changes(batch, true) {
+        let counted = match self.count_changes(batch, true) {
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };
+        // Its commit is awaited after the stripes are released: what it writes is not known
+        // to be there until then (see `meta_states.rs`).
+        self.remember(&counted, false);
+        let deltas = counted.deltas;
         // Point writes only: `affected` needs no reads for them (it would, for range deletes).
         let watchers = self.watches.affected(batch, |_| true);
         let opts = lsm::WriteOptions::default();

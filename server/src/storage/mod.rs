@@ -31,6 +31,7 @@ mod expiry;
 mod field_order;
 mod key_locks;
 mod meta;
+mod meta_states;
 mod picks;
 mod random_key;
 mod rebuild;
@@ -133,6 +134,19 @@ pub struct Storage {
     /// Queued SETs leave the engine's commit thread asleep until the runtime's hooks start
     /// their commit ([`Storage::defer_async_commits`]).
     defer_commits: AtomicBool,
+    /// The states of recently written metadata records, for the counts of the next write.
+    meta_states: meta_states::MetaStates,
+}
+
+/// What a batch changes in the keyspace counts ([`Storage::count_changes`]).
+#[derive(Debug, Default)]
+pub(super) struct Counted {
+    /// Per physical database.
+    pub(super) deltas: Vec<(u16, counts::Delta)>,
+    /// Each metadata record the batch writes, with its state once the batch is applied.
+    written: Vec<(Vec<u8>, meta_states::State)>,
+    /// Whether the batch range-deletes whole databases.
+    cleared: bool,
 }
 
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
@@ -176,6 +190,7 @@ impl Storage {
             pick_seed,
             changes: AtomicU64::new(0),
             defer_commits: AtomicBool::new(false),
+            meta_states: Default::default(),
         };
         storage.load_map(storage.engine.get(DB_MAP_KEY)?.as_deref())?;
         Ok(storage)
@@ -365,15 +380,17 @@ impl Storage {
     /// [`Storage::commit`] of a batch client `origin` wrote (0: the server itself), for
     /// `CLIENT TRACKING NOLOOP`.
     pub fn commit_from(&self, batch: lsm::WriteBatch, origin: u64) -> lsm::Result<()> {
-        let deltas = self.count_changes(&batch, false)?;
+        let counted = self.count_changes(&batch, false)?;
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let touched = self.tracking.touched(&batch);
-        self.engine.write(batch, &lsm::WriteOptions::default())?;
+        let written = self.engine.write(batch, &lsm::WriteOptions::default());
+        self.remember(&counted, written.is_ok());
+        written?;
         // Clients caching these keys hear of it once the write is visible.
         self.tracking.invalidate(touched, origin);
         self.changes.fetch_add(1, Ordering::Relaxed);
-        for (pdb, d) in &deltas {
+        for (pdb, d) in &counted.deltas {
             self.counts.apply(*pdb, d);
         }
         // Only once the write is visible: a watcher that re-reads after this sees it.
@@ -383,10 +400,25 @@ impl Storage {
         Ok(())
     }
 
+    /// After a write of what `counted` counted: its records' states are known if it was
+    /// `applied`, and unknown otherwise (see `meta_states.rs`; the caller holds their locks).
+    fn remember(&self, counted: &Counted, applied: bool) {
+        if counted.cleared {
+            self.meta_states.clear();
+        }
+        for (key, state) in &counted.written {
+            match applied {
+                true => self.meta_states.record(key, *state),
+                false => self.meta_states.forget(key),
+            }
+        }
+    }
+
     /// What `batch` changes in the keyspace counts: for each metadata record it writes, its
-    /// state before (from the engine; from memory only if `memory_only`, failing with
-    /// `WouldBlock` where that is not enough) against its final state in the batch.
-    fn count_changes(&self, batch: &lsm::WriteBatch, memory_only: bool) -> lsm::Result<Vec<(u16, counts::Delta)>> {
+    /// state before (recorded by an earlier commit, or read from the engine; from memory only
+    /// if `memory_only`, failing with `WouldBlock` where that is not enough) against its final
+    /// state in the batch.
+    fn count_changes(&self, batch: &lsm::WriteBatch, memory_only: bool) -> lsm::Result<Counted> {
         use lsm::key::ValueKind;
         let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
         let mut cleared: Vec<(u16, u16)> = Vec::new();
@@ -407,7 +439,7 @@ impl Storage {
             }
         }
         if finals.is_empty() && cleared.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Counted::default());
         }
         let is_cleared = |pdb: u16| cleared.iter().any(|&(a, b)| pdb >= a && pdb <= b);
         let mut deltas: std::collections::HashMap<u16, counts::Delta> = std::collections::HashMap::new();
@@ -417,10 +449,13 @@ impl Storage {
             }
         }
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
+        let mut written = Vec::with_capacity(finals.len());
         for (key, after) in finals {
             let pdb = u16::from_be_bytes([key[1], key[2]]);
             let before = if is_cleared(pdb) {
                 None
+            } else if let Some(known) = self.meta_states.get(key) {
+                known
             } else {
                 let read = lsm::ReadOptions::new().cache_only(memory_only);
                 match self.engine.get_with(key, &read)? {
@@ -433,8 +468,9 @@ impl Storage {
                 None => None,
             };
             deltas.entry(pdb).or_default().record(before, after);
+            written.push((key.to_vec(), after));
         }
-        Ok(deltas.into_iter().collect())
+        Ok(Counted { deltas: deltas.into_iter().collect(), written, cleared: !cleared.is_empty() })
     }
 
     /// Writes committed since start (see the field).

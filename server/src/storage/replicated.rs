@@ -11,7 +11,7 @@ impl Storage {
     /// Applies one batch the primary committed at sequence `seq` (a replica's only writer: its
     /// clients cannot write, so the counts computed against the engine stay exact).
     pub fn apply_replicated(&self, seq: u64, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let deltas = self.count_changes(&batch, false)?;
+        let counted = self.count_changes(&batch, false)?;
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let mut new_map = None;
         for entry in batch.iter() {
@@ -22,9 +22,11 @@ impl Storage {
         }
         let last = batch.last_sequence().unwrap_or(seq);
         let touched = self.tracking.touched(&batch);
-        self.engine.write_replicated(seq, batch)?;
+        let written = self.engine.write_replicated(seq, batch);
+        self.remember(&counted, written.is_ok());
+        written?;
         self.tracking.invalidate(touched, 0);
-        for (pdb, d) in &deltas {
+        for (pdb, d) in &counted.deltas {
             self.counts.apply(*pdb, d);
         }
         if let Some(raw) = new_map {
@@ -56,6 +58,7 @@ impl Storage {
 
     /// Re-reads everything derived from the records after the engine's contents were replaced.
     fn reload(&self) -> lsm::Result<()> {
+        self.meta_states.clear();
         self.load_map(self.engine.get(DB_MAP_KEY)?.as_deref())?;
         self.pick_seed.store(layout(&self.engine)?, Ordering::Relaxed);
         self.counts.assign(&super::KeyspaceCounts::recount(&self.engine)?);
