@@ -3,6 +3,7 @@
 //! the write queue's lock only while the batch is not yet known to be committed (see
 //! [`DbInner::poll_commit`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -45,6 +46,15 @@ impl Db {
     /// its [`Commit`].
     pub fn committed(&self, ticket: WriteTicket) -> Committed {
         Committed::new(Arc::clone(&self.inner), ticket)
+    }
+
+    /// Write groups (of any writers) that failed since the database opened. A reader that
+    /// learnt that a write is committed or failed ([`Db::is_committed`], [`Db::wait_committed`],
+    /// a finished [`Commit`] or [`Committed`]) sees every failure up to that write counted here,
+    /// so a state noted when a write was queued, with this count, is known to be the
+    /// database's if the count has not moved since.
+    pub fn failed_write_groups(&self) -> u64 {
+        self.inner.failed_groups.load(Ordering::Acquire)
     }
 
     /// True once the async write `ticket` is committed or failed (its writes, if any, visible).

@@ -125,6 +125,8 @@ pub(crate) struct DbInner {
     committed_through: AtomicU64,
     /// True while the queue holds failures not yet read by their writers.
     unread_failures: AtomicBool,
+    /// Write groups that failed since open (counted before `committed_through` passes them).
+    failed_groups: AtomicU64,
     /// The last id handed to an async waiter.
     next_waiter: AtomicU64,
     wal: Mutex<WalState>,

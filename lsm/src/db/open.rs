@@ -118,6 +118,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         groups_done: AtomicU64::new(0),
         committed_through: AtomicU64::new(0),
         unread_failures: AtomicBool::new(false),
+        failed_groups: AtomicU64::new(0),
         next_waiter: AtomicU64::new(0),
         versions: Mutex::new(versions),
         sv: arc_swap::ArcSwap::from_pointee(SuperVersion {

@@ -323,6 +323,7 @@ impl DbInner {
                 q.errors.insert(p.ticket, e.duplicate());
             }
             self.unread_failures.store(true, Ordering::Release);
+            self.failed_groups.fetch_add(1, Ordering::Release);
         }
         q.done_through = group.last().map_or(q.done_through, |p| p.ticket);
         self.committed_through.store(q.done_through, Ordering::Release);

@@ -52,10 +52,7 @@ impl Storage {
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };
-        // Its commit is awaited after the stripes are released: what it writes is not known
-        // to be there until then (see `meta_states.rs`).
-        self.remember(&counted, false);
-        let deltas = counted.deltas;
+
         // Point writes only: `affected` needs no reads for them (it would, for range deletes).
         let watchers = self.watches.affected(batch, |_| true);
         let opts = lsm::WriteOptions::default();
@@ -71,7 +68,11 @@ impl Storage {
             Err(e) => return Err(e),
         };
         guard.queued(commit.ticket());
+        // Under the stripes: if the write fails, the engine counts the failure before the
+        // stripes' next holder sees it done, and the entries are retired (see `meta_states.rs`).
+        self.remember(&counted, true);
         drop(guard);
+        let deltas = counted.deltas;
         self.changes.fetch_add(keys.len() as u64, Ordering::Relaxed);
         // Counted now, not when the commit is seen: the write commits even if nobody awaits it
         // (a connection dropped at shutdown); a failed commit is taken back (`revert_counts`).

@@ -10,11 +10,16 @@
 //!
 //! An entry is the engine's state of its record whenever a command holding the key's lock
 //! reads it, because every writer of metadata records keeps to these rules:
-//! - a commit that waits for its write ([`super::Storage::commit_from`], a replica's apply)
-//!   records the states it wrote once the engine took the write, while it still holds the
-//!   keys' locks, and forgets them if the write failed;
-//! - a queued write (pipelined SETs from a connection's own task, whose commit is awaited after
-//!   the stripes are released) forgets its keys' entries under their stripes, before queueing;
+//! - a write records the states it writes while it holds the keys' locks: a commit that waits
+//!   for its write once the engine took it (and it forgets them if the write failed); a queued
+//!   write (pipelined SETs from a connection's own task, whose commit is awaited after the
+//!   stripes are released) as soon as it is queued;
+//! - each entry carries the engine's count of failed write groups
+//!   ([`lsm::Db::failed_write_groups`]) from before its write, and is used only while that
+//!   count has not moved: a queued write that then fails is counted before the next holder of
+//!   its stripes can see it done, so its entries are never taken for the engine's state (any
+//!   failure anywhere retires every entry; failures are rare and the engine is read-only after
+//!   one);
 //! - anything that replaces more than single records (a range delete of whole databases, a full
 //!   sync, a rewind) clears every entry.
 //!
@@ -34,8 +39,9 @@ const PER_SHARD: usize = 2048;
 /// TTL).
 pub(super) type State = Option<u64>;
 
-/// One shard: keys hashed with xxh3 (SipHash would cost more than the rest of a lookup).
-type Shard = HashMap<Box<[u8]>, State, BuildHasherDefault<KeyHasher>>;
+/// One shard: each key's state and the failure count it was recorded under; keys hashed with
+/// xxh3 (SipHash would cost more than the rest of a lookup).
+type Shard = HashMap<Box<[u8]>, (State, u64), BuildHasherDefault<KeyHasher>>;
 
 /// Recently written metadata records' states (see the module docs).
 pub(super) struct MetaStates {
@@ -75,22 +81,25 @@ impl MetaStates {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The recorded state of the metadata record `key`, if there is one.
-    pub(super) fn get(&self, key: &[u8]) -> Option<State> {
-        self.shard(key).get(key).copied()
+    /// The recorded state of the metadata record `key`, if there is one recorded while the
+    /// engine had seen `failures` failed write groups, as it has now.
+    pub(super) fn get(&self, key: &[u8], failures: u64) -> Option<State> {
+        self.shard(key).get(key).filter(|(_, at)| *at == failures).map(|(state, _)| *state)
     }
 
-    /// Records `state` as what the engine now holds for `key` (the caller holds its lock).
-    pub(super) fn record(&self, key: &[u8], state: State) {
+    /// Records `state` as what the engine holds for `key` once the write the caller queued or
+    /// made is applied, which it did when the engine had seen `failures` failed write groups
+    /// (the caller holds the key's lock).
+    pub(super) fn record(&self, key: &[u8], state: State, failures: u64) {
         let mut shard = self.shard(key);
         if let Some(known) = shard.get_mut(key) {
-            *known = state;
+            *known = (state, failures);
             return;
         }
         if shard.len() >= PER_SHARD {
             shard.clear();
         }
-        shard.insert(key.into(), state);
+        shard.insert(key.into(), (state, failures));
     }
 
     /// Forgets what is known of `key` (the caller holds its lock).
@@ -113,23 +122,24 @@ mod tests {
     #[test]
     fn entries_are_recorded_replaced_forgotten_and_bounded() {
         let states = MetaStates::default();
-        assert_eq!(states.get(b"Mk"), None);
-        states.record(b"Mk", Some(0));
-        states.record(b"Mgone", None);
-        assert_eq!((states.get(b"Mk"), states.get(b"Mgone")), (Some(Some(0)), Some(None)));
-        states.record(b"Mk", Some(77));
-        assert_eq!(states.get(b"Mk"), Some(Some(77)));
+        assert_eq!(states.get(b"Mk", 0), None);
+        states.record(b"Mk", Some(0), 0);
+        states.record(b"Mgone", None, 0);
+        assert_eq!((states.get(b"Mk", 0), states.get(b"Mgone", 0)), (Some(Some(0)), Some(None)));
+        assert_eq!(states.get(b"Mk", 1), None, "a failure since retires the entry");
+        states.record(b"Mk", Some(77), 1);
+        assert_eq!(states.get(b"Mk", 1), Some(Some(77)));
         states.forget(b"Mk");
-        assert_eq!(states.get(b"Mk"), None);
+        assert_eq!(states.get(b"Mk", 1), None);
         // Far more keys than fit: every shard stays within its bound.
         for i in 0..(SHARDS * PER_SHARD * 2) {
-            states.record(format!("M{i}").as_bytes(), Some(i as u64));
+            states.record(format!("M{i}").as_bytes(), Some(i as u64), 0);
         }
         assert!(states.shards.iter().all(|s| s.lock().unwrap().len() <= PER_SHARD));
         let last = SHARDS * PER_SHARD * 2 - 1;
-        assert_eq!(states.get(format!("M{last}").as_bytes()), Some(Some(last as u64)), "the newest entry is kept");
+        assert_eq!(states.get(format!("M{last}").as_bytes(), 0), Some(Some(last as u64)), "the newest is kept");
         states.clear();
-        assert_eq!(states.get(format!("M{last}").as_bytes()), None);
+        assert_eq!(states.get(format!("M{last}").as_bytes(), 0), None);
     }
 }
 
@@ -169,24 +179,37 @@ mod rules {
         let opts = lsm::Options::default().fault_injector(Arc::clone(&disk_full) as Arc<dyn lsm::fault::FaultInjector>);
         let s = Storage::new(lsm::Db::open(dir.path(), opts).unwrap()).unwrap();
         let cx = ExecContext::new();
-        let known = |key: &[u8]| s.meta_states.get(&meta_key(0, key));
+        let known = |key: &[u8]| s.meta_states.get(&meta_key(0, key), s.engine().failed_write_groups());
         // A commit records what it wrote; the next write of the key counts from it.
         s.set_string(&cx, 0, b"a", Bytes::from_static(b"1"), 0).unwrap();
         assert_eq!(known(b"a"), Some(Some(0)));
         s.set_string(&cx, 0, b"a", Bytes::from_static(b"2"), 4_000_000_000_000).unwrap();
         assert_eq!(known(b"a"), Some(Some(4_000_000_000_000)));
         assert_exact(&s);
-        // A queued write forgets its keys before it is queued.
-        let mut batch = lsm::WriteBatch::new();
-        s.put_into(&mut batch, 0, b"a", &Meta::string(Bytes::from_static(b"3"), 0));
-        s.put_into(&mut batch, 0, b"b", &Meta::string(Bytes::from_static(b"3"), 0));
-        let keys = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
-        let BlindWrite::Queued(commit, _) = s.try_write_blind_async(0, &keys, &mut batch).unwrap() else {
-            panic!("the stripes are free and the states in memory")
-        };
-        assert_eq!((known(b"a"), known(b"b")), (None, None));
+        // A queued write records its keys as it is queued.
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let queue = |value: &'static [u8], expire_at_ms: u64| {
+            let mut batch = lsm::WriteBatch::new();
+            s.put_into(&mut batch, 0, b"a", &Meta::string(Bytes::from_static(value), expire_at_ms));
+            s.put_into(&mut batch, 0, b"b", &Meta::string(Bytes::from_static(value), expire_at_ms));
+            let keys = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+            match s.try_write_blind_async(0, &keys, &mut batch).unwrap() {
+                BlindWrite::Queued(commit, changes) => (commit, changes),
+                _ => panic!("the stripes are free and the states in memory"),
+            }
+        };
+        let (commit, _) = queue(b"3", 0);
+        assert_eq!((known(b"a"), known(b"b")), (Some(Some(0)), Some(Some(0))));
         runtime.block_on(commit).unwrap();
+        assert_exact(&s);
+        // A queued write that fails: its entries are not taken for the engine's state.
+        disk_full.0.store(true, Ordering::Relaxed);
+        let (commit, changes) = queue(b"x", 5_000_000_000_000);
+        assert!(runtime.block_on(commit).is_err());
+        s.revert_counts(&changes);
+        assert_eq!((known(b"a"), known(b"b")), (None, None));
+        disk_full.0.store(false, Ordering::Relaxed);
+        s.engine().resume().unwrap();
         assert_exact(&s);
         s.set_string(&cx, 0, b"b", Bytes::from_static(b"4"), 0).unwrap();
         assert_eq!(s.dbsize(0), 2);

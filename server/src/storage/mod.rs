@@ -147,6 +147,8 @@ pub(super) struct Counted {
     written: Vec<(Vec<u8>, meta_states::State)>,
     /// Whether the batch range-deletes whole databases.
     cleared: bool,
+    /// The engine's count of failed write groups when this was counted.
+    failures: u64,
 }
 
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
@@ -400,15 +402,16 @@ impl Storage {
         Ok(())
     }
 
-    /// After a write of what `counted` counted: its records' states are known if it was
-    /// `applied`, and unknown otherwise (see `meta_states.rs`; the caller holds their locks).
+    /// After a write of what `counted` counted was made or queued: its records' states are
+    /// known if it was `applied` (or queued), and unknown otherwise (see `meta_states.rs`; the
+    /// caller holds their locks).
     fn remember(&self, counted: &Counted, applied: bool) {
         if counted.cleared {
             self.meta_states.clear();
         }
         for (key, state) in &counted.written {
             match applied {
-                true => self.meta_states.record(key, *state),
+                true => self.meta_states.record(key, *state, counted.failures),
                 false => self.meta_states.forget(key),
             }
         }
@@ -449,12 +452,13 @@ impl Storage {
             }
         }
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
+        let failures = self.engine.failed_write_groups();
         let mut written = Vec::with_capacity(finals.len());
         for (key, after) in finals {
             let pdb = u16::from_be_bytes([key[1], key[2]]);
             let before = if is_cleared(pdb) {
                 None
-            } else if let Some(known) = self.meta_states.get(key) {
+            } else if let Some(known) = self.meta_states.get(key, failures) {
                 known
             } else {
                 let read = lsm::ReadOptions::new().cache_only(memory_only);
@@ -470,7 +474,7 @@ impl Storage {
             deltas.entry(pdb).or_default().record(before, after);
             written.push((key.to_vec(), after));
         }
-        Ok(Counted { deltas: deltas.into_iter().collect(), written, cleared: !cleared.is_empty() })
+        Ok(Counted { deltas: deltas.into_iter().collect(), written, cleared: !cleared.is_empty(), failures })
     }
 
     /// Writes committed since start (see the field).
