@@ -136,3 +136,34 @@ fn libc_eio() -> i32 {
 fn libc_enospc() -> i32 {
     28
 }
+
+/// `Db::failed_write_groups` counts a failed write before its writer, or anyone waiting for
+/// it, learns that it is done, and only failed ones.
+#[test]
+fn a_failed_write_is_counted_before_it_is_seen_done() {
+    let faults = Arc::new(FailNth {
+        op: IoOp::WalWrite,
+        n: 2,
+        errno: libc_enospc(),
+        sticky: false,
+        seen: AtomicU64::new(0),
+        fired: AtomicU64::new(0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default().fault_injector(faults)).unwrap();
+    let put = |k: &str| {
+        let mut b = WriteBatch::new();
+        b.put(k.as_bytes(), b"v");
+        b
+    };
+    db.write(put("a"), &WriteOptions::default()).unwrap();
+    assert_eq!(db.failed_write_groups(), 0);
+    let mut failing = put("b");
+    let commit = db.write_async(&mut failing, &WriteOptions::default()).unwrap();
+    db.wait_committed(commit.ticket());
+    assert_eq!(db.failed_write_groups(), 1, "counted by the time the write is seen done");
+    assert!(db.get(b"b").unwrap().is_none());
+    db.resume().unwrap();
+    db.write(put("c"), &WriteOptions::default()).unwrap();
+    assert_eq!(db.failed_write_groups(), 1, "a successful write counts nothing");
+}

@@ -52,7 +52,6 @@ impl Storage {
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };
-
         // Point writes only: `affected` needs no reads for them (it would, for range deletes).
         let watchers = self.watches.affected(batch, |_| true);
         let opts = lsm::WriteOptions::default();
