@@ -48,7 +48,7 @@ impl Storage {
         if let Err(ticket) = guard.try_settle(&self.engine) {
             return Ok(BlindWrite::WaitFor(ticket));
         }
-        let counted = match self.count_changes(batch, true) {
+        let deltas = match self.count_changes(batch, true, true) {
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };
@@ -60,18 +60,22 @@ impl Storage {
         } else {
             self.engine.write_async(batch, &opts)
         };
+        // Recorded states of a write the engine refused are not the engine's; those of a write
+        // that fails later are retired by the engine's failure count (see `meta_states.rs`).
         let commit = match queued {
             Ok(commit) => commit,
             // Read-only after a failure: a blocking write reports it, or resumes the engine.
-            Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
-            Err(e) => return Err(e),
+            Err(lsm::Error::WouldBlock) => {
+                self.meta_states.clear();
+                return Ok(BlindWrite::HandOff);
+            }
+            Err(e) => {
+                self.meta_states.clear();
+                return Err(e);
+            }
         };
         guard.queued(commit.ticket());
-        // Under the stripes: if the write fails, the engine counts the failure before the
-        // stripes' next holder sees it done, and the entries are retired (see `meta_states.rs`).
-        self.remember(&counted, true);
         drop(guard);
-        let deltas = counted.deltas;
         self.changes.fetch_add(keys.len() as u64, Ordering::Relaxed);
         // Counted now, not when the commit is seen: the write commits even if nobody awaits it
         // (a connection dropped at shutdown); a failed commit is taken back (`revert_counts`).

@@ -25,8 +25,10 @@ impl Storage {
     pub fn dbsize_seen(&self, cx: &ExecContext, db: u32) -> lsm::Result<u64> {
         let pdb = self.phys(db);
         let committed = self.dbsize(db);
-        let Some(counted) = cx.with_buffered(|batch| self.count_changes(batch, false)) else { return Ok(committed) };
-        Ok(match counted?.deltas.into_iter().find(|(p, _)| *p == pdb) {
+        let Some(deltas) = cx.with_buffered(|batch| self.count_changes(batch, false, false)) else {
+            return Ok(committed);
+        };
+        Ok(match deltas?.into_iter().find(|(p, _)| *p == pdb) {
             Some((_, d)) if d.cleared => d.keys.max(0) as u64,
             Some((_, d)) => (committed as i64 + d.keys).max(0) as u64,
             None => committed,

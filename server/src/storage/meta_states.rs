@@ -10,10 +10,11 @@
 //!
 //! An entry is the engine's state of its record whenever a command holding the key's lock
 //! reads it, because every writer of metadata records keeps to these rules:
-//! - a write records the states it writes while it holds the keys' locks: a commit that waits
-//!   for its write once the engine took it (and it forgets them if the write failed); a queued
+//! - a write records the states it writes while it holds the keys' locks, once every state
+//!   before is known: a commit that waits for its write just before it makes it, a queued
 //!   write (pipelined SETs from a connection's own task, whose commit is awaited after the
-//!   stripes are released) as soon as it is queued;
+//!   stripes are released) once it is queued; a write that fails or is refused clears every
+//!   entry;
 //! - each entry carries the engine's count of failed write groups
 //!   ([`lsm::Db::failed_write_groups`]) from before its write, and is used only while that
 //!   count has not moved: a queued write that then fails is counted before the next holder of
@@ -23,42 +24,57 @@
 //! - anything that replaces more than single records (a range delete of whole databases, a full
 //!   sync, a rewind) clears every entry.
 //!
+//! Keys are held by their 128-bit hash, not their bytes (see [`Fingerprint`]).
 //! A shard that fills up is emptied (the next writes of its keys read the engine again).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
-/// Shards: enough that executor threads rarely meet on one lock.
+/// Shards: enough that threads rarely meet on one lock.
 const SHARDS: usize = 64;
-/// Entries per shard before it is emptied (64 × 2048 = 131,072 keys, about 9 MiB when full
-/// with 20-byte keys).
+/// Entries per shard before it is emptied (64 × 2048 = 131,072 keys, about 6 MiB when full).
 const PER_SHARD: usize = 2048;
 
 /// The state of a metadata record: `None` if there is none, else its `expire_at_ms` (0: no
 /// TTL).
 pub(super) type State = Option<u64>;
 
-/// One shard: each key's state and the failure count it was recorded under; keys hashed with
-/// xxh3 (SipHash would cost more than the rest of a lookup).
-type Shard = HashMap<Box<[u8]>, (State, u64), BuildHasherDefault<KeyHasher>>;
+/// A metadata record's key, by its 128-bit xxh3: two keys share one with probability 2^-128,
+/// so a map of 131,072 of them never takes one key for another in practice (storing the keys
+/// would cost an allocation per entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Fingerprint(u128);
+
+impl Fingerprint {
+    pub(super) fn of(key: &[u8]) -> Fingerprint {
+        Fingerprint(xxhash_rust::xxh3::xxh3_128(key))
+    }
+}
+
+/// One shard: each key's state and the failure count it was recorded under.
+type Shard = HashMap<Fingerprint, (State, u64), BuildHasherDefault<FingerprintHasher>>;
 
 /// Recently written metadata records' states (see the module docs).
 pub(super) struct MetaStates {
     shards: Box<[Mutex<Shard>]>,
 }
 
-/// xxh3 of a key's bytes (what `Hash` for a byte slice writes: its length, then its bytes).
+/// A fingerprint is already a hash: its low 64 bits.
 #[derive(Default)]
-struct KeyHasher(u64);
+struct FingerprintHasher(u64);
 
-impl Hasher for KeyHasher {
+impl Hasher for FingerprintHasher {
     fn finish(&self) -> u64 {
         self.0
     }
 
     fn write(&mut self, bytes: &[u8]) {
         self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
     }
 }
 
@@ -75,36 +91,27 @@ impl Default for MetaStates {
 }
 
 impl MetaStates {
-    fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, Shard> {
-        // The high bits: the map inside uses the low ones of its own hash of the key.
-        let i = (xxhash_rust::xxh3::xxh3_64(key) >> 58) as usize % SHARDS;
+    fn shard(&self, key: Fingerprint) -> std::sync::MutexGuard<'_, Shard> {
+        // The high bits: the map inside uses the low ones.
+        let i = (key.0 >> 122) as usize % SHARDS;
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The recorded state of the metadata record `key`, if there is one recorded while the
     /// engine had seen `failures` failed write groups, as it has now.
-    pub(super) fn get(&self, key: &[u8], failures: u64) -> Option<State> {
-        self.shard(key).get(key).filter(|(_, at)| *at == failures).map(|(state, _)| *state)
+    pub(super) fn get(&self, key: Fingerprint, failures: u64) -> Option<State> {
+        self.shard(key).get(&key).filter(|(_, at)| *at == failures).map(|(state, _)| *state)
     }
 
-    /// Records `state` as what the engine holds for `key` once the write the caller queued or
-    /// made is applied, which it did when the engine had seen `failures` failed write groups
+    /// Records `state` as what the engine holds for `key` once the write the caller is making
+    /// or queueing is applied; the engine had seen `failures` failed write groups before it
     /// (the caller holds the key's lock).
-    pub(super) fn record(&self, key: &[u8], state: State, failures: u64) {
+    pub(super) fn record(&self, key: Fingerprint, state: State, failures: u64) {
         let mut shard = self.shard(key);
-        if let Some(known) = shard.get_mut(key) {
-            *known = (state, failures);
-            return;
-        }
-        if shard.len() >= PER_SHARD {
+        if shard.len() >= PER_SHARD && !shard.contains_key(&key) {
             shard.clear();
         }
-        shard.insert(key.into(), (state, failures));
-    }
-
-    /// Forgets what is known of `key` (the caller holds its lock).
-    pub(super) fn forget(&self, key: &[u8]) {
-        self.shard(key).remove(key);
+        shard.insert(key, (state, failures));
     }
 
     /// Forgets everything.
@@ -120,26 +127,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_are_recorded_replaced_forgotten_and_bounded() {
+    fn entries_are_recorded_replaced_retired_and_bounded() {
         let states = MetaStates::default();
-        assert_eq!(states.get(b"Mk", 0), None);
-        states.record(b"Mk", Some(0), 0);
-        states.record(b"Mgone", None, 0);
-        assert_eq!((states.get(b"Mk", 0), states.get(b"Mgone", 0)), (Some(Some(0)), Some(None)));
-        assert_eq!(states.get(b"Mk", 1), None, "a failure since retires the entry");
-        states.record(b"Mk", Some(77), 1);
-        assert_eq!(states.get(b"Mk", 1), Some(Some(77)));
-        states.forget(b"Mk");
-        assert_eq!(states.get(b"Mk", 1), None);
+        let (k, gone) = (Fingerprint::of(b"Mk"), Fingerprint::of(b"Mgone"));
+        assert_eq!(states.get(k, 0), None);
+        states.record(k, Some(0), 0);
+        states.record(gone, None, 0);
+        assert_eq!((states.get(k, 0), states.get(gone, 0)), (Some(Some(0)), Some(None)));
+        assert_eq!(states.get(k, 1), None, "a failure since retires the entry");
+        states.record(k, Some(77), 1);
+        assert_eq!(states.get(k, 1), Some(Some(77)));
         // Far more keys than fit: every shard stays within its bound.
-        for i in 0..(SHARDS * PER_SHARD * 2) {
-            states.record(format!("M{i}").as_bytes(), Some(i as u64), 0);
+        let n = SHARDS * PER_SHARD * 2;
+        for i in 0..n {
+            states.record(Fingerprint::of(format!("M{i}").as_bytes()), Some(i as u64), 0);
         }
         assert!(states.shards.iter().all(|s| s.lock().unwrap().len() <= PER_SHARD));
-        let last = SHARDS * PER_SHARD * 2 - 1;
-        assert_eq!(states.get(format!("M{last}").as_bytes(), 0), Some(Some(last as u64)), "the newest is kept");
+        let last = Fingerprint::of(format!("M{}", n - 1).as_bytes());
+        assert_eq!(states.get(last, 0), Some(Some(n as u64 - 1)), "the newest is kept");
         states.clear();
-        assert_eq!(states.get(format!("M{last}").as_bytes(), 0), None);
+        assert_eq!(states.get(last, 0), None);
     }
 }
 
@@ -153,6 +160,7 @@ mod rules {
     use bytes::Bytes;
 
     use super::super::{meta_key, BlindWrite, ExecContext, KeyspaceCounts, Meta, Storage};
+    use super::Fingerprint;
 
     /// Fails every WAL write while set (a full disk).
     #[derive(Debug, Default)]
@@ -179,7 +187,8 @@ mod rules {
         let opts = lsm::Options::default().fault_injector(Arc::clone(&disk_full) as Arc<dyn lsm::fault::FaultInjector>);
         let s = Storage::new(lsm::Db::open(dir.path(), opts).unwrap()).unwrap();
         let cx = ExecContext::new();
-        let known = |key: &[u8]| s.meta_states.get(&meta_key(0, key), s.engine().failed_write_groups());
+        let known =
+            |key: &[u8]| s.meta_states.get(Fingerprint::of(&meta_key(0, key)), s.engine().failed_write_groups());
         // A commit records what it wrote; the next write of the key counts from it.
         s.set_string(&cx, 0, b"a", Bytes::from_static(b"1"), 0).unwrap();
         assert_eq!(known(b"a"), Some(Some(0)));
@@ -213,7 +222,7 @@ mod rules {
         assert_exact(&s);
         s.set_string(&cx, 0, b"b", Bytes::from_static(b"4"), 0).unwrap();
         assert_eq!(s.dbsize(0), 2);
-        // A failed commit forgets what it meant to write, and counts nothing.
+        // A failed commit retires what it meant to write, and counts nothing.
         disk_full.0.store(true, Ordering::Relaxed);
         assert!(s.set_string(&cx, 0, b"c", Bytes::from_static(b"5"), 0).is_err());
         assert!(s.set_string(&cx, 0, b"b", Bytes::from_static(b"5"), 9_000_000_000_000).is_err());

@@ -138,19 +138,6 @@ pub struct Storage {
     meta_states: meta_states::MetaStates,
 }
 
-/// What a batch changes in the keyspace counts ([`Storage::count_changes`]).
-#[derive(Debug, Default)]
-pub(super) struct Counted {
-    /// Per physical database.
-    pub(super) deltas: Vec<(u16, counts::Delta)>,
-    /// Each metadata record the batch writes, with its state once the batch is applied.
-    written: Vec<(Vec<u8>, meta_states::State)>,
-    /// Whether the batch range-deletes whole databases.
-    cleared: bool,
-    /// The engine's count of failed write groups when this was counted.
-    failures: u64,
-}
-
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
 /// one (a shared stripe makes a queued SET batch wait for another's commit).
 const KEY_STRIPES: usize = 16384;
@@ -382,17 +369,18 @@ impl Storage {
     /// [`Storage::commit`] of a batch client `origin` wrote (0: the server itself), for
     /// `CLIENT TRACKING NOLOOP`.
     pub fn commit_from(&self, batch: lsm::WriteBatch, origin: u64) -> lsm::Result<()> {
-        let counted = self.count_changes(&batch, false)?;
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let touched = self.tracking.touched(&batch);
-        let written = self.engine.write(batch, &lsm::WriteOptions::default());
-        self.remember(&counted, written.is_ok());
-        written?;
+        let deltas = self.count_changes(&batch, false, true)?;
+        if let Err(e) = self.engine.write(batch, &lsm::WriteOptions::default()) {
+            self.meta_states.clear();
+            return Err(e);
+        }
         // Clients caching these keys hear of it once the write is visible.
         self.tracking.invalidate(touched, origin);
         self.changes.fetch_add(1, Ordering::Relaxed);
-        for (pdb, d) in &counted.deltas {
+        for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
         }
         // Only once the write is visible: a watcher that re-reads after this sees it.
@@ -402,26 +390,18 @@ impl Storage {
         Ok(())
     }
 
-    /// After a write of what `counted` counted was made or queued: its records' states are
-    /// known if it was `applied` (or queued), and unknown otherwise (see `meta_states.rs`; the
-    /// caller holds their locks).
-    fn remember(&self, counted: &Counted, applied: bool) {
-        if counted.cleared {
-            self.meta_states.clear();
-        }
-        for (key, state) in &counted.written {
-            match applied {
-                true => self.meta_states.record(key, *state, counted.failures),
-                false => self.meta_states.forget(key),
-            }
-        }
-    }
-
     /// What `batch` changes in the keyspace counts: for each metadata record it writes, its
-    /// state before (recorded by an earlier commit, or read from the engine; from memory only
+    /// state before (recorded by an earlier write, or read from the engine; from memory only
     /// if `memory_only`, failing with `WouldBlock` where that is not enough) against its final
-    /// state in the batch.
-    fn count_changes(&self, batch: &lsm::WriteBatch, memory_only: bool) -> lsm::Result<Counted> {
+    /// state in the batch. With `record`, for a batch about to be written, the final states
+    /// are recorded for the next write (see `meta_states.rs`: if the write then fails or is
+    /// refused, the caller clears them).
+    fn count_changes(
+        &self,
+        batch: &lsm::WriteBatch,
+        memory_only: bool,
+        record: bool,
+    ) -> lsm::Result<Vec<(u16, counts::Delta)>> {
         use lsm::key::ValueKind;
         let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
         let mut cleared: Vec<(u16, u16)> = Vec::new();
@@ -442,7 +422,7 @@ impl Storage {
             }
         }
         if finals.is_empty() && cleared.is_empty() {
-            return Ok(Counted::default());
+            return Ok(Vec::new());
         }
         let is_cleared = |pdb: u16| cleared.iter().any(|&(a, b)| pdb >= a && pdb <= b);
         let mut deltas: std::collections::HashMap<u16, counts::Delta> = std::collections::HashMap::new();
@@ -453,12 +433,13 @@ impl Storage {
         }
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
         let failures = self.engine.failed_write_groups();
-        let mut written = Vec::with_capacity(finals.len());
+        let mut written = Vec::with_capacity(if record { finals.len() } else { 0 });
         for (key, after) in finals {
             let pdb = u16::from_be_bytes([key[1], key[2]]);
+            let fingerprint = meta_states::Fingerprint::of(key);
             let before = if is_cleared(pdb) {
                 None
-            } else if let Some(known) = self.meta_states.get(key, failures) {
+            } else if let Some(known) = self.meta_states.get(fingerprint, failures) {
                 known
             } else {
                 let read = lsm::ReadOptions::new().cache_only(memory_only);
@@ -472,9 +453,19 @@ impl Storage {
                 None => None,
             };
             deltas.entry(pdb).or_default().record(before, after);
-            written.push((key.to_vec(), after));
+            if record {
+                written.push((fingerprint, after));
+            }
         }
-        Ok(Counted { deltas: deltas.into_iter().collect(), written, cleared: !cleared.is_empty(), failures })
+        if record {
+            if !cleared.is_empty() {
+                self.meta_states.clear();
+            }
+            for (fingerprint, after) in written {
+                self.meta_states.record(fingerprint, after, failures);
+            }
+        }
+        Ok(deltas.into_iter().collect())
     }
 
     /// Writes committed since start (see the field).

@@ -11,7 +11,7 @@ impl Storage {
     /// Applies one batch the primary committed at sequence `seq` (a replica's only writer: its
     /// clients cannot write, so the counts computed against the engine stay exact).
     pub fn apply_replicated(&self, seq: u64, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let counted = self.count_changes(&batch, false)?;
+        let deltas = self.count_changes(&batch, false, true)?;
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let mut new_map = None;
         for entry in batch.iter() {
@@ -22,11 +22,12 @@ impl Storage {
         }
         let last = batch.last_sequence().unwrap_or(seq);
         let touched = self.tracking.touched(&batch);
-        let written = self.engine.write_replicated(seq, batch);
-        self.remember(&counted, written.is_ok());
-        written?;
+        if let Err(e) = self.engine.write_replicated(seq, batch) {
+            self.meta_states.clear();
+            return Err(e);
+        }
         self.tracking.invalidate(touched, 0);
-        for (pdb, d) in &counted.deltas {
+        for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
         }
         if let Some(raw) = new_map {
