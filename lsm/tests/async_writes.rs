@@ -112,14 +112,25 @@ fn deferred_async_writes_commit_once_started_when_the_queue_fills_or_behind_a_bl
     block_on(first).unwrap();
     assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"1"[..]));
 
-    // Never started: a queue of deferred batches wakes the commit thread by itself, so no
-    // writer waits forever on a loop that forgot to start them.
-    let commits: Vec<_> =
-        (0..100).map(|i| db.write_async_deferred(&mut batch(&[(&format!("q{i:03}"), "v")]), &opts).unwrap()).collect();
+    // Never started: once 64 deferred batches wait, the queue wakes the commit thread by
+    // itself, so a loop that forgot to start them does not grow the queue without bound. (How
+    // many wait when it wakes depends on the commit thread's timing: if it was still busy with
+    // the write above, it takes the first batches alone and the count starts again.)
+    let mut commits = Vec::new();
+    while commits.first().is_none_or(|c: &lsm::Commit| !db.is_committed(c.ticket())) {
+        assert!(commits.len() < 10_000, "64 waiting deferred batches wake the commit thread");
+        let key = format!("q{:05}", commits.len());
+        commits.push(db.write_async_deferred(&mut batch(&[(&key, "v")]), &opts).unwrap());
+        if commits.len() % 64 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let queued = commits.len();
+    db.start_deferred_commits();
     for c in commits {
         block_on(c).unwrap();
     }
-    assert_eq!(db.prefix("q").count(), 100);
+    assert_eq!(db.prefix("q").count(), queued);
 
     // A blocking writer commits the deferred batches queued before it, in order.
     let deferred = db.write_async_deferred(&mut batch(&[("b", "1")]), &opts).unwrap();
