@@ -60,19 +60,13 @@ impl Storage {
         } else {
             self.engine.write_async(batch, &opts)
         };
-        // Recorded states of a write the engine refused are not the engine's; those of a write
-        // that fails later are retired by the engine's failure count (see `meta_states.rs`).
-        let commit = match queued {
+        // The recorded states of a write that fails later are retired by the engine's failure
+        // count (see `meta_states.rs`).
+        let commit = match self.meta_states.after_write(queued) {
             Ok(commit) => commit,
             // Read-only after a failure: a blocking write reports it, or resumes the engine.
-            Err(lsm::Error::WouldBlock) => {
-                self.meta_states.clear();
-                return Ok(BlindWrite::HandOff);
-            }
-            Err(e) => {
-                self.meta_states.clear();
-                return Err(e);
-            }
+            Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
+            Err(e) => return Err(e),
         };
         guard.queued(commit.ticket());
         drop(guard);

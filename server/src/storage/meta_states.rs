@@ -114,6 +114,15 @@ impl MetaStates {
         shard.insert(key, (state, failures));
     }
 
+    /// `result`, of a write whose states were recorded: if it failed or was refused, they are
+    /// not the engine's, and every entry is cleared.
+    pub(super) fn after_write<T>(&self, result: lsm::Result<T>) -> lsm::Result<T> {
+        if result.is_err() {
+            self.clear();
+        }
+        result
+    }
+
     /// Forgets everything.
     pub(super) fn clear(&self) {
         for shard in self.shards.iter() {

@@ -373,10 +373,7 @@ impl Storage {
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let touched = self.tracking.touched(&batch);
         let deltas = self.count_changes(&batch, false, true)?;
-        if let Err(e) = self.engine.write(batch, &lsm::WriteOptions::default()) {
-            self.meta_states.clear();
-            return Err(e);
-        }
+        self.meta_states.after_write(self.engine.write(batch, &lsm::WriteOptions::default()))?;
         // Clients caching these keys hear of it once the write is visible.
         self.tracking.invalidate(touched, origin);
         self.changes.fetch_add(1, Ordering::Relaxed);

@@ -22,10 +22,7 @@ impl Storage {
         }
         let last = batch.last_sequence().unwrap_or(seq);
         let touched = self.tracking.touched(&batch);
-        if let Err(e) = self.engine.write_replicated(seq, batch) {
-            self.meta_states.clear();
-            return Err(e);
-        }
+        self.meta_states.after_write(self.engine.write_replicated(seq, batch))?;
         self.tracking.invalidate(touched, 0);
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
