@@ -77,28 +77,25 @@ fn eval(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(split) => split,
         Err(reply) => return reply,
     };
+    if by_sha && args[1].len() != 40 {
+        return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
+    }
     let state = std::sync::Arc::clone(&s.state);
-    let scripting = &state.scripting;
-    let (func, flags, sha) = {
-        let mut vm = scripting.vm();
-        let sha = if by_sha {
-            if args[1].len() != 40 {
-                return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
-            }
-            String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
-        } else {
-            match cache_script(&mut vm, &args[1]) {
-                Ok(sha) => sha,
-                Err(reply) => return reply,
-            }
-        };
-        let Some(script) = vm.scripts.get(&sha) else {
-            return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
-        };
-        (script.func.clone(), script.flags, sha)
+    let mut vm = s.take_script_vm();
+    let sha = if by_sha {
+        String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+    } else {
+        match cache_script(&mut vm, &args[1]) {
+            Ok(sha) => sha,
+            Err(reply) => return reply,
+        }
     };
+    let Some(script) = vm.scripts.get(&sha) else {
+        return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
+    };
+    let (func, flags) = (script.func.clone(), script.flags);
     let job = Job { func, name: sha, flags, eval: true, ro: name.ends_with("_ro"), keys, args: rest, command: args };
-    run(s, scripting, job)
+    run(s, &state.scripting, job, vm)
 }
 
 fn fcall(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -107,13 +104,14 @@ fn fcall(s: &mut Session, args: &[Bytes]) -> Reply {
     let state = std::sync::Arc::clone(&s.state);
     let scripting = &state.scripting;
     let name = String::from_utf8_lossy(&args[1]).into_owned();
-    let found = scripting.vm().libraries.function(&name).map(|f| (f.func.clone(), f.flags));
+    let vm = s.take_script_vm();
+    let found = vm.libraries.function(&name).map(|f| (f.func.clone(), f.flags));
     let Some((func, flags)) = found else { return Reply::error("ERR Function not found") };
     let (keys, rest) = match split_keys(args, "ERR Bad number of keys provided") {
         Ok(split) => split,
         Err(reply) => return reply,
     };
-    run(s, scripting, Job { func, name, flags, eval: false, ro, keys, args: rest, command: args })
+    run(s, scripting, Job { func, name, flags, eval: false, ro, keys, args: rest, command: args }, vm)
 }
 
 fn kill_reply(result: Result<(), KillRefused>, eval: bool) -> Reply {

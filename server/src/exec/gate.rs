@@ -299,6 +299,13 @@ pub fn run_batch(
         }
         let Some(args) = requests.front() else { break BatchEnd::Drained };
         let looked_up = lookup(&args[0]);
+        // A script may keep the VM for the script after it; it is let go before anything else
+        // runs, and during a pause (whose check below may look a script up in the VM).
+        let script = looked_up.is_some_and(is_script);
+        s.script_next = script && requests.get(1).is_some_and(|a| lookup(&a[0]).is_some_and(is_script));
+        if s.script_vm.is_some() && (!script || s.state.pause_in_force()) {
+            s.script_vm = None;
+        }
         if let Some(spec) = looked_up.filter(|c| c.name != "client" && s.state.pause_in_force()) {
             if let Some(wait) = s.state.pause_remaining(may_replicate(s, spec, args)) {
                 break BatchEnd::Paused(wait);
@@ -375,7 +382,14 @@ pub fn run_batch(
     };
     sets.commit(s, out);
     s.exec.reset();
+    s.script_vm = None;
+    s.script_next = false;
     end
+}
+
+/// EVAL, EVALSHA, FCALL and their read-only forms.
+fn is_script(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro")
 }
 
 /// The reply of a command that panicked, after logging it and clearing what it left in the

@@ -119,6 +119,12 @@ pub struct Session {
     pub tracking_caching: bool,
     /// The running script called a read-only command (its declared keys are then tracked).
     pub tracking_script_read: bool,
+    /// The scripting VM, kept from one script of a pipeline to the next while the next request
+    /// is a script too (see [`crate::scripting::lease`]); let go before anything else runs.
+    pub(crate) script_vm: Option<crate::scripting::VmGuard>,
+    /// Set by the gate before a command runs: the request after it is a script, so a script
+    /// may keep the VM in [`Session::script_vm`] when it ends.
+    pub script_next: bool,
     /// The running command's execution context (transaction buffer, read snapshot, held
     /// stripes), reset after every top-level command.
     pub exec: ExecContext,
@@ -127,6 +133,12 @@ pub struct Session {
 }
 
 impl Session {
+    /// The scripting VM: the one this session kept from its last script, else taken (waiting
+    /// while another client's script runs).
+    pub(crate) fn take_script_vm(&mut self) -> crate::scripting::VmGuard {
+        self.script_vm.take().unwrap_or_else(|| self.state.scripting.vm())
+    }
+
     /// A new client of `state` without a socket (tests, internal use).
     pub fn new(state: Arc<ServerState>) -> Self {
         Session::connected(state, String::new(), String::new())
@@ -175,6 +187,8 @@ impl Session {
             tracking: false,
             tracking_caching: false,
             tracking_script_read: false,
+            script_vm: None,
+            script_next: false,
             exec: ExecContext::for_client(id),
             state,
         }

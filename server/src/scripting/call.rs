@@ -121,11 +121,16 @@ struct Run<'s, 'g> {
     needs_everything: bool,
 }
 
-/// Runs `job` for `s`; the VM is taken here, after the declared keys' stripes.
-pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -> Reply {
+/// Runs `job` for `s` on `vm`, which the caller took to find the job (or kept from the
+/// script before). The declared keys' stripes are only *tried* while the VM is held; if one is
+/// busy the VM goes back, the stripes are waited for, and the VM is taken again after them.
+/// When the script ends the VM goes back, or stays in [`Session::script_vm`] if the next
+/// request is a script too ([`Session::script_next`]).
+pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, vm: super::VmGuard) -> Reply {
     if let Err(refused) = prepare(s, &job) {
         return refused;
     }
+    let mut held = Some(vm);
     let state = Arc::clone(&s.state);
     let storage = &state.storage;
     let read_only = job.ro || (!job.flags.compat && job.flags.no_writes);
@@ -140,12 +145,17 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
     let mut attempt = 0;
     loop {
         attempt += 1;
+        let keys = || wanted.iter().map(|(db, k)| (*db, &k[..]));
         let guard = if nested {
             None
-        } else if everything {
-            Some(storage.lock_all(&s.exec))
+        } else if let Some(guard) =
+            held.as_ref().filter(|_| !everything).and_then(|_| storage.try_lock(&s.exec, keys()))
+        {
+            Some(guard)
         } else {
-            Some(storage.lock_pairs(&s.exec, wanted.iter().map(|(db, k)| (*db, &k[..]))))
+            // Never wait for a stripe while holding the VM: its holder may be waiting for it.
+            held = None;
+            Some(if everything { storage.lock_all(&s.exec) } else { storage.lock_pairs(&s.exec, keys()) })
         };
         if let Some(guard) = &guard {
             storage.hold_for_exec(&s.exec, guard);
@@ -153,7 +163,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
         }
         s.in_exec = true;
         s.in_script = true;
-        let vm = scripting.vm();
+        let vm = held.take().unwrap_or_else(|| scripting.vm());
         vm.resp3.store(false, std::sync::atomic::Ordering::Relaxed);
         scripting.status.begin(job.name.clone(), job.command.to_vec(), s.id, job.eval, threshold);
         let mut run = Run {
@@ -186,8 +196,13 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>) -
         run.s.error_counted = counted && matches!(reply, Reply::Error(_));
         scripting.status.end();
         vm.after_run();
-        drop(vm);
         let Run { extra, touched, conflict, needs_everything, .. } = run;
+        // Kept for the next script of a pipeline (through the commit below), else returned now.
+        if s.script_next && !conflict {
+            s.script_vm = Some(vm);
+        } else {
+            drop(vm);
+        }
         s.db = caller_db;
         s.protocol = caller_protocol;
         s.in_exec = caller_in_exec;

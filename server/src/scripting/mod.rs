@@ -10,9 +10,10 @@
 //! The libraries Redis bundles (`cjson`, `cmsgpack`, `bit`, `struct`) are written in Rust in
 //! [`libs`]; `redis.*` is in [`api`].
 //!
-//! **One script at a time.** The VM sits behind one mutex: a script or function runs from
-//! start to end on the executor thread of its client while it holds it, as Redis runs one
-//! script at a time. **Isolation** comes from the key stripes, as for EXEC (see
+//! **One script at a time.** There is one VM, taken out of its slot by whoever runs Lua
+//! ([`lease`]): a script or function runs from start to end on the executor thread of its
+//! client while it holds it, as Redis runs one script at a time (a pipeline of scripts holds it
+//! from the first to the last). **Isolation** comes from the key stripes, as for EXEC (see
 //! [`call`]): the declared keys are locked before the script starts, every key a command of
 //! the script names is locked before that command runs, and all writes go into one
 //! transaction buffer committed as one engine batch when the script ends — no client sees
@@ -36,15 +37,18 @@ pub(crate) mod api;
 pub(crate) mod call;
 pub(crate) mod convert;
 pub(crate) mod functions;
+pub(crate) mod lease;
 mod libs;
 pub(crate) mod status;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use mlua::{Function, Lua, Table};
 
+pub(crate) use lease::VmGuard;
+use lease::VmSlot;
 pub use status::RunStatus;
 
 /// The flags a script declares in its shebang (`#!lua flags=no-writes,allow-stale`) or a
@@ -125,7 +129,7 @@ impl std::fmt::Debug for Vm {
 /// Scripting state of the server: the VM and what runs on it.
 #[derive(Debug)]
 pub struct Scripting {
-    vm: Mutex<Vm>,
+    vm: Arc<VmSlot>,
     /// The running script, for BUSY replies, SCRIPT KILL and FUNCTION STATS.
     pub status: Arc<RunStatus>,
     /// What [`Scripting::memory`] and [`Scripting::counts`] last saw, answered while a
@@ -138,12 +142,12 @@ impl Scripting {
     pub fn new() -> Self {
         let status = Arc::new(RunStatus::default());
         let vm = Vm::new(Arc::clone(&status)).expect("the Lua VM starts");
-        Scripting { vm: Mutex::new(vm), status, seen: Mutex::default() }
+        Scripting { vm: VmSlot::new(vm), status, seen: Mutex::default() }
     }
 
     /// The VM, for one script or library load at a time.
-    pub(crate) fn vm(&self) -> MutexGuard<'_, Vm> {
-        self.vm.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn vm(&self) -> VmGuard {
+        self.vm.take()
     }
 
     /// `SCRIPT FLUSH`: forgets every cached script.
@@ -222,7 +226,7 @@ impl Scripting {
     /// wait for it).
     fn observe(&self) -> (usize, (usize, usize, usize)) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(vm) = self.vm.try_lock() {
+        if let Some(vm) = self.vm.try_take() {
             *seen = (vm.lua.used_memory(), (vm.scripts.len(), vm.libraries.len(), vm.libraries.function_count()));
         }
         *seen
