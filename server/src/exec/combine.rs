@@ -6,11 +6,11 @@
 //! while holding it, and costs a hand-off to an executor thread and back: the key's writes are
 //! serialised behind one commit each, and the machine spends its time switching threads.
 //! Here a connection whose round is made of writes that may join a write group (the commands
-//! of `gate::GROUPABLE`: one write, or a pipeline of up to 64) queues them with its session in
+//! of `write_group::GROUPABLE`: one write, or a pipeline of up to 64) queues them with its session in
 //! the [`Combiner`]; one executor job drains the queue and runs the rounds it finds with the
 //! same first key as one group (rounds of unrelated keys gain nothing from sharing a commit and
 //! run on their own), the way a pipeline's write group runs
-//! (`gate::run_group`): the stripes of all their keys are locked up front in one order, each
+//! (`write_group::run_group`): the stripes of all their keys are locked up front in one order, each
 //! command passes the gate as its own client and writes into one buffer that the next command
 //! (of whichever client) reads through, the buffer is committed as one batch, and only then
 //! does any client get its reply. Writes queued meanwhile make the next group.
@@ -22,7 +22,7 @@
 //!
 //! What is never combined: a client with `CLIENT TRACKING` on (its `NOLOOP` needs its writes
 //! committed as its own), a client inside MULTI, subscribed or of a restricted ACL user (see
-//! `gate::groupable`), and anything while `CLIENT PAUSE` is in force (the usual path honours it).
+//! `write_group::groupable`), and anything while `CLIENT PAUSE` is in force (the usual path honours it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
-use super::gate::{groupable, panic_message};
+use super::gate::panic_message;
+use super::write_group::groupable;
 use super::{run_batch, BatchEnd, Session};
 use crate::commands::{engine_error, lookup, queued_keys, run_buffered, Part};
 use crate::resp::Reply;

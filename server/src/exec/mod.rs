@@ -25,6 +25,7 @@ pub mod observe;
 pub mod pool;
 pub mod session;
 mod set_batch;
+mod write_group;
 
 pub(crate) use gate::run_command;
 pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
