@@ -136,3 +136,43 @@ fn single_writes_of_many_clients_combined_into_groups_stay_exact() {
     assert!(stats.contains(&format!("cmdstat_incr:calls={total},")), "{stats}");
     assert!(stats.contains(&format!("cmdstat_lpush:calls={total},")), "{stats}");
 }
+
+/// PFADD and GEOADD join write groups: a pipeline of them answers and stores exactly what the
+/// same commands sent one by one do (HyperLogLog bytes, sparse and then dense, and scores).
+#[test]
+fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let n = 3000;
+    let element = |i: usize| format!("e{}", (i * 7919) % 1500);
+    let place = |i: usize| (((i * 37) % 360) as f64 - 180.0, ((i * 11) % 170) as f64 - 85.0);
+    let mut piped = Vec::new();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            p.cmd("PFADD").arg("hll:piped").arg(element(i));
+            let (lon, lat) = place(i);
+            p.cmd("GEOADD").arg("geo:piped").arg(lon).arg(lat).arg(format!("m{}", i % 500));
+        }
+        piped.extend(p.query::<Vec<i64>>(&mut c).unwrap());
+    }
+    let mut alone = Vec::new();
+    for i in 0..n {
+        alone.push(cmd("PFADD").arg("hll:alone").arg(element(i)).query::<i64>(&mut c).unwrap());
+        let (lon, lat) = place(i);
+        let mut add = cmd("GEOADD");
+        add.arg("geo:alone").arg(lon).arg(lat).arg(format!("m{}", i % 500));
+        alone.push(add.query::<i64>(&mut c).unwrap());
+    }
+    assert_eq!(piped, alone);
+    let bytes = |c: &mut redis::Connection, k: &str| cmd("GET").arg(k).query::<Vec<u8>>(c).unwrap();
+    assert_eq!(bytes(&mut c, "hll:piped"), bytes(&mut c, "hll:alone"));
+    let count = |c: &mut redis::Connection, k: &str| cmd("PFCOUNT").arg(k).query::<i64>(c).unwrap();
+    assert_eq!(count(&mut c, "hll:piped"), count(&mut c, "hll:alone"));
+    let scores = |c: &mut redis::Connection, k: &str| {
+        cmd("ZRANGE").arg(k).arg(0).arg(-1).arg("WITHSCORES").query::<Vec<String>>(c).unwrap()
+    };
+    let geo = scores(&mut c, "geo:piped");
+    assert_eq!(geo.len(), 2 * 500);
+    assert_eq!(geo, scores(&mut c, "geo:alone"));
+}
