@@ -149,7 +149,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         let guard = if nested {
             None
         } else if let Some(guard) =
-            held.as_ref().filter(|_| !everything).and_then(|_| storage.try_lock(&s.exec, keys()))
+            held.as_ref().filter(|_| !everything).and_then(|_| storage.try_lock_unheld(&s.exec, keys()))
         {
             Some(guard)
         } else {

@@ -221,20 +221,9 @@ impl Storage {
         guard
     }
 
-    /// [`Storage::lock_pairs`] without waiting for a stripe: `None` if one is busy (a script
-    /// holding the VM, which must never wait for a stripe).
-    pub fn try_lock<'a, 'k>(
-        &'a self,
-        cx: &ExecContext,
-        keys: impl IntoIterator<Item = (u32, &'k [u8])>,
-    ) -> Option<LockGuard<'a>> {
-        let mut guard = self.locks.try_lock_unheld(cx, keys)?;
-        guard.settle(&self.engine);
-        Some(guard)
-    }
-
     /// Locks the stripes of `keys` that `cx` does not hold yet, without waiting (`None` if one
-    /// is busy), and marks them held by `cx` (a script's keys beyond those it declared).
+    /// is busy), and marks them held by `cx` (a script's keys: those it did not declare, and
+    /// the declared ones while it holds the VM, which must never wait for a stripe).
     pub fn try_lock_unheld<'a, 'k>(
         &'a self,
         cx: &ExecContext,
