@@ -47,12 +47,20 @@ fn wait_for(what: &str, cond: impl FnMut() -> bool) {
 }
 
 /// Polls `cond` for up to `secs` seconds.
-fn wait_for_secs(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+fn wait_for_secs(secs: u64, what: &str, cond: impl FnMut() -> bool) {
+    assert!(waited(secs, cond), "timed out waiting for {what}");
+}
+
+/// Polls `cond` for up to `secs` seconds; whether it came true.
+fn waited(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    true
 }
 
 /// What [`assert_in_sync`] compares: the digest and DBSIZE of databases 0-3.
@@ -402,7 +410,7 @@ impl Sentinel {
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {primary_port} 2\n\
+                "port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\nsentinel monitor mymaster 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 10000\n\
                  sentinel parallel-syncs mymaster 2\n",
                 dir.path().display()
@@ -423,6 +431,27 @@ impl Sentinel {
 
     fn client(&self) -> Option<redis::Connection> {
         redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).ok()?.get_connection().ok()
+    }
+
+    /// What this sentinel saw and did, for a failure's message: its view of the replicas
+    /// and the end of its log.
+    fn report(&self) -> String {
+        let wanted = ["name", "flags", "role-reported", "role-reported-time", "info-refresh", "last-ok-ping-reply"];
+        let replicas: Vec<Vec<String>> = self
+            .client()
+            .and_then(|mut c| redis::cmd("SENTINEL").arg("replicas").arg("mymaster").query(&mut c).ok())
+            .unwrap_or_default();
+        let view: Vec<String> = replicas
+            .iter()
+            .map(|fields| {
+                let pairs = fields.chunks_exact(2).filter(|kv| wanted.contains(&kv[0].as_str()));
+                pairs.map(|kv| format!("{}={}", kv[0], kv[1])).collect::<Vec<_>>().join(" ")
+            })
+            .collect();
+        let log = std::fs::read_to_string(self._dir.path().join("sentinel.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("sentinel {}: replicas {view:?}\n{}", self.port, tail.join("\n"))
     }
 
     /// The port sentinel names as the primary.
@@ -541,11 +570,21 @@ fn redis_sentinel_fails_over_and_no_confirmed_write_is_lost() {
     assert!(matches!(refused.code(), Some("NOREPLICAS") | Some("READONLY")), "{refused}");
     // (A fresh connection each look: sentinel's reconfiguration kills normal clients.) Sentinel
     // waits until the returned instance has been up 8 s and looks at it every 10 s.
-    wait_for_secs(60, "sentinel to make the old primary a replica", || {
+    let converted = waited(60, || {
         let Some(mut c) = try_client(&old) else { return false };
         try_info(&mut c, "role").as_deref() == Some("slave")
             && try_info(&mut c, "master_port") == Some(new_primary.port.to_string())
     });
+    if !converted {
+        // Seen once under a loaded CI run (it passes alone in ~20 s): say what sentinel saw.
+        let role = try_client(&old).and_then(|mut c| try_info(&mut c, "role"));
+        let reports: Vec<String> = sentinels.iter().map(Sentinel::report).collect();
+        panic!(
+            "timed out waiting for sentinel to make the old primary a replica (its role: {role:?}, new primary {})\n{}",
+            new_primary.port,
+            reports.join("\n")
+        );
+    }
     stop.store(true, Ordering::Release);
     writer.join().unwrap();
 
