@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses part of this
 
+pub mod sync;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
