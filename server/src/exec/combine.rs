@@ -46,13 +46,13 @@ const MAX_ROUND: usize = 64;
 
 /// What a round gives back to its connection: the session, requests not run, the replies, and
 /// why it stopped (as `connection::execute` returns).
-pub type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
+pub type Round = (Box<Session>, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
 
 /// One client's queued writes (its round).
 struct Entry {
     /// The round's first key: rounds combine with rounds of the same first key.
     key: Option<(u32, Bytes)>,
-    session: Session,
+    session: Box<Session>,
     requests: Vec<Vec<Bytes>>,
     output: BytesMut,
     done: oneshot::Sender<Round>,
@@ -120,7 +120,7 @@ pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
 /// connection closes.
 pub async fn run(
     state: &Arc<ServerState>,
-    session: Session,
+    session: Box<Session>,
     requests: VecDeque<Vec<Bytes>>,
     output: BytesMut,
 ) -> Option<Round> {
@@ -216,7 +216,7 @@ fn run_group(state: &ServerState, mut group: Vec<Entry>) {
             .iter_mut()
             .map(|e| {
                 let killed = e.session.handle.killed.load(Ordering::Acquire);
-                (&mut e.session, if killed { &[][..] } else { &e.requests[..] })
+                (&mut *e.session, if killed { &[][..] } else { &e.requests[..] })
             })
             .collect();
         run_buffered(&mut parts, guard, |i, s, reply| {

@@ -51,7 +51,9 @@ impl Socket for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
 
 pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
     let (addr, laddr) = socket.addresses();
-    let mut session = Session::connected(Arc::clone(&state), addr, laddr);
+    // Boxed: the session travels to an executor thread and back with every round handed off
+    // (864 bytes copied at each of half a dozen moves, measured 5 % of an INCR's CPU).
+    let mut session = Box::new(Session::connected(Arc::clone(&state), addr, laddr));
     session.open_inbox();
     let handle = Arc::clone(&session.handle);
     let mut input = BytesMut::with_capacity(query_buffer::INITIAL);
@@ -154,7 +156,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                     if !write_out(&mut socket, &mut output, &handle).await {
                         return;
                     }
-                    return crate::replication::primary::serve(socket, session, handoff, input, stop).await;
+                    return crate::replication::primary::serve(socket, *session, handoff, input, stop).await;
                 }
                 BatchEnd::Paused(wait) => {
                     // Nothing runs while paused: nobody waits for this round's announcement.
@@ -302,13 +304,13 @@ fn announce_blocking<'a>(
 
 /// What an executor round gives back: the session, the requests it did not run, the replies,
 /// and why it stopped.
-type Round = (Session, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
+type Round = (Box<Session>, VecDeque<Vec<Bytes>>, BytesMut, BatchEnd);
 
 /// Runs `requests` for `session` on an executor thread. `None` if the job was lost (the pool
 /// is gone or the job panicked outside a command, which is logged): the connection closes.
 async fn execute(
     state: &ServerState,
-    mut session: Session,
+    mut session: Box<Session>,
     mut requests: VecDeque<Vec<Bytes>>,
     mut output: BytesMut,
 ) -> Option<Round> {
