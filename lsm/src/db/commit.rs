@@ -57,6 +57,12 @@ impl Db {
         self.inner.failed_groups.load(Ordering::Acquire)
     }
 
+    /// True while the database is read-only after a failure: [`Db::write_async`] refuses
+    /// writes until a blocking write resumes it (or it is reopened).
+    pub fn is_read_only(&self) -> bool {
+        self.inner.is_poisoned.load(Ordering::Acquire)
+    }
+
     /// True once the async write `ticket` is committed or failed (its writes, if any, visible).
     pub fn is_committed(&self, ticket: WriteTicket) -> bool {
         self.inner.is_committed(ticket.0)

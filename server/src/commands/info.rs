@@ -251,6 +251,8 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                     "in_memory_set_batches_handed_off",
                     st.in_memory.set_batches_handed_off.load(Ordering::Relaxed).to_string(),
                 ),
+                ("in_memory_write_groups", st.in_memory.write_groups.load(Ordering::Relaxed).to_string()),
+                ("in_memory_writes_voided", st.in_memory.writes_voided.load(Ordering::Relaxed).to_string()),
                 ("sync_full", st.replication.sync_full.load(Ordering::Relaxed).to_string()),
                 ("sync_partial_ok", st.replication.sync_partial_ok.load(Ordering::Relaxed).to_string()),
                 ("sync_partial_err", st.replication.sync_partial_err.load(Ordering::Relaxed).to_string()),

@@ -129,6 +129,19 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                         break true;
                     }
                 }
+                InMemory::Writes(mut writes) => {
+                    let voided = writes.voided;
+                    let committed = match writes.commit.take() {
+                        Some(commit) => commit.await,
+                        None => Ok(()),
+                    };
+                    if writes.finish(&mut session, committed, &mut output) {
+                        serve_blocked(&state, &mut session).await;
+                    }
+                    if output.len() >= OUTPUT_BOUND || voided {
+                        break output.len() >= OUTPUT_BOUND;
+                    }
+                }
             }
         };
         if !requests.is_empty() && !output_full {
@@ -319,6 +332,23 @@ async fn execute(
         (session, requests, output, end)
     });
     round.await.ok()
+}
+
+/// Serves, on an executor thread, the clients blocked on the keys in `session.signals` (their
+/// commands run, and may block), before the connection goes on.
+async fn serve_blocked(state: &Arc<ServerState>, session: &mut Session) {
+    let (keys, db) = (std::mem::take(&mut session.signals), session.db);
+    let server = Arc::clone(state);
+    let served = state.executor.run(move || {
+        for key in keys {
+            if server.blocking.has_waiters(db, &key) {
+                server.blocking.serve(db, &key);
+            }
+        }
+    });
+    if served.await.is_err() {
+        tracing::error!(target: "shale::net", client = session.id, "serving blocked clients failed");
+    }
 }
 
 /// Writes and clears `output`; false if the connection is gone. A client that stops reading

@@ -24,7 +24,7 @@ pub enum BlindWrite {
 
 /// What a queued write changed in the keyspace counts (taken back if its commit fails).
 #[derive(Debug, Default)]
-pub struct CountChanges(Vec<(u16, counts::Delta)>);
+pub struct CountChanges(pub(super) Vec<(u16, counts::Delta)>);
 
 impl Storage {
     /// [`Storage::write_blind`] for a connection's own (async) thread: never waits. If the
@@ -48,7 +48,7 @@ impl Storage {
         if let Err(ticket) = guard.try_settle(&self.engine) {
             return Ok(BlindWrite::WaitFor(ticket));
         }
-        let deltas = match self.count_changes(batch, true, true) {
+        let deltas = match self.count_changes(batch, true, true, None) {
             Err(lsm::Error::WouldBlock) => return Ok(BlindWrite::HandOff),
             other => other?,
         };

@@ -68,6 +68,13 @@ impl TxnBuffer {
     }
 }
 
+/// A transaction's state to go back to (see [`ExecContext::savepoint`]).
+#[derive(Debug)]
+pub struct Savepoint {
+    txn: Option<TxnBuffer>,
+    events: usize,
+}
+
 /// A transaction buffer between two contexts (see [`ExecContext::suspend_transaction`]).
 #[derive(Debug)]
 pub struct Suspended(TxnBuffer);
@@ -226,6 +233,21 @@ impl ExecContext {
     /// Buffers into `suspended` (a buffer another context started), or a fresh one.
     pub fn resume_transaction(&self, suspended: Option<Suspended>) {
         *self.txn.borrow_mut() = Some(suspended.map(|s| s.0).unwrap_or_default());
+    }
+
+    /// What the transaction has buffered and the events recorded so far, to go back to with
+    /// [`ExecContext::rollback`] if the next command's outcome is void (a command run in
+    /// memory-only mode inside a write group that turns out to need the disk).
+    pub fn savepoint(&self) -> Savepoint {
+        let txn = self.txn.borrow();
+        let copy = txn.as_ref().map(|t| TxnBuffer { writes: t.writes.clone(), range_dels: t.range_dels.clone() });
+        Savepoint { txn: copy, events: self.events.borrow().len() }
+    }
+
+    /// Goes back to `savepoint`: the buffered writes and events since are dropped.
+    pub fn rollback(&self, savepoint: Savepoint) {
+        *self.txn.borrow_mut() = savepoint.txn;
+        self.events.borrow_mut().truncate(savepoint.events);
     }
 
     /// Stops buffering and returns the buffered batch.

@@ -25,7 +25,7 @@ impl Storage {
     pub fn dbsize_seen(&self, cx: &ExecContext, db: u32) -> lsm::Result<u64> {
         let pdb = self.phys(db);
         let committed = self.dbsize(db);
-        let Some(deltas) = cx.with_buffered(|batch| self.count_changes(batch, false, false)) else {
+        let Some(deltas) = cx.with_buffered(|batch| self.count_changes(batch, false, false, None)) else {
             return Ok(committed);
         };
         Ok(match deltas?.into_iter().find(|(p, _)| *p == pdb) {

@@ -122,7 +122,7 @@ impl KeyLocks {
     }
 
     /// [`KeyLocks::lock_pairs`] without waiting: `None` if any stripe is held by someone else.
-    pub fn try_lock_pairs<'a>(&'a self, keys: impl IntoIterator<Item = (u32, &'a [u8])>) -> Option<LockGuard<'a>> {
+    pub fn try_lock_pairs<'a, 'k>(&'a self, keys: impl IntoIterator<Item = (u32, &'k [u8])>) -> Option<LockGuard<'a>> {
         let idx: Vec<usize> = keys.into_iter().map(|(db, k)| self.stripe(db, k)).collect();
         self.try_lock_indexes(idx)
     }

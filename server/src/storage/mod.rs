@@ -33,6 +33,7 @@ mod key_locks;
 mod meta;
 mod meta_states;
 mod picks;
+mod queued_writes;
 mod random_key;
 mod rebuild;
 mod replicated;
@@ -50,11 +51,12 @@ pub use blind_writes::{BlindWrite, CountChanges};
 pub(crate) use collection::prefix_end;
 pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
-pub use context::{ExecContext, RawRange, Suspended};
+pub use context::{ExecContext, RawRange, Savepoint, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
+pub use queued_writes::{Befores, QueuedWrite};
 pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};
 pub use watch::{Watched, Watches};
 
@@ -373,7 +375,7 @@ impl Storage {
         // An unreadable record counts as existing: a spurious WATCH failure, never a missed one.
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let touched = self.tracking.touched(&batch);
-        let deltas = self.count_changes(&batch, false, true)?;
+        let deltas = self.count_changes(&batch, false, true, None)?;
         self.meta_states.after_write(self.engine.write(batch, &lsm::WriteOptions::default()))?;
         // Clients caching these keys hear of it once the write is visible.
         self.tracking.invalidate(touched, origin);
@@ -393,12 +395,13 @@ impl Storage {
     /// if `memory_only`, failing with `WouldBlock` where that is not enough) against its final
     /// state in the batch. With `record`, for a batch about to be written, the final states
     /// are recorded for the next write (see `meta_states.rs`: if the write then fails or is
-    /// refused, the caller clears them).
+    /// refused, the caller clears them). States in `known` are taken as the states before.
     fn count_changes(
         &self,
         batch: &lsm::WriteBatch,
         memory_only: bool,
         record: bool,
+        known: Option<&Befores>,
     ) -> lsm::Result<Vec<(u16, counts::Delta)>> {
         use lsm::key::ValueKind;
         let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
@@ -437,6 +440,8 @@ impl Storage {
             let fingerprint = meta_states::Fingerprint::of(key);
             let before = if is_cleared(pdb) {
                 None
+            } else if let Some(state) = known.and_then(|k| k.get(key)) {
+                state
             } else if let Some(known) = self.meta_states.get(fingerprint, failures) {
                 known
             } else {

@@ -11,7 +11,7 @@ impl Storage {
     /// Applies one batch the primary committed at sequence `seq` (a replica's only writer: its
     /// clients cannot write, so the counts computed against the engine stay exact).
     pub fn apply_replicated(&self, seq: u64, batch: lsm::WriteBatch) -> lsm::Result<()> {
-        let deltas = self.count_changes(&batch, false, true)?;
+        let deltas = self.count_changes(&batch, false, true, None)?;
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let mut new_map = None;
         for entry in batch.iter() {

@@ -1,0 +1,134 @@
+//! Read-modify-write commands run on a connection's own (async) task: their keys' stripes are
+//! taken without waiting, their reads answered from memory, and their writes queued with the
+//! engine's async commit, the stripes released at once and marked with the write (see
+//! `key_locks`), as pipelined plain SETs are (`blind_writes.rs`). The caller (`exec::queued`)
+//! runs the commands; this is the storage side: taking the stripes, knowing the keyspace
+//! counts' "before" from memory, and queueing the batch.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::blind_writes::CountChanges;
+use super::meta_states::Fingerprint;
+use super::{meta_key, LockGuard, Meta, Storage};
+use crate::services::tracking::Touched;
+
+/// The state before (absent, or present with its `expire_at_ms`) of the metadata record of
+/// each key a queued write group may write, read from memory before the group runs, while its
+/// stripes are held: nobody else writes those records until the group's write is visible, so
+/// these are the states its write replaces, and counting it needs no read that could block.
+#[derive(Debug, Default)]
+pub struct Befores(HashMap<Fingerprint, Option<u64>>);
+
+impl Befores {
+    /// The state before of the metadata record `key` (None: not known).
+    pub(super) fn get(&self, key: &[u8]) -> Option<Option<u64>> {
+        self.0.get(&Fingerprint::of(key)).copied()
+    }
+}
+
+/// A write group's batch, queued: await `commit`, then hand the outcome to
+/// [`Storage::finish_queued`].
+#[derive(Debug)]
+pub struct QueuedWrite {
+    /// Resolves once the batch is committed (or failed).
+    pub commit: lsm::Commit,
+    changes: CountChanges,
+    touched: Option<Touched>,
+}
+
+impl Storage {
+    /// Locks the stripes of `keys` without waiting: `None` if another command holds one, or an
+    /// async write queued under one is not visible yet (then the commands run where waiting is
+    /// allowed).
+    pub fn try_lock_settled(&self, keys: &[(u32, Bytes)]) -> Option<LockGuard<'_>> {
+        let mut guard = self.locks.try_lock_pairs(keys.iter().map(|(db, k)| (*db, &k[..])))?;
+        guard.try_settle(&self.engine).ok()?;
+        Some(guard)
+    }
+
+    /// Adds the states before of the metadata records of `keys` (see [`Befores`]) to
+    /// `befores`, from memory only: false (and `befores` may hold some of them) if one needs
+    /// the disk. The caller holds the keys' stripes.
+    pub fn learn_befores(&self, befores: &mut Befores, keys: &[(u32, Bytes)]) -> bool {
+        let failures = self.engine.failed_write_groups();
+        let read = lsm::ReadOptions::new().cache_only(true);
+        for (db, key) in keys {
+            let mk = meta_key(self.phys(*db), key);
+            let fingerprint = Fingerprint::of(&mk);
+            let state = match self.meta_states.get(fingerprint, failures) {
+                Some(known) => known,
+                None => match self.engine.get_with(&mk, &read) {
+                    Ok(Some(raw)) => match Meta::expiry_of(&raw) {
+                        Some(at) => Some(at),
+                        None => return false,
+                    },
+                    Ok(None) => None,
+                    Err(_) => return false,
+                },
+            };
+            befores.0.insert(fingerprint, state);
+        }
+        true
+    }
+
+    /// Queues `batch` (the writes of commands that ran under `guard` with [`Storage::learn_befores`]
+    /// learned) with the engine's async commit and marks the stripes with it, so their next
+    /// holder waits until it is visible; the counts and WATCH flags change now (taken back by
+    /// [`Storage::finish_queued`] if the commit fails). `Err`: nothing was queued (the engine
+    /// refused the write, or the batch writes a metadata record `befores` does not know).
+    pub fn queue_write(
+        &self,
+        guard: &mut LockGuard<'_>,
+        mut batch: lsm::WriteBatch,
+        befores: &Befores,
+    ) -> lsm::Result<QueuedWrite> {
+        let deltas = self.count_changes(&batch, true, true, Some(befores))?;
+        // A watched key that was absent before is not "touched" by a range delete; point
+        // writes flag their watchers whatever the state before.
+        let watchers = self.watches.affected(&batch, |mk| befores.get(mk).is_none_or(|state| state.is_some()));
+        let touched = self.tracking.touched(&batch);
+        let opts = lsm::WriteOptions::default();
+        let queued = if self.defer_commits.load(Ordering::Relaxed) {
+            self.engine.write_async_deferred(&mut batch, &opts)
+        } else {
+            self.engine.write_async(&mut batch, &opts)
+        };
+        let commit = self.meta_states.after_write(queued)?;
+        guard.queued(commit.ticket());
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        for (pdb, d) in &deltas {
+            self.counts.apply(*pdb, d);
+        }
+        // Set before the write is visible: whoever locks these keys next waits for the write,
+        // then sees its flag (at worst a spurious failure if the write fails).
+        for f in watchers {
+            f.store(true, Ordering::Release);
+        }
+        Ok(QueuedWrite { commit, changes: CountChanges(deltas), touched })
+    }
+
+    /// What follows a [`QueuedWrite`]'s commit: clients tracking its keys hear of it once it
+    /// is visible (as client `origin`'s write); a failed one takes back its count changes.
+    pub fn finish_queued(
+        &self,
+        changes: CountChanges,
+        touched: Option<Touched>,
+        committed: &lsm::Result<()>,
+        origin: u64,
+    ) {
+        match committed {
+            Ok(()) => self.tracking.invalidate(touched, origin),
+            Err(_) => self.revert_counts(&changes),
+        }
+    }
+}
+
+impl QueuedWrite {
+    /// The commit, and what [`Storage::finish_queued`] needs after it.
+    pub fn into_parts(self) -> (lsm::Commit, CountChanges, Option<Touched>) {
+        (self.commit, self.changes, self.touched)
+    }
+}
