@@ -277,9 +277,14 @@ fn may_replicate(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
 
 /// Serves clients blocked on the keys the last command signalled.
 pub fn serve_signals(s: &mut Session) {
-    for key in std::mem::take(&mut s.signals) {
-        if s.state.blocking.has_waiters(s.db, &key) {
-            s.state.blocking.serve(s.db, &key);
+    serve_keys(&s.state, s.db, std::mem::take(&mut s.signals));
+}
+
+/// Serves the clients blocked on `keys` of `db` (their commands run here, and may block).
+pub fn serve_keys(state: &crate::state::ServerState, db: u32, keys: Vec<Bytes>) {
+    for key in keys {
+        if state.blocking.has_waiters(db, &key) {
+            state.blocking.serve(db, &key);
         }
     }
 }

@@ -31,7 +31,7 @@ mod set_batch;
 mod write_group;
 
 pub(crate) use gate::run_command;
-pub use gate::{dispatch, gate, run_batch, serve_signals, BatchEnd};
+pub use gate::{dispatch, gate, run_batch, serve_keys, serve_signals, BatchEnd};
 pub use in_memory::{run_in_memory, InMemory, InMemoryCounters};
 pub use observe::log_slow;
 pub use pool::{Executor, JobPanicked};

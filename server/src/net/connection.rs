@@ -339,13 +339,7 @@ async fn execute(
 async fn serve_blocked(state: &Arc<ServerState>, session: &mut Session) {
     let (keys, db) = (std::mem::take(&mut session.signals), session.db);
     let server = Arc::clone(state);
-    let served = state.executor.run(move || {
-        for key in keys {
-            if server.blocking.has_waiters(db, &key) {
-                server.blocking.serve(db, &key);
-            }
-        }
-    });
+    let served = state.executor.run(move || crate::exec::serve_keys(&server, db, keys));
     if served.await.is_err() {
         tracing::error!(target: "shale::net", client = session.id, "serving blocked clients failed");
     }

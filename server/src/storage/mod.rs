@@ -440,16 +440,10 @@ impl Storage {
             let fingerprint = meta_states::Fingerprint::of(key);
             let before = if is_cleared(pdb) {
                 None
-            } else if let Some(state) = known.and_then(|k| k.get(key)) {
+            } else if let Some(state) = known.and_then(|k| k.get(fingerprint)) {
                 state
-            } else if let Some(known) = self.meta_states.get(fingerprint, failures) {
-                known
             } else {
-                let read = lsm::ReadOptions::new().cache_only(memory_only);
-                match self.engine.get_with(key, &read)? {
-                    Some(raw) => Some(Meta::expiry_of(&raw).ok_or_else(damaged)?),
-                    None => None,
-                }
+                self.state_before(key, fingerprint, failures, memory_only)?
             };
             let after = match after {
                 Some(raw) => Some(Meta::expiry_of(raw).ok_or_else(damaged)?),
@@ -469,6 +463,29 @@ impl Storage {
             }
         }
         Ok(deltas.into_iter().collect())
+    }
+
+    /// The state (absent, or its `expire_at_ms`) of the metadata record `key` (whose
+    /// fingerprint is `fingerprint`) before the write being counted: recorded by an earlier
+    /// write while the engine had seen `failures` failed write groups, or read from the engine
+    /// (from memory only if `memory_only`, failing with `WouldBlock` where that is not enough).
+    fn state_before(
+        &self,
+        key: &[u8],
+        fingerprint: meta_states::Fingerprint,
+        failures: u64,
+        memory_only: bool,
+    ) -> lsm::Result<Option<u64>> {
+        if let Some(known) = self.meta_states.get(fingerprint, failures) {
+            return Ok(known);
+        }
+        let read = lsm::ReadOptions::new().cache_only(memory_only);
+        match self.engine.get_with(key, &read)? {
+            Some(raw) => Ok(Some(
+                Meta::expiry_of(&raw).ok_or_else(|| lsm::Error::InvalidArgument("damaged metadata record".into()))?,
+            )),
+            None => Ok(None),
+        }
     }
 
     /// Writes committed since start (see the field).

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::blind_writes::CountChanges;
 use super::meta_states::Fingerprint;
-use super::{meta_key, LockGuard, Meta, Storage};
+use super::{meta_key, LockGuard, Storage};
 use crate::services::tracking::Touched;
 
 /// The state before (absent, or present with its `expire_at_ms`) of the metadata record of
@@ -23,18 +23,18 @@ use crate::services::tracking::Touched;
 pub struct Befores(HashMap<Fingerprint, Option<u64>>);
 
 impl Befores {
-    /// The state before of the metadata record `key` (None: not known).
-    pub(super) fn get(&self, key: &[u8]) -> Option<Option<u64>> {
-        self.0.get(&Fingerprint::of(key)).copied()
+    /// The state before of the metadata record with `fingerprint` (None: not known).
+    pub(super) fn get(&self, fingerprint: Fingerprint) -> Option<Option<u64>> {
+        self.0.get(&fingerprint).copied()
     }
 }
 
-/// A write group's batch, queued: await `commit`, then hand the outcome to
-/// [`Storage::finish_queued`].
+/// A write group's batch, queued: await its commit ([`QueuedWrite::into_parts`]), then hand
+/// the outcome to [`Storage::finish_queued`].
 #[derive(Debug)]
 pub struct QueuedWrite {
     /// Resolves once the batch is committed (or failed).
-    pub commit: lsm::Commit,
+    commit: lsm::Commit,
     changes: CountChanges,
     touched: Option<Touched>,
 }
@@ -51,25 +51,17 @@ impl Storage {
 
     /// Adds the states before of the metadata records of `keys` (see [`Befores`]) to
     /// `befores`, from memory only: false (and `befores` may hold some of them) if one needs
-    /// the disk. The caller holds the keys' stripes.
+    /// the disk (or is damaged: the executor path reports it). The caller holds the keys'
+    /// stripes.
     pub fn learn_befores(&self, befores: &mut Befores, keys: &[(u32, Bytes)]) -> bool {
         let failures = self.engine.failed_write_groups();
-        let read = lsm::ReadOptions::new().cache_only(true);
         for (db, key) in keys {
             let mk = meta_key(self.phys(*db), key);
             let fingerprint = Fingerprint::of(&mk);
-            let state = match self.meta_states.get(fingerprint, failures) {
-                Some(known) => known,
-                None => match self.engine.get_with(&mk, &read) {
-                    Ok(Some(raw)) => match Meta::expiry_of(&raw) {
-                        Some(at) => Some(at),
-                        None => return false,
-                    },
-                    Ok(None) => None,
-                    Err(_) => return false,
-                },
+            match self.state_before(&mk, fingerprint, failures, true) {
+                Ok(state) => befores.0.insert(fingerprint, state),
+                Err(_) => return false,
             };
-            befores.0.insert(fingerprint, state);
         }
         true
     }
@@ -88,7 +80,8 @@ impl Storage {
         let deltas = self.count_changes(&batch, true, true, Some(befores))?;
         // A watched key that was absent before is not "touched" by a range delete; point
         // writes flag their watchers whatever the state before.
-        let watchers = self.watches.affected(&batch, |mk| befores.get(mk).is_none_or(|state| state.is_some()));
+        let watchers =
+            self.watches.affected(&batch, |mk| befores.get(Fingerprint::of(mk)).is_none_or(|state| state.is_some()));
         let touched = self.tracking.touched(&batch);
         let opts = lsm::WriteOptions::default();
         let queued = if self.defer_commits.load(Ordering::Relaxed) {
