@@ -139,6 +139,7 @@ pub struct Options {
     pub(crate) compaction_rate_limit: u64,
     pub(crate) faults: Option<Arc<dyn crate::fault::FaultInjector>>,
     pub(crate) block_cache_size: usize,
+    pub(crate) prepopulate_block_cache: bool,
     pub(crate) table_read_mode: TableReadMode,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
@@ -194,6 +195,7 @@ impl Default for Options {
             compaction_rate_limit: 0,
             faults: None,
             block_cache_size: 64 << 20,
+            prepopulate_block_cache: false,
             table_read_mode: TableReadMode::default(),
             max_open_files: 1000,
             compaction_filter: None,
@@ -346,6 +348,22 @@ impl Options {
     #[must_use]
     pub fn block_cache_size(mut self, bytes: usize) -> Self {
         self.block_cache_size = bytes;
+        self
+    }
+
+    /// Put the data blocks of every table a flush writes into the block cache as they are
+    /// written (RocksDB's `prepopulate_block_cache = kFlushOnly`; default `false`). Recent
+    /// writes are the likeliest reads, and a read of a just-flushed key then finds its block
+    /// in memory instead of reading the file: the first read of each block after a flush is
+    /// a hit, which a cache-only read ([`ReadOptions::cache_only`]) needs to succeed at all.
+    /// The new table is opened (its index and filter read) right after it is written, for the
+    /// same reason: a cache-only read cannot open a table.
+    /// Blocks read in place from a memory map are not cached (see [`TableReadMode`]), so with
+    /// `Mmap` only compressed blocks are put in. Compaction outputs are not: what they hold
+    /// was in the cache already, under the numbers of the tables they replace, if it was hot.
+    #[must_use]
+    pub fn prepopulate_block_cache(mut self, v: bool) -> Self {
+        self.prepopulate_block_cache = v;
         self
     }
 

@@ -93,3 +93,40 @@ fn cache_only_reads_answer_from_memory_or_would_block() {
         }
     }
 }
+
+/// With `prepopulate_block_cache`, a flush leaves the blocks it wrote in the block cache: every
+/// flushed key is then readable from memory (and right), where without it the first read of
+/// each block needs the file. Mapped tables get only their compressed blocks (uncompressed
+/// ones are read in place, never through the cache).
+#[test]
+fn a_flush_can_leave_its_blocks_in_the_cache() {
+    use lsm::{Error, ReadOptions};
+    let memory_only = ReadOptions::new().cache_only(true);
+    let codecs: Vec<Compression> =
+        [Compression::None, Compression::Snappy].into_iter().filter(|c| c.is_available()).collect();
+    for codec in codecs {
+        for prepopulate in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = Options::default().compression(codec).prepopulate_block_cache(prepopulate);
+            let db = Db::open(dir.path(), opts.table_read_mode(TableReadMode::Pread)).unwrap();
+            for i in 0..5000u32 {
+                db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+            }
+            db.flush().unwrap();
+            db.put("fresh", "in the memtable").unwrap();
+            for i in (0..5000u32).step_by(37) {
+                let got = db.get_with(format!("key{i:05}"), &memory_only);
+                if prepopulate {
+                    assert_eq!(got.unwrap().as_deref(), Some(format!("value{i}").as_bytes()), "{codec:?} key{i:05}");
+                } else {
+                    assert!(matches!(got, Err(Error::WouldBlock)), "{codec:?}: nothing read yet, nothing cached");
+                }
+            }
+            let scanned: Result<Vec<_>, _> = db.range_with::<&[u8], _>(.., &memory_only).collect();
+            assert_eq!(scanned.is_ok(), prepopulate, "{codec:?}: a scan from memory");
+            if prepopulate {
+                assert_eq!(scanned.unwrap().len(), 5001);
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{lock, DbInner, SuperVersion};
+use crate::cache::BlockCache;
 use crate::filename;
 use crate::iter::InternalIterator;
 use crate::manifest::{NewFile, VersionEdit};
@@ -15,12 +16,15 @@ use crate::sstable::{TableBuilder, TableOptions};
 use crate::{Result, SyncMode};
 
 /// Writes a memtable's entries and range tombstones to table `number` in `dir`; `None` if it
-/// holds nothing. The file is fsynced; on failure it is removed.
+/// holds nothing. The file is fsynced; on failure it is removed. With `cache`, its data blocks
+/// go into that block cache as they are written (see [`crate::Options::prepopulate_block_cache`];
+/// uncompressed ones only for a table read with `pread`).
 pub(crate) fn build_table(
     dir: &Path,
     number: u64,
     mem: &Arc<Memtable>,
     opts: &TableOptions,
+    cache: Option<(Arc<BlockCache>, crate::TableReadMode)>,
 ) -> Result<Option<NewFile>> {
     let mut iter = mem.iter();
     iter.seek_to_first()?;
@@ -32,6 +36,9 @@ pub(crate) fn build_table(
     let result = (|| {
         let file = std::fs::File::create(&path)?;
         let mut b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+        if let Some((cache, mode)) = cache {
+            b.cache_blocks(cache, number, mode == crate::TableReadMode::Pread);
+        }
         for t in tombstones {
             b.add_range_tombstone(t);
         }
@@ -103,8 +110,21 @@ impl DbInner {
     /// Writes `imm` (the oldest frozen memtable) to an L0 table and drops it and its WAL.
     fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
         let number = lock(&self.versions).new_file_number();
-        let opts = TableOptions::from_options(&self.opts());
-        let file = build_table(&self.dir, number, imm, &opts)?;
+        let options = self.opts();
+        let opts = TableOptions::from_options(&options);
+        let cache =
+            options.prepopulate_block_cache.then(|| (Arc::clone(self.tables.block_cache()), options.table_read_mode));
+        let prepopulate = cache.is_some();
+        let file = build_table(&self.dir, number, imm, &opts, cache)?;
+        if let Some(f) = file.as_ref().filter(|_| prepopulate) {
+            // Opened now (its index and filter read while the file is in the page cache): a
+            // memory-only read cannot open a table, so its cached blocks would be of no use to
+            // one until a plain read had opened it.
+            if let Err(e) = self.tables.get(f.number) {
+                let _ = std::fs::remove_file(filename::table_path(&self.dir, f.number));
+                return Err(e);
+            }
+        }
         let bytes = file.as_ref().map_or(0, |f| f.size);
         let mut edit =
             VersionEdit { last_sequence: Some(self.visible_seq.load(Ordering::Acquire)), ..Default::default() };

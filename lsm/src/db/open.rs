@@ -345,7 +345,7 @@ fn flush_recovered(
         return Ok(());
     }
     let number = versions.new_file_number();
-    if let Some(f) = build_table(dir, number, mem, opts)? {
+    if let Some(f) = build_table(dir, number, mem, opts, None)? {
         edit.added.push((0, f));
     }
     Ok(())

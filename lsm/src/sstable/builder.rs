@@ -65,6 +65,19 @@ pub struct TableBuilder<W: Write> {
     range_dels: Vec<RangeTombstone>,
     /// One bit per recent entry, set for tombstones (see `DELETION_WINDOW`, which is 128).
     deletion_window: u128,
+    /// Where finished data blocks are cached as they are written (see
+    /// [`TableBuilder::cache_blocks`]).
+    block_sink: Option<BlockSink>,
+}
+
+/// A block cache that a table's data blocks go into as the table is written.
+#[derive(Debug)]
+struct BlockSink {
+    cache: std::sync::Arc<crate::cache::BlockCache>,
+    /// The table's file number, the cache's key with the block's offset.
+    number: u64,
+    /// Uncompressed blocks too (a table read with `pread`; a mapped one reads them in place).
+    uncompressed: bool,
 }
 
 impl<W: Write> TableBuilder<W> {
@@ -89,7 +102,15 @@ impl<W: Write> TableBuilder<W> {
             scratch: Vec::new(),
             range_dels: Vec::new(),
             deletion_window: 0,
+            block_sink: None,
         })
+    }
+
+    /// Puts each data block into `cache` under table `number` as it is written, decompressed
+    /// as a read would cache it; uncompressed blocks only if `uncompressed` (see
+    /// [`crate::Options::prepopulate_block_cache`]).
+    pub fn cache_blocks(&mut self, cache: std::sync::Arc<crate::cache::BlockCache>, number: u64, uncompressed: bool) {
+        self.block_sink = Some(BlockSink { cache, number, uncompressed });
     }
 
     /// Adds a range tombstone (stored in the range-del block; any order).
@@ -186,14 +207,18 @@ impl<W: Write> TableBuilder<W> {
             return Ok(());
         }
         let raw = self.data.finish();
-        let handle = self.write_block(&raw, self.opts.compression)?;
+        let (handle, codec) = self.write_block(&raw, self.opts.compression)?;
+        if let Some(sink) = self.block_sink.as_ref().filter(|s| s.uncompressed || codec != Compression::None) {
+            sink.cache.insert(sink.number, handle.offset, bytes::Bytes::copy_from_slice(&raw));
+        }
         self.props.num_data_blocks += 1;
         self.props.data_size += handle.size + super::format::BLOCK_TRAILER_LEN as u64;
         self.pending_index = Some(handle);
         Ok(())
     }
 
-    fn write_block(&mut self, raw: &[u8], codec: Compression) -> Result<BlockHandle> {
+    /// Writes one block and its trailer; returns where it is and the codec it was stored with.
+    fn write_block(&mut self, raw: &[u8], codec: Compression) -> Result<(BlockHandle, Compression)> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let used = compress_block(raw, codec, self.opts.zstd_level, &mut scratch)?;
         let contents: &[u8] = if used == Compression::None { raw } else { &scratch };
@@ -202,7 +227,7 @@ impl<W: Write> TableBuilder<W> {
         self.w.write_all(&block_trailer(used, contents))?;
         self.offset += (contents.len() + super::format::BLOCK_TRAILER_LEN) as u64;
         self.scratch = scratch;
-        Ok(handle)
+        Ok((handle, used))
     }
 
     /// Writes the filter, properties, meta-index, index and footer. Returns the writer, the
@@ -224,13 +249,13 @@ impl<W: Write> TableBuilder<W> {
         // Meta-index entries in byte order: "lsm.bloom" < "lsm.properties".
         if self.opts.bloom_bits_per_key > 0 {
             let filter = bloom::build(&self.hashes, self.opts.bloom_bits_per_key);
-            let h = self.write_block(&filter, Compression::None)?;
+            let (h, _) = self.write_block(&filter, Compression::None)?;
             let mut enc = Vec::new();
             h.encode_to(&mut enc);
             meta.add(META_FILTER, &enc);
         }
         let props = self.props.encode();
-        let h = self.write_block(&props, Compression::None)?;
+        let (h, _) = self.write_block(&props, Compression::None)?;
         let mut enc = Vec::new();
         h.encode_to(&mut enc);
         meta.add(META_PROPERTIES, &enc);
@@ -246,15 +271,15 @@ impl<W: Write> TableBuilder<W> {
                 rd.add(&k, end);
             }
             let raw = rd.finish();
-            let h = self.write_block(&raw, Compression::None)?;
+            let (h, _) = self.write_block(&raw, Compression::None)?;
             let mut enc = Vec::new();
             h.encode_to(&mut enc);
             meta.add(META_RANGE_DEL, &enc);
         }
         let meta_raw = meta.finish();
-        let metaindex = self.write_block(&meta_raw, Compression::None)?;
+        let (metaindex, _) = self.write_block(&meta_raw, Compression::None)?;
         let index_raw = self.index.finish();
-        let index = self.write_block(&index_raw, Compression::None)?;
+        let (index, _) = self.write_block(&index_raw, Compression::None)?;
         self.w.write_all(&Footer { metaindex, index }.encode())?;
         self.offset += super::format::FOOTER_LEN as u64;
         self.w.flush()?;
