@@ -22,17 +22,25 @@ use crate::storage::BlindWrite;
 /// walk a range — plus PING and ECHO, which touch no data, and the pub/sub commands, which
 /// touch only the hub: a SUBSCRIBE or UNSUBSCRIBE takes effect as soon as its connection reads
 /// it, so a PUBLISH another client sends just after counts it as on Redis's single thread
-/// (run on an executor, an UNSUBSCRIBE could lose that race by a thread hand-off).
+/// (run on an executor, an UNSUBSCRIBE could lose that race by a thread hand-off). GETBIT and
+/// GETRANGE read one record too unless they span segments of a long string: such a GETRANGE
+/// needs a cursor, which memory-only reads refuse, and runs on an executor.
 const MEMORY_READS: &[&str] = &[
     "echo",
     "exists",
     "expiretime",
+    "geodist",
+    "geohash",
+    "geopos",
     "get",
+    "getbit",
+    "getrange",
     "hexists",
     "hget",
     "hlen",
     "hmget",
     "hstrlen",
+    "lindex",
     "llen",
     "mget",
     "pexpiretime",
@@ -48,6 +56,7 @@ const MEMORY_READS: &[&str] = &[
     "ssubscribe",
     "strlen",
     "subscribe",
+    "substr",
     "sunsubscribe",
     "ttl",
     "type",
@@ -306,16 +315,33 @@ mod tests {
         assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
         assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n$1\r\nv\r\n$1\r\nv\r\n");
         assert_eq!(processed(), before + 4);
-        // The block is cached now: the same reads run in memory; a read that walks a range
-        // does not.
+        // The block is cached now: the same reads run in memory (GETBIT and GETRANGE of a
+        // short string too); a read that walks a range does not.
         out.clear();
         queue.extend([
             request(&[b"get", b"k7"]),
+            request(&[b"getbit", b"k7", b"1"]),
             request(&[b"getrange", b"k7", b"0", b"-1"]),
+            request(&[b"lrange", b"k7", b"0", b"-1"]),
             request(&[b"get", b"k7"]),
         ]);
         assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
-        assert_eq!((&out[..], queue.len()), (&b"$1\r\nv\r\n"[..], 2));
+        assert_eq!((&out[..], queue.len()), (&b"$1\r\nv\r\n:1\r\n$1\r\nv\r\n"[..], 2));
+        // A bit of a long (segmented) string is one point read too; a range over several of
+        // its segments needs a cursor, and is voided.
+        queue.clear();
+        for offset in [b"8".as_slice(), b"70000"] {
+            dispatch(&mut s, &request(&[b"setbit", b"bits", offset, b"1"]));
+        }
+        out.clear();
+        queue.extend([
+            request(&[b"getbit", b"bits", b"70000"]),
+            request(&[b"getbit", b"bits", b"9"]),
+            request(&[b"getrange", b"bits", b"1", b"1"]),
+            request(&[b"getrange", b"bits", b"0", b"-1"]),
+        ]);
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!((&out[..], queue.len()), (&b":1\r\n:0\r\n$1\r\n\x80\r\n"[..], 1));
         assert!(s.exec.is_clear());
     }
 
