@@ -137,8 +137,9 @@ fn single_writes_of_many_clients_combined_into_groups_stay_exact() {
     assert!(stats.contains(&format!("cmdstat_lpush:calls={total},")), "{stats}");
 }
 
-/// PFADD and GEOADD join write groups: a pipeline of them answers and stores exactly what the
-/// same commands sent one by one do (HyperLogLog bytes, sparse and then dense, and scores).
+/// PFADD, GEOADD and SETBIT join write groups: a pipeline of them answers and stores exactly
+/// what the same commands sent one by one do (HyperLogLog bytes, sparse and then dense; scores;
+/// a bitmap that outgrows an inline string into segments partway through a pipeline).
 #[test]
 fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
     let server = Server::start(&[]);
@@ -146,6 +147,9 @@ fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
     let n = 3000;
     let element = |i: usize| format!("e{}", (i * 7919) % 1500);
     let place = |i: usize| (((i * 37) % 360) as f64 - 180.0, ((i * 11) % 170) as f64 - 85.0);
+    // Offsets that grow past 4 KiB (an inline string's limit) less than half way in, and
+    // others anywhere below.
+    let bit = |i: usize| if i.is_multiple_of(2) { i * 25 } else { (i * 7919) % (i * 25 + 1) };
     let mut piped = Vec::new();
     for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
         let mut p = redis::pipe();
@@ -153,6 +157,7 @@ fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
             p.cmd("PFADD").arg("hll:piped").arg(element(i));
             let (lon, lat) = place(i);
             p.cmd("GEOADD").arg("geo:piped").arg(lon).arg(lat).arg(format!("m{}", i % 500));
+            p.cmd("SETBIT").arg("bits:piped").arg(bit(i)).arg(i % 3 % 2);
         }
         piped.extend(p.query::<Vec<i64>>(&mut c).unwrap());
     }
@@ -163,10 +168,14 @@ fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
         let mut add = cmd("GEOADD");
         add.arg("geo:alone").arg(lon).arg(lat).arg(format!("m{}", i % 500));
         alone.push(add.query::<i64>(&mut c).unwrap());
+        alone.push(cmd("SETBIT").arg("bits:alone").arg(bit(i)).arg(i % 3 % 2).query::<i64>(&mut c).unwrap());
     }
     assert_eq!(piped, alone);
     let bytes = |c: &mut redis::Connection, k: &str| cmd("GET").arg(k).query::<Vec<u8>>(c).unwrap();
     assert_eq!(bytes(&mut c, "hll:piped"), bytes(&mut c, "hll:alone"));
+    let bitmap = bytes(&mut c, "bits:piped");
+    assert!(bitmap.len() > 8192 && bitmap.iter().any(|&b| b != 0), "{} bytes", bitmap.len());
+    assert_eq!(bitmap, bytes(&mut c, "bits:alone"));
     let count = |c: &mut redis::Connection, k: &str| cmd("PFCOUNT").arg(k).query::<i64>(c).unwrap();
     assert_eq!(count(&mut c, "hll:piped"), count(&mut c, "hll:alone"));
     let scores = |c: &mut redis::Connection, k: &str| {

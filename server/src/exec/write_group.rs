@@ -52,6 +52,7 @@ const GROUPABLE: &[&str] = &[
     "rpushx",
     "sadd",
     "set",
+    "setbit",
     "setex",
     "setnx",
     "setrange",
