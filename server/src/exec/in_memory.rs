@@ -407,6 +407,18 @@ mod tests {
         ]);
         run_here(&mut s, &mut queue, &mut out);
         assert_eq!((&out[..], queue.len(), groups()), (&b":1\r\n"[..], 2, 3));
+        // XADD appends here (it reads only the stream's metadata); one that trims does not.
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        out.clear();
+        queue.extend([
+            request(&[b"xadd", b"st", b"1-1", b"f", b"v"]),
+            request(&[b"xadd", b"st", b"NOMKSTREAM", b"2-1", b"f", b"v"]),
+            request(&[b"xadd", b"st", b"maxlen", b"1", b"3-1", b"f", b"v"]),
+        ]);
+        run_here(&mut s, &mut queue, &mut out);
+        assert_eq!((&out[..], queue.len(), groups()), (&b"$3\r\n1-1\r\n$3\r\n2-1\r\n"[..], 1, 4));
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        assert_eq!(dispatch(&mut s, &request(&[b"xlen", b"st"])), Reply::Integer(1));
         assert!(s.exec.is_clear());
     }
 

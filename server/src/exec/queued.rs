@@ -44,7 +44,8 @@ const MAX_RUN: usize = 64;
 /// random pick's bucket, a sorted set's front, a stream's entries, a list's elements), which
 /// in memory-only mode voids the command once it has done its work (measured: two in three
 /// ZPOPMINs and one in six SPOPs tried here were voided), and DEL and UNLINK, which measure
-/// what they free by walking it and then free the memtable's memory outside any group.
+/// what they free by walking it and then free the memtable's memory outside any group. XADD
+/// stays unless it trims (see [`trims`]): appending reads only the stream's metadata.
 const NOT_HERE: &[&str] = &[
     "del",
     "linsert",
@@ -53,7 +54,6 @@ const NOT_HERE: &[&str] = &[
     "spop",
     "unlink",
     "xack",
-    "xadd",
     "xautoclaim",
     "xclaim",
     "xdel",
@@ -67,7 +67,16 @@ const NOT_HERE: &[&str] = &[
 
 /// True if `args` may run in a group here.
 fn may_run(s: &Session, args: &[Bytes]) -> bool {
-    lookup(&args[0]).is_some_and(|spec| !NOT_HERE.contains(&spec.name) && groupable(s, spec, args))
+    lookup(&args[0]).is_some_and(|spec| {
+        !NOT_HERE.contains(&spec.name) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
+    })
+}
+
+/// True if an XADD may trim (MAXLEN or MINID among its leading options, after a NOMKSTREAM):
+/// trimming walks the stream's oldest entries. A field named so is taken for the option, which
+/// only sends that XADD to an executor.
+fn trims(args: &[Bytes]) -> bool {
+    args.iter().skip(2).take(2).any(|a| a.eq_ignore_ascii_case(b"maxlen") || a.eq_ignore_ascii_case(b"minid"))
 }
 
 /// The commit of a group queued by [`run_queued`].
