@@ -137,9 +137,10 @@ fn single_writes_of_many_clients_combined_into_groups_stay_exact() {
     assert!(stats.contains(&format!("cmdstat_lpush:calls={total},")), "{stats}");
 }
 
-/// PFADD, GEOADD and SETBIT join write groups: a pipeline of them answers and stores exactly
-/// what the same commands sent one by one do (HyperLogLog bytes, sparse and then dense; scores;
-/// a bitmap that outgrows an inline string into segments partway through a pipeline).
+/// PFADD, PFCOUNT, GEOADD and SETBIT join write groups: a pipeline of them answers and stores
+/// exactly what the same commands sent one by one do (HyperLogLog bytes, sparse and then dense,
+/// with the cardinality PFCOUNT caches in them; scores; a bitmap that outgrows an inline string
+/// into segments partway through a pipeline).
 #[test]
 fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
     let server = Server::start(&[]);
@@ -158,6 +159,9 @@ fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
             let (lon, lat) = place(i);
             p.cmd("GEOADD").arg("geo:piped").arg(lon).arg(lat).arg(format!("m{}", i % 500));
             p.cmd("SETBIT").arg("bits:piped").arg(bit(i)).arg(i % 3 % 2);
+            if (i + 1).is_multiple_of(10) {
+                p.cmd("PFCOUNT").arg("hll:piped");
+            }
         }
         piped.extend(p.query::<Vec<i64>>(&mut c).unwrap());
     }
@@ -169,6 +173,9 @@ fn pipelined_pfadd_and_geoadd_answer_and_store_as_one_by_one() {
         add.arg("geo:alone").arg(lon).arg(lat).arg(format!("m{}", i % 500));
         alone.push(add.query::<i64>(&mut c).unwrap());
         alone.push(cmd("SETBIT").arg("bits:alone").arg(bit(i)).arg(i % 3 % 2).query::<i64>(&mut c).unwrap());
+        if (i + 1).is_multiple_of(10) {
+            alone.push(cmd("PFCOUNT").arg("hll:alone").query::<i64>(&mut c).unwrap());
+        }
     }
     assert_eq!(piped, alone);
     let bytes = |c: &mut redis::Connection, k: &str| cmd("GET").arg(k).query::<Vec<u8>>(c).unwrap();

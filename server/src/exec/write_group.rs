@@ -42,6 +42,7 @@ const GROUPABLE: &[&str] = &[
     "ltrim",
     "msetnx",
     "pfadd",
+    "pfcount",
     "persist",
     "pexpire",
     "pexpireat",
