@@ -17,15 +17,18 @@ use crate::resp::Reply;
 use crate::services::notifications;
 use crate::storage::BlindWrite;
 
-/// Commands that may run on the connection's own thread when memory can answer them: reads of
-/// one record per key (metadata, a field, a member) that never wait, never write and never
-/// walk a range — plus PING and ECHO, which touch no data, and the pub/sub commands, which
+/// Commands that may run on the connection's own thread when memory can answer them: reads
+/// that never wait and never write — of one record per key (metadata, a field, a member), or
+/// of a range through [`crate::storage::RawRange`], which voids the command at the first
+/// block that memory does not hold (LRANGE, HGETALL, ZRANGE, XRANGE, BITCOUNT, …) — plus PING
+/// and ECHO, which touch no data, and the pub/sub commands, which
 /// touch only the hub: a SUBSCRIBE or UNSUBSCRIBE takes effect as soon as its connection reads
 /// it, so a PUBLISH another client sends just after counts it as on Redis's single thread
-/// (run on an executor, an UNSUBSCRIBE could lose that race by a thread hand-off). GETBIT and
-/// GETRANGE read one record too unless they span segments of a long string: such a GETRANGE
-/// needs a cursor, which memory-only reads refuse, and runs on an executor.
+/// (run on an executor, an UNSUBSCRIBE could lose that race by a thread hand-off). Random
+/// picks (SRANDMEMBER, …) take a raw engine cursor, which memory-only mode refuses.
 const MEMORY_READS: &[&str] = &[
+    "bitcount",
+    "bitpos",
     "echo",
     "exists",
     "expiretime",
@@ -37,11 +40,15 @@ const MEMORY_READS: &[&str] = &[
     "getrange",
     "hexists",
     "hget",
+    "hgetall",
+    "hkeys",
     "hlen",
     "hmget",
     "hstrlen",
+    "hvals",
     "lindex",
     "llen",
+    "lrange",
     "mget",
     "pexpiretime",
     "ping",
@@ -51,6 +58,7 @@ const MEMORY_READS: &[&str] = &[
     "punsubscribe",
     "scard",
     "sismember",
+    "smembers",
     "smismember",
     "spublish",
     "ssubscribe",
@@ -61,8 +69,18 @@ const MEMORY_READS: &[&str] = &[
     "ttl",
     "type",
     "unsubscribe",
+    "xlen",
+    "xrange",
+    "xrevrange",
     "zcard",
+    "zcount",
     "zmscore",
+    "zrange",
+    "zrangebyscore",
+    "zrank",
+    "zrevrange",
+    "zrevrangebyscore",
+    "zrevrank",
     "zscore",
 ];
 
@@ -316,13 +334,13 @@ mod tests {
         assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n$1\r\nv\r\n$1\r\nv\r\n");
         assert_eq!(processed(), before + 4);
         // The block is cached now: the same reads run in memory (GETBIT and GETRANGE of a
-        // short string too); a read that walks a range does not.
+        // short string too); a random pick, which takes a raw cursor, does not.
         out.clear();
         queue.extend([
             request(&[b"get", b"k7"]),
             request(&[b"getbit", b"k7", b"1"]),
             request(&[b"getrange", b"k7", b"0", b"-1"]),
-            request(&[b"lrange", b"k7", b"0", b"-1"]),
+            request(&[b"srandmember", b"k7"]),
             request(&[b"get", b"k7"]),
         ]);
         assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
@@ -342,6 +360,51 @@ mod tests {
         ]);
         assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
         assert_eq!((&out[..], queue.len()), (&b":1\r\n:0\r\n$1\r\n\x80\r\n"[..], 1));
+        assert!(s.exec.is_clear());
+    }
+
+    #[test]
+    fn range_reads_run_in_memory_until_one_needs_a_block_memory_does_not_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = session_in(dir.path());
+            for i in 0..2000 {
+                let item = format!("item-{i:04}-{}", "x".repeat(40));
+                dispatch(&mut s, &request(&[b"rpush", b"list", item.as_bytes()]));
+            }
+            dispatch(&mut s, &request(&[b"hset", b"h", b"a", b"1", b"b", b"2"]));
+            s.state.storage.engine().flush().unwrap();
+        }
+        // Reopened: nothing of the table is cached.
+        let mut s = session_in(dir.path());
+        let state = Arc::clone(&s.state);
+        let voided = || state.in_memory.reads_voided.load(Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"lrange", b"list", b"0", b"2"])].into();
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!((out.len(), queue.len(), voided()), (0, 1, 1), "the list's blocks are on disk: void");
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        let first = out.split().freeze();
+        assert!(first.starts_with(b"*3\r\n$50\r\nitem-0000-"), "{first:?}");
+        // The blocks it read are cached now: the same LRANGE and an HGETALL whose records
+        // they hold run here; the whole list, which needs blocks not read yet, is voided again.
+        queue.extend([
+            request(&[b"lrange", b"list", b"0", b"2"]),
+            request(&[b"hgetall", b"h"]),
+            request(&[b"lrange", b"list", b"0", b"-1"]),
+        ]);
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!(queue.len(), 1, "the full LRANGE stays queued");
+        assert_eq!(voided(), 2);
+        assert!(out.starts_with(&first) && out.ends_with(b"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n"));
+        out.clear();
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        assert!(out.starts_with(b"*2000\r\n"));
+        // Every block was read by it: now it runs here.
+        out.clear();
+        queue.push_back(request(&[b"lrange", b"list", b"0", b"-1"]));
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert!(queue.is_empty() && out.starts_with(b"*2000\r\n") && voided() == 2);
         assert!(s.exec.is_clear());
     }
 

@@ -312,20 +312,22 @@ impl<'a> View<'a> {
         let start = element_key(self.pdb, uid, from);
         let end = prefix_end(&element_key(self.pdb, uid, b""));
         let mut out = Vec::with_capacity(n.min(1 << 16));
-        let Some(mut it) = self.cursor() else {
+        let Some(mut it) = self.cx.noting_cursor(&self.storage.engine) else {
             for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {
                 out.push(kv?.1);
             }
             return Ok(out);
         };
-        it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
-        it.seek(&start)?;
-        while it.valid() && out.len() < n {
-            out.push(it.value_bytes());
-            it.next()?;
-        }
-        it.status()?;
-        Ok(out)
+        let walk = (|| {
+            it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
+            it.seek(&start)?;
+            while it.valid() && out.len() < n {
+                out.push(it.value_bytes());
+                it.next()?;
+            }
+            it.status()
+        })();
+        self.cx.noted_walk(walk).map(|()| out)
     }
 
     /// Elements of `uid` in reverse field order, from the end.

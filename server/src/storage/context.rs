@@ -35,6 +35,7 @@ mod events;
 mod merged;
 
 pub(super) use merged::Overlay;
+use merged::RangeSource;
 pub use merged::{MergedRange, RawRange};
 
 /// Writes buffered by the running transaction: the final state of every key written, and the
@@ -366,42 +367,52 @@ impl ExecContext {
     }
 
     /// A cursor over the engine as this command sees it, for many short seeks; `None` inside a
-    /// transaction (whose buffered writes only [`ExecContext::range`] merges in).
+    /// transaction (whose buffered writes only [`ExecContext::range`] merges in) and in
+    /// memory-only mode (where only [`ExecContext::range`] notes a read that needs the disk).
     pub(super) fn cursor(&self, engine: &lsm::Db) -> Option<lsm::DbIterator> {
-        if self.txn.borrow().is_some() {
+        if self.txn.borrow().is_some() || self.memory_only.get() {
             return None;
         }
-        self.void_memory_only();
         Some(engine.iter(&self.read_options().unwrap_or_default()))
     }
 
-    /// Commands tried in memory-only mode are point reads: one that walks a range runs again
-    /// on an executor thread whatever its walk found (the walk itself reads memory only, and
-    /// its errors are not always the command's reply).
+    /// [`ExecContext::cursor`] in memory-only mode too: the caller passes the outcome of its
+    /// walk through [`ExecContext::noted_walk`], so a block memory does not hold voids the
+    /// command.
+    pub(super) fn noting_cursor(&self, engine: &lsm::Db) -> Option<lsm::DbIterator> {
+        if self.txn.borrow().is_some() {
+            return None;
+        }
+        Some(engine.iter(&self.read_options().unwrap_or_default()))
+    }
+
+    /// Notes the outcome of a walk with a [`ExecContext::noting_cursor`].
+    pub(super) fn noted_walk<T>(&self, walk: lsm::Result<T>) -> lsm::Result<T> {
+        self.noted(walk)
+    }
+
+    /// A command tried in memory-only mode that takes a raw engine cursor runs again on an
+    /// executor thread whatever its walk found (the cursor reads memory only, but its errors
+    /// are not always the command's reply); [`ExecContext::range`] notes its misses instead.
     fn void_memory_only(&self) {
         if self.memory_only.get() {
             self.missed.set(true);
         }
     }
 
-    /// `engine.range(start..end)` as this command sees it.
+    /// `engine.range(start..end)` as this command sees it. In memory-only mode it reads memory
+    /// only, and a read that needs the disk voids the command (the range notes it).
     pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'_> {
-        self.void_memory_only();
         let inner = match self.read_options() {
             Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
             None => engine.range((start.clone(), end.clone())),
         };
+        let missed = self.memory_only.get().then_some(&self.missed);
         if self.txn.borrow().is_none() {
-            return RawRange::Engine(inner);
+            return RawRange { source: RangeSource::Engine(inner), missed };
         }
-        RawRange::Merged(Box::new(MergedRange {
-            engine: inner,
-            txn: &self.txn,
-            low: start,
-            high: end,
-            front: None,
-            back: None,
-        }))
+        let merged = MergedRange { engine: inner, txn: &self.txn, low: start, high: end, front: None, back: None };
+        RawRange { source: RangeSource::Merged(Box::new(merged)), missed }
     }
 }
 

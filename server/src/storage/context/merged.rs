@@ -168,9 +168,18 @@ impl DoubleEndedIterator for MergedRange<'_> {
 }
 
 /// A range over the engine, merged with the running transaction's writes when there is one.
+/// A memory-only command's range notes a read that needed the disk (the engine's
+/// `WouldBlock`), which voids the command however it handles the error.
+pub struct RawRange<'a> {
+    pub(in crate::storage) source: RangeSource<'a>,
+    /// The command's "a memory-only read missed" flag, while it runs memory-only.
+    pub(in crate::storage) missed: Option<&'a std::cell::Cell<bool>>,
+}
+
+/// Where a [`RawRange`] reads.
 // The engine variant is the common one; boxing it would cost an allocation per range.
 #[allow(clippy::large_enum_variant)]
-pub enum RawRange<'a> {
+pub(in crate::storage) enum RangeSource<'a> {
     /// No transaction: the engine's own iterator.
     Engine(lsm::Range),
     /// Inside a transaction: the engine's entries under the transaction's writes.
@@ -183,23 +192,34 @@ impl std::fmt::Debug for RawRange<'_> {
     }
 }
 
+impl RawRange<'_> {
+    fn noted(&self, item: Option<lsm::Result<(Bytes, Bytes)>>) -> Option<lsm::Result<(Bytes, Bytes)>> {
+        if let (Some(missed), Some(Err(lsm::Error::WouldBlock))) = (self.missed, &item) {
+            missed.set(true);
+        }
+        item
+    }
+}
+
 impl Iterator for RawRange<'_> {
     type Item = lsm::Result<(Bytes, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            RawRange::Engine(r) => r.next(),
-            RawRange::Merged(m) => m.next(),
-        }
+        let item = match &mut self.source {
+            RangeSource::Engine(r) => r.next(),
+            RangeSource::Merged(m) => m.next(),
+        };
+        self.noted(item)
     }
 }
 
 impl DoubleEndedIterator for RawRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        match self {
-            RawRange::Engine(r) => r.next_back(),
-            RawRange::Merged(m) => m.next_back(),
-        }
+        let item = match &mut self.source {
+            RangeSource::Engine(r) => r.next_back(),
+            RangeSource::Merged(m) => m.next_back(),
+        };
+        self.noted(item)
     }
 }
 
