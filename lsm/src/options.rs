@@ -356,8 +356,10 @@ impl Options {
     /// writes are the likeliest reads, and a read of a just-flushed key then finds its block
     /// in memory instead of reading the file: the first read of each block after a flush is
     /// a hit, which a cache-only read ([`ReadOptions::cache_only`]) needs to succeed at all.
-    /// The new table is opened (its index and filter read) right after it is written, for the
-    /// same reason: a cache-only read cannot open a table.
+    /// A memtable holding range deletions is not put in: what it holds is mostly data just
+    /// dropped (a deleted collection, a cleared key range), which would otherwise take the
+    /// cache's memory until compaction. (Whatever this option, a flush opens the table it
+    /// wrote, its index and filter loaded, as a read would.)
     /// Blocks read in place from a memory map are not cached (see [`TableReadMode`]), so with
     /// `Mmap` only compressed blocks are put in. Compaction outputs are not: what they hold
     /// was in the cache already, under the numbers of the tables they replace, if it was hot.

@@ -130,3 +130,22 @@ fn a_flush_can_leave_its_blocks_in_the_cache() {
         }
     }
 }
+
+/// A memtable holding a range deletion is flushed without filling the cache: what it holds was
+/// mostly just dropped, and would otherwise keep its memory in the cache until compaction.
+#[test]
+fn a_flush_of_dropped_data_leaves_the_cache_alone() {
+    use lsm::{Error, ReadOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default().prepopulate_block_cache(true)).unwrap();
+    for i in 0..5000u32 {
+        db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+    }
+    db.delete_range("key01000", "key05000").unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.stats().block_cache_bytes, 0, "nothing cached");
+    let memory_only = ReadOptions::new().cache_only(true);
+    assert!(matches!(db.get_with("key00007", &memory_only), Err(Error::WouldBlock)));
+    assert_eq!(db.get("key00007").unwrap().as_deref(), Some(&b"value7"[..]));
+    assert_eq!(db.get("key04000").unwrap(), None);
+}

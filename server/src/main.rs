@@ -263,9 +263,6 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.effective_block_cache_size() as usize)
         .table_read_mode(config.table_read_mode)
-        // Commands run on the connection's task only with memory-only reads (see
-        // `exec::in_memory`): a just-flushed key whose block is cached stays one of them.
-        .prepopulate_block_cache(true)
         .compression(config.compression)
         .level0_slowdown_writes_trigger(config.level0_slowdown_writes_trigger)
         .level0_stop_writes_trigger(config.level0_stop_writes_trigger)

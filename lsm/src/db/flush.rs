@@ -112,14 +112,16 @@ impl DbInner {
         let number = lock(&self.versions).new_file_number();
         let options = self.opts();
         let opts = TableOptions::from_options(&options);
-        let cache =
-            options.prepopulate_block_cache.then(|| (Arc::clone(self.tables.block_cache()), options.table_read_mode));
-        let prepopulate = cache.is_some();
+        // A memtable with range deletions mostly holds data just dropped (a deleted collection,
+        // a flushed database), which compaction is about to remove: not worth the cache.
+        let cache = (options.prepopulate_block_cache && !imm.has_range_tombstones())
+            .then(|| (Arc::clone(self.tables.block_cache()), options.table_read_mode));
         let file = build_table(&self.dir, number, imm, &opts, cache)?;
-        if let Some(f) = file.as_ref().filter(|_| prepopulate) {
-            // Opened now (its index and filter read while the file is in the page cache): a
-            // memory-only read cannot open a table, so its cached blocks would be of no use to
-            // one until a plain read had opened it.
+        if let Some(f) = &file {
+            // Opened now, as RocksDB does after a flush (its index and filter read while the
+            // file is in the page cache): a memory-only read cannot open a table, so until a
+            // plain read opened it, every memory-only lookup reaching it would fail, even one
+            // its bloom filter answers.
             if let Err(e) = self.tables.get(f.number) {
                 let _ = std::fs::remove_file(filename::table_path(&self.dir, f.number));
                 return Err(e);
