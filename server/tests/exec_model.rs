@@ -143,9 +143,10 @@ fn stalled_writers_stall_neither_readers_nor_new_connections() {
     let stop = Arc::new(AtomicBool::new(false));
     // More writers than executor threads; with compaction throttled to 1 KiB/s they soon stop
     // in a write stall (two L0 tables stop writes). Half send plain SETs (queued from their
-    // connections' tasks, held in the engine's commit thread), half SETBITs of 2 KiB strings
-    // (run one by one on executor threads, one each, which they block; a write that may join
-    // a combined write group could queue behind the other on one thread).
+    // connections' tasks, held in the engine's commit thread), half BITFIELD SETs of 2 KiB
+    // strings (run one by one on executor threads, one each, which they block; a write that
+    // may join a write group runs on its connection's task or queues behind the other in a
+    // combined group on one thread).
     for w in 0..4 {
         let (port, last_write, stop) = (server.port, Arc::clone(&last_write), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -153,12 +154,12 @@ fn stalled_writers_stall_neither_readers_nor_new_connections() {
             let Ok(mut c) = client.get_connection() else { return };
             let value = vec![b'x'; 2048];
             for i in 0.. {
-                let mut set = if w % 2 == 0 { cmd("SET") } else { cmd("SETBIT") };
+                let mut set = if w % 2 == 0 { cmd("SET") } else { cmd("BITFIELD") };
                 set.arg(format!("w{w}-{i}"));
                 if w % 2 == 0 {
                     set.arg(&value);
                 } else {
-                    set.arg(value.len() * 8 - 1).arg(1);
+                    set.arg("SET").arg("u1").arg(value.len() * 8 - 1).arg(1);
                 }
                 if stop.load(Ordering::Relaxed) || set.query::<()>(&mut c).is_err() {
                     return;
