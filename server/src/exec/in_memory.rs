@@ -346,7 +346,8 @@ mod tests {
         assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
         assert_eq!((&out[..], queue.len()), (&b"$1\r\nv\r\n:1\r\n$1\r\nv\r\n"[..], 2));
         // A bit of a long (segmented) string is one point read too; a range over several of
-        // its segments needs a cursor, and is voided.
+        // its segments is a memory-only range, which here reaches the table on disk (none of
+        // whose blocks around it were read) and is voided.
         queue.clear();
         for offset in [b"8".as_slice(), b"70000"] {
             dispatch(&mut s, &request(&[b"setbit", b"bits", offset, b"1"]));

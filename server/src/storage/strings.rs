@@ -110,8 +110,8 @@ impl View<'_> {
         let first = segment_field(start / SEGMENT);
         let last = segment_field((end - 1) / SEGMENT);
         if first == last {
-            // One segment (GETBIT, a short GETRANGE): a point read, which memory can answer
-            // (a cursor cannot be made memory-only) and a bloom filter can skip.
+            // One segment (GETBIT, a short GETRANGE): a point read, cheaper than a range and
+            // one a bloom filter can skip.
             let seg_start = (start / SEGMENT) * SEGMENT;
             let value = self.element(meta.uid, &first)?.unwrap_or_default();
             let stored_end = (seg_start + value.len() as u64).min(end);
