@@ -312,7 +312,7 @@ impl<'a> View<'a> {
         let start = element_key(self.pdb, uid, from);
         let end = prefix_end(&element_key(self.pdb, uid, b""));
         let mut out = Vec::with_capacity(n.min(1 << 16));
-        let Some(mut it) = self.cx.noting_cursor(&self.storage.engine) else {
+        let Some(mut it) = self.cursor() else {
             for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {
                 out.push(kv?.1);
             }
@@ -327,7 +327,7 @@ impl<'a> View<'a> {
             }
             it.status()
         })();
-        self.cx.noted_walk(walk).map(|()| out)
+        self.noted_walk(walk).map(|()| out)
     }
 
     /// Elements of `uid` in reverse field order, from the end.
@@ -363,9 +363,15 @@ impl<'a> View<'a> {
         self.cx.buffered_in(start, end)
     }
 
-    /// A cursor for many short reads (see [`ExecContext::cursor`]).
+    /// A cursor for many short reads (see [`ExecContext::cursor`]: the walk's outcome goes
+    /// through [`ExecContext::noted_walk`]).
     pub(super) fn cursor(&self) -> Option<lsm::DbIterator> {
         self.cx.cursor(&self.storage.engine)
+    }
+
+    /// The outcome of a walk with [`View::cursor`], noted (see [`ExecContext::noted_walk`]).
+    pub(super) fn noted_walk<T>(&self, walk: lsm::Result<T>) -> lsm::Result<T> {
+        self.cx.noted_walk(walk)
     }
 
     /// Records in `[start, end)` as this command sees them.

@@ -367,26 +367,17 @@ impl ExecContext {
     }
 
     /// A cursor over the engine as this command sees it, for many short seeks; `None` inside a
-    /// transaction (whose buffered writes only [`ExecContext::range`] merges in) and in
-    /// memory-only mode (where only [`ExecContext::range`] notes a read that needs the disk).
+    /// transaction (whose buffered writes only [`ExecContext::range`] merges in). In
+    /// memory-only mode it reads memory only: the caller passes the outcome of its walk through
+    /// [`ExecContext::noted_walk`], so a block memory does not hold voids the command.
     pub(super) fn cursor(&self, engine: &lsm::Db) -> Option<lsm::DbIterator> {
-        if self.txn.borrow().is_some() || self.memory_only.get() {
-            return None;
-        }
-        Some(engine.iter(&self.read_options().unwrap_or_default()))
-    }
-
-    /// [`ExecContext::cursor`] in memory-only mode too: the caller passes the outcome of its
-    /// walk through [`ExecContext::noted_walk`], so a block memory does not hold voids the
-    /// command.
-    pub(super) fn noting_cursor(&self, engine: &lsm::Db) -> Option<lsm::DbIterator> {
         if self.txn.borrow().is_some() {
             return None;
         }
         Some(engine.iter(&self.read_options().unwrap_or_default()))
     }
 
-    /// Notes the outcome of a walk with a [`ExecContext::noting_cursor`].
+    /// Notes the outcome of a walk with a [`ExecContext::cursor`].
     pub(super) fn noted_walk<T>(&self, walk: lsm::Result<T>) -> lsm::Result<T> {
         self.noted(walk)
     }

@@ -150,16 +150,18 @@ impl View<'_> {
             it.status()
         };
         let mut fields = Vec::with_capacity(usize::try_from(Header::of(meta).count).unwrap_or(0));
-        read(element_key(self.pdb(), meta.uid, b""), &mut |field, it| {
+        let walked = read(element_key(self.pdb(), meta.uid, b""), &mut |field, it| {
             fields.push((Bytes::copy_from_slice(field), it.value_bytes()));
-        })?;
+        });
+        self.noted_walk(walked)?;
         let mut ranks = vec![u64::MAX; fields.len()];
-        read(pick_prefix(self.pdb(), meta.uid), &mut |rest, it| {
+        let walked = read(pick_prefix(self.pdb(), meta.uid), &mut |rest, it| {
             let Some(field) = rest.get(8..) else { return };
             if let (Ok(i), Some(n)) = (fields.binary_search_by(|(f, _)| f[..].cmp(field)), ordinal(it.value())) {
                 ranks[i] = n;
             }
-        })?;
+        });
+        self.noted_walk(walked)?;
         let mut keyed: Vec<((u64, usize), (Bytes, Bytes))> =
             fields.into_iter().enumerate().map(|(i, kv)| ((ranks[i], i), kv)).collect();
         keyed.sort_unstable_by_key(|(k, _)| *k);
