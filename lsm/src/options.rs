@@ -220,6 +220,8 @@ impl Options {
         self
     }
     /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, minimum 4 KiB).
+    /// Each memtable also has a bloom filter and a point index sized from it, about a seventh
+    /// of it more (see `Db::memory_usage`).
     #[must_use]
     pub fn write_buffer_size(mut self, bytes: usize) -> Self {
         self.write_buffer_size = bytes.max(4096);

@@ -44,11 +44,13 @@ impl Db {
         Ok(())
     }
 
-    /// Bytes held in memory by the memtables (active and frozen) and the block cache: what the
-    /// engine's memory use depends on, cheap enough to ask before every write.
+    /// Bytes held in memory by the memtables (active and frozen, with their bloom filters and
+    /// point indexes) and the block cache: what the engine's memory use depends on, cheap
+    /// enough to ask before every write.
     pub fn memory_usage(&self) -> usize {
         let sv = self.inner.super_version();
-        let memtables: usize = sv.mem.approximate_size() + sv.imm.iter().map(|m| m.approximate_size()).sum::<usize>();
+        let memtables: usize =
+            std::iter::once(&sv.mem).chain(sv.imm.iter()).map(|m| m.approximate_size() + m.index_memory()).sum();
         memtables + self.inner.tables.block_cache().usage()
     }
 }

@@ -10,6 +10,12 @@
 //! [`no_removals`]): a lookup or a cursor step costs no atomic read-modify-write, where the
 //! reference-counted `SkipMap` API paid two per entry stepped over (about a fifth of a list
 //! range read).
+//!
+//! Point lookups ask a bloom filter of the user keys first (an absent key skips everything),
+//! then the [`point_index`], a hash table of each key's newest version: a lookup at the latest
+//! sequence number is answered without descending the list, which only older snapshots and
+//! keys the index has no slot for still need. Both are sized from the write buffer when the
+//! memtable is made: together about a seventh of it.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,6 +33,40 @@ use crate::range_del::{FragmentMap, RangeTombstone, Region, TombstoneSource};
 use crate::sstable::bloom::{self, AtomicBloom};
 use crate::Result;
 
+mod point_index;
+use point_index::{PointIndex, Probe};
+
+/// One entry of the skip list: an internal key and its value, ordered by the key alone. The
+/// value lives in the list's key (the list's own value is `()`), so a pointer to a node's key
+/// reaches both, which is what the [`point_index`] keeps.
+#[derive(Debug)]
+struct Record {
+    key: InternalKey,
+    value: Bytes,
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Record {}
+impl Ord for Record {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+impl PartialOrd for Record {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl std::borrow::Borrow<InternalKeyRef> for Record {
+    fn borrow(&self) -> &InternalKeyRef {
+        self.key.borrow()
+    }
+}
+
 /// The skip-list node of one entry: the key (inline up to [`key::INLINE_KEY`] bytes), the value's
 /// handle, the node's reference count and height, and a tower of 1.33 links on average.
 const NODE_BYTES: usize = std::mem::size_of::<InternalKey>() + std::mem::size_of::<Bytes>() + 8 + 16;
@@ -43,7 +83,7 @@ fn entry_charge(internal_key_len: usize, value_len: usize) -> usize {
 /// A sorted in-memory table of recent writes.
 #[derive(Debug)]
 pub struct Memtable {
-    map: SkipList<InternalKey, Bytes>,
+    map: SkipList<Record, ()>,
     size: AtomicUsize,
     /// The WAL file that holds this memtable's writes.
     wal_number: u64,
@@ -55,6 +95,9 @@ pub struct Memtable {
     /// User keys inserted: a lookup of an absent key skips the skip-list descent (which cost a
     /// quarter of a random read with a full memtable).
     bloom: Option<AtomicBloom>,
+    /// The newest version of each user key, by hash: most lookups skip the descent too
+    /// (see [`point_index`]).
+    index: Option<PointIndex>,
 }
 
 /// A memtable's range tombstones: as inserted (what a flush writes) and fragmented (what reads
@@ -96,7 +139,8 @@ impl Memtable {
         Self::with_capacity(wal_number, 0)
     }
 
-    /// An empty memtable with a bloom filter sized for `capacity` bytes of entries (0: none).
+    /// An empty memtable with a bloom filter and a point index sized for `capacity` bytes of
+    /// entries (0: neither).
     pub fn with_capacity(wal_number: u64, capacity: usize) -> Self {
         // About one entry per 64 bytes of memtable, 10 bits each: ~2 % of the memtable's size.
         let bloom = (capacity > 0).then(|| AtomicBloom::new(capacity / 64, 10));
@@ -108,7 +152,14 @@ impl Memtable {
             range_dels: RwLock::new(MemTombstones::default()),
             range_del_count: AtomicUsize::new(0),
             bloom,
+            index: (capacity > 0).then(|| PointIndex::new(capacity)),
         }
+    }
+
+    /// Bytes the bloom filter and the point index take (fixed at creation, not counted in
+    /// [`Memtable::approximate_size`]).
+    pub fn index_memory(&self) -> usize {
+        self.bloom.as_ref().map_or(0, AtomicBloom::memory) + self.index.as_ref().map_or(0, PointIndex::memory)
     }
 
     /// The WAL holding this memtable's writes.
@@ -158,12 +209,19 @@ impl Memtable {
             InternalKey::new(&key::make_internal_key(user_key, seq, kind))
         };
         self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, value.len()), Ordering::Relaxed);
+        let hash = bloom::hash_key(user_key);
         if let Some(b) = &self.bloom {
-            b.add(bloom::hash_key(user_key));
+            b.add(hash);
         }
         // An internal key is unique (its sequence number is), so this inserts: the entry only
         // repeats when a write is applied twice, with the same value.
-        self.map.get_or_insert(ikey, Bytes::copy_from_slice(value), no_removals()).release(no_removals());
+        let record = Record { key: ikey, value: Bytes::copy_from_slice(value) };
+        let entry = self.map.get_or_insert(record, (), no_removals());
+        if let Some(index) = &self.index {
+            // Before the write's sequence number is published (see `point_index`).
+            index.note(hash, user_key, entry.key());
+        }
+        entry.release(no_removals());
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
     }
 
@@ -178,18 +236,37 @@ impl Memtable {
 
     /// The newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
-        if self.bloom.as_ref().is_some_and(|b| !b.may_contain(bloom::hash_key(user_key))) {
-            return None;
+        if self.bloom.is_some() || self.index.is_some() {
+            let hash = bloom::hash_key(user_key);
+            if self.bloom.as_ref().is_some_and(|b| !b.may_contain(hash)) {
+                return None;
+            }
+            match self.index.as_ref().map_or(Probe::Unknown, |i| i.probe(hash, user_key)) {
+                Probe::Absent => return None,
+                Probe::Newest(record) => {
+                    let parsed = key::parse(record.key.as_bytes())?;
+                    if parsed.seq <= seq {
+                        return Some(Self::lookup_of(parsed.kind, parsed.seq, &record.value));
+                    }
+                    // A snapshot older than the newest version: the list has the older ones.
+                }
+                Probe::Unknown => {}
+            }
         }
         let target = key::seek_key(user_key, seq);
         let entry = self.map.lower_bound(Bound::Included(InternalKeyRef::new(&target)), no_removals())?;
-        let parsed = key::parse(entry.key().as_bytes())?;
+        let record = entry.key();
+        let parsed = key::parse(record.key.as_bytes())?;
         if parsed.user_key != user_key {
             return None;
         }
-        match parsed.kind {
-            ValueKind::Put => Some(Lookup::Found(entry.value().clone(), parsed.seq)),
-            ValueKind::Delete | ValueKind::RangeDelete => Some(Lookup::Deleted(parsed.seq)),
+        Some(Self::lookup_of(parsed.kind, parsed.seq, &record.value))
+    }
+
+    fn lookup_of(kind: ValueKind, seq: u64, value: &Bytes) -> Lookup {
+        match kind {
+            ValueKind::Put => Lookup::Found(value.clone(), seq),
+            ValueKind::Delete | ValueKind::RangeDelete => Lookup::Deleted(seq),
         }
     }
 
@@ -236,7 +313,7 @@ fn no_removals() -> &'static Guard {
 pub struct MemIter {
     // Declared before `_mem` so it is dropped first: the entry borrows the skip list that `_mem`
     // keeps alive.
-    entry: Option<Entry<'static, 'static, InternalKey, Bytes>>,
+    entry: Option<Entry<'static, 'static, Record, ()>>,
     _mem: Arc<Memtable>,
 }
 
@@ -252,8 +329,8 @@ impl std::fmt::Debug for MemIter {
 }
 
 impl MemIter {
-    fn map(&self) -> &'static SkipList<InternalKey, Bytes> {
-        let map: *const SkipList<InternalKey, Bytes> = &self._mem.map;
+    fn map(&self) -> &'static SkipList<Record, ()> {
+        let map: *const SkipList<Record, ()> = &self._mem.map;
         // SAFETY: the skip list lives inside an `Arc<Memtable>` that this iterator owns and that
         // is never moved out of its allocation; every `Entry` borrowing it is stored in `self.entry`,
         // which is dropped before `_mem`. The `'static` lifetime never escapes this struct.
@@ -266,13 +343,13 @@ impl InternalIterator for MemIter {
         self.entry.is_some()
     }
     fn key(&self) -> &[u8] {
-        self.entry.as_ref().map_or(&[], |e| e.key().as_bytes())
+        self.entry.as_ref().map_or(&[], |e| e.key().key.as_bytes())
     }
     fn value(&self) -> &[u8] {
-        self.entry.as_ref().map_or(&[], |e| e.value())
+        self.entry.as_ref().map_or(&[], |e| &e.key().value)
     }
     fn value_bytes(&self) -> Bytes {
-        self.entry.as_ref().map(|e| e.value().clone()).unwrap_or_default()
+        self.entry.as_ref().map(|e| e.key().value.clone()).unwrap_or_default()
     }
     fn seek_to_first(&mut self) -> Result<()> {
         self.entry = self.map().front(no_removals());
@@ -325,6 +402,46 @@ mod tests {
         assert_eq!(m.max_covering_tombstone(b"k1", 9), None, "end is exclusive");
         assert_eq!(m.get(b"k", 9), Some(Lookup::Deleted(3)), "point lookups ignore range tombstones");
         assert_eq!(m.range_tombstones().len(), 1);
+    }
+
+    /// Lookups answered by the point index (and by the list, where the index cannot tell: an
+    /// older snapshot, or a key that found no slot in a full index) match the list alone, for
+    /// every key at every sequence number.
+    #[test]
+    fn the_point_index_answers_as_the_list_does() {
+        use rand::{Rng, SeedableRng};
+        // 1 MiB: the index has room for every key; 4 KiB: its 1024 slots overflow.
+        for capacity in [1 << 20, 1 << 12] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(capacity as u64);
+            let (indexed, plain) = (Memtable::with_capacity(1, capacity), Memtable::new(1));
+            assert!(indexed.index.is_some() && plain.index.is_none());
+            let keys = 3000u64;
+            let mut seq = 0;
+            for _ in 0..20_000 {
+                seq += 1;
+                let k = format!("key{}", rng.random_range(0..keys));
+                let (kind, v) = if rng.random_bool(0.2) {
+                    (ValueKind::Delete, String::new())
+                } else {
+                    (ValueKind::Put, format!("v{seq}"))
+                };
+                indexed.insert(seq, kind, k.as_bytes(), v.as_bytes());
+                plain.insert(seq, kind, k.as_bytes(), v.as_bytes());
+                if rng.random_bool(0.01) {
+                    indexed.insert(seq, kind, k.as_bytes(), v.as_bytes()); // applied twice
+                }
+            }
+            let mut answered = 0;
+            for k in 0..keys + 50 {
+                let k = format!("key{k}");
+                for at in [seq, seq / 2, rng.random_range(0..=seq), 0] {
+                    let got = indexed.get(k.as_bytes(), at);
+                    assert_eq!(got, plain.get(k.as_bytes(), at), "{k} at {at} (capacity {capacity})");
+                    answered += usize::from(got.is_some());
+                }
+            }
+            assert!(answered > 5000, "the lookups found versions: {answered}");
+        }
     }
 
     #[test]

@@ -62,6 +62,11 @@ impl AtomicBloom {
         AtomicBloom { words, num_lines, probes: num_probes(bits_per_key) }
     }
 
+    /// Bytes the filter takes.
+    pub fn memory(&self) -> usize {
+        self.words.len() * 8
+    }
+
     /// Adds the key whose hash is `h`.
     #[inline]
     pub fn add(&self, h: u64) {
