@@ -80,6 +80,11 @@ fn entry_charge(internal_key_len: usize, value_len: usize) -> usize {
     NODE_BYTES + key_heap + value_heap
 }
 
+/// The memtable's bloom filter is sized for one key per this many bytes of capacity...
+const BLOOM_BYTES_PER_KEY: usize = 64;
+/// ...at this many bits a key: about 2 % of the memtable's size.
+const BLOOM_BITS_PER_KEY: u32 = 10;
+
 /// A sorted in-memory table of recent writes.
 #[derive(Debug)]
 pub struct Memtable {
@@ -142,8 +147,7 @@ impl Memtable {
     /// An empty memtable with a bloom filter and a point index sized for `capacity` bytes of
     /// entries (0: neither).
     pub fn with_capacity(wal_number: u64, capacity: usize) -> Self {
-        // About one entry per 64 bytes of memtable, 10 bits each: ~2 % of the memtable's size.
-        let bloom = (capacity > 0).then(|| AtomicBloom::new(capacity / 64, 10));
+        let bloom = (capacity > 0).then(|| AtomicBloom::new(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY));
         Memtable {
             map: SkipList::new(crossbeam_epoch::default_collector().clone()),
             size: AtomicUsize::new(0),
@@ -154,6 +158,14 @@ impl Memtable {
             bloom,
             index: (capacity > 0).then(|| PointIndex::new(capacity)),
         }
+    }
+
+    /// Bytes a memtable made with `capacity` holds once full: the entries, the bloom filter
+    /// and the point index (what a budget of memory must leave room for, per memtable).
+    pub fn memory_for(capacity: usize) -> usize {
+        capacity
+            + AtomicBloom::memory_for(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY)
+            + PointIndex::memory_for(capacity)
     }
 
     /// Bytes the bloom filter and the point index take (fixed at creation, not counted in
@@ -442,6 +454,16 @@ mod tests {
             }
             assert!(answered > 5000, "the lookups found versions: {answered}");
         }
+    }
+
+    #[test]
+    fn memory_for_counts_what_a_memtable_allocates_beside_its_entries() {
+        for capacity in [4096, 1 << 20, 16 << 20, 48 << 20] {
+            let m = Memtable::with_capacity(1, capacity);
+            assert_eq!(Memtable::memory_for(capacity), capacity + m.index_memory(), "capacity {capacity}");
+            assert!(m.index_memory() <= capacity / 3 + (16 << 10), "capacity {capacity}: {}", m.index_memory());
+        }
+        assert_eq!(Memtable::new(1).index_memory(), 0);
     }
 
     #[test]

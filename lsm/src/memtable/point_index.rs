@@ -64,8 +64,17 @@ impl std::fmt::Debug for PointIndex {
 impl PointIndex {
     /// An index sized for a memtable of `capacity` bytes.
     pub(super) fn new(capacity: usize) -> PointIndex {
-        let n = (capacity / BYTES_PER_SLOT).next_power_of_two().max(1024);
+        let n = Self::slots_for(capacity);
         PointIndex { slots: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(), mask: n - 1 }
+    }
+
+    fn slots_for(capacity: usize) -> usize {
+        (capacity / BYTES_PER_SLOT).next_power_of_two().max(1024)
+    }
+
+    /// Bytes the slots of an index for a memtable of `capacity` bytes take.
+    pub(super) fn memory_for(capacity: usize) -> usize {
+        Self::slots_for(capacity) * std::mem::size_of::<AtomicPtr<Record>>()
     }
 
     /// Bytes the slots take.

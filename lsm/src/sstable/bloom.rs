@@ -56,10 +56,19 @@ pub struct AtomicBloom {
 impl AtomicBloom {
     /// A filter for about `keys` keys at `bits_per_key`.
     pub fn new(keys: usize, bits_per_key: u32) -> Self {
-        let total_bits = (keys as u64 * u64::from(bits_per_key)).max(u64::from(LINE_BITS));
-        let num_lines = total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32;
+        let num_lines = Self::lines_for(keys, bits_per_key);
         let words = (0..num_lines as usize * 8).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
         AtomicBloom { words, num_lines, probes: num_probes(bits_per_key) }
+    }
+
+    fn lines_for(keys: usize, bits_per_key: u32) -> u32 {
+        let total_bits = (keys as u64 * u64::from(bits_per_key)).max(u64::from(LINE_BITS));
+        total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Bytes a filter for `keys` keys at `bits_per_key` takes.
+    pub fn memory_for(keys: usize, bits_per_key: u32) -> usize {
+        Self::lines_for(keys, bits_per_key) as usize * LINE_BYTES
     }
 
     /// Bytes the filter takes.
