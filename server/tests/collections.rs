@@ -309,3 +309,33 @@ fn small_hashes_keep_insertion_order_as_redis_listpacks_do() {
     let mut shale = server.client();
     assert_eq!(listed(&mut shale, "renamed"), listed(&mut redis, "renamed"), "after a restart");
 }
+
+/// HSET of the value a field already holds writes no new copy of it, but it is still a
+/// modification of the hash, as in Redis: a WATCH on the hash fails. A field given twice in
+/// one HSET keeps its last value, whichever of the two equals the old one.
+#[test]
+fn hset_of_the_same_value_still_modifies_the_hash() {
+    let server = Server::start(&[]);
+    let (mut c, mut other) = (server.client(), server.client());
+    let hset = |c: &mut redis::Connection, args: &[&str]| cmd("HSET").arg("h").arg(args).query::<i64>(c).unwrap();
+    let hget = |c: &mut redis::Connection| cmd("HGET").arg("h").arg("f").query::<String>(c).unwrap();
+    assert_eq!(hset(&mut c, &["f", "old", "g", "x"]), 2);
+
+    cmd("WATCH").arg("h").query::<()>(&mut c).unwrap();
+    assert_eq!(hset(&mut other, &["f", "old"]), 0);
+    cmd("MULTI").query::<()>(&mut c).unwrap();
+    cmd("HGET").arg("h").arg("f").query::<()>(&mut c).unwrap();
+    assert_eq!(cmd("EXEC").query::<Value>(&mut c).unwrap(), Value::Nil, "the same value still touches the hash");
+
+    for (pairs, last) in [
+        (["f", "new", "f", "old"], "old"),
+        (["f", "old", "f", "new"], "new"),
+        (["f", "new", "f", "new"], "new"),
+        (["f", "new", "f", "old"], "old"),
+    ] {
+        assert_eq!(hset(&mut c, &pairs), 0);
+        assert_eq!(hget(&mut c), last, "after HSET h {pairs:?}");
+    }
+    assert_eq!(hset(&mut c, &["f", "old"]), 0);
+    assert_eq!(cmd("HGETALL").arg("h").query::<Vec<String>>(&mut c).unwrap(), ["f", "old", "g", "x"]);
+}

@@ -65,13 +65,22 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
     let mut next = next_of(&meta, &header).filter(|_| pairs.iter().all(|a| limits.fits(a)));
     // New fields and their ordinals (a field given twice keeps its first).
     let mut added: std::collections::HashMap<&Bytes, Option<u64>> = std::collections::HashMap::new();
+    // Existing fields this command sets (their writes in `b` are not visible to `view`).
+    let mut rewritten: std::collections::HashSet<&Bytes> = std::collections::HashSet::new();
     for pair in pairs.chunks_exact(2) {
-        let exists = header.count > 0 && view.element(meta.uid, &pair[0]).map_err(engine_error)?.is_some();
-        if exists && only_new {
+        let current = if header.count > 0 { view.element(meta.uid, &pair[0]).map_err(engine_error)? } else { None };
+        if current.is_some() && only_new {
             continue;
         }
-        if exists {
-            view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+        if let Some(current) = current {
+            // A value set to what it is already is not written again (a hash of counters or a
+            // cache refreshed with the same data would otherwise fill the memtable with copies);
+            // the hash is still modified as far as WATCH and tracking go, as in Redis: its
+            // metadata is written below.
+            if current != pair[1] || rewritten.contains(&pair[0]) {
+                view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+                rewritten.insert(&pair[0]);
+            }
         } else {
             let ordinal = *added.entry(&pair[0]).or_insert_with(|| take_ordinal(&mut next));
             view.add_field(&mut b, meta.uid, &pair[0], &pair[1], ordinal);
