@@ -462,15 +462,17 @@ mod tests {
         let Reply::Verbatim(stats) = dispatch(&mut s, &request(&[b"info", b"commandstats"])) else { panic!() };
         let stats = String::from_utf8_lossy(&stats);
         assert!(stats.contains("cmdstat_incr:calls=5,") && stats.contains("cmdstat_hincrby:calls=1,"), "{stats}");
-        // A write that walks a range goes straight to an executor, and so does what follows.
+        // ZPOPMIN reads the sorted set's front from memory here; a write that deletes a range
+        // goes straight to an executor, and so does what follows.
         out.clear();
         queue.extend([
-            request(&[b"zadd", b"z", b"1", b"a"]),
+            request(&[b"zadd", b"z", b"1", b"a", b"2", b"b"]),
             request(&[b"zpopmin", b"z"]),
+            request(&[b"zremrangebyrank", b"z", b"0", b"0"]),
             request(&[b"incr", b"fresh"]),
         ]);
         run_here(&mut s, &mut queue, &mut out);
-        assert_eq!((&out[..], queue.len(), groups()), (&b":1\r\n"[..], 2, 3));
+        assert_eq!((&out[..], queue.len(), groups()), (&b":2\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n"[..], 2, 3));
         // XADD appends here (it reads only the stream's metadata); one that trims does not.
         assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
         out.clear();
