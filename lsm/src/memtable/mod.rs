@@ -97,12 +97,20 @@ pub struct Memtable {
     range_dels: RwLock<MemTombstones>,
     /// Number of range tombstones: reads skip the lock while it is zero.
     range_del_count: AtomicUsize,
+    /// What point lookups ask before the list (none in a memtable made without a capacity).
+    lookups: Option<Lookups>,
+}
+
+/// A memtable's aids to point lookups, both sized from its capacity and both keyed by the same
+/// hash of the user key.
+#[derive(Debug)]
+struct Lookups {
     /// User keys inserted: a lookup of an absent key skips the skip-list descent (which cost a
     /// quarter of a random read with a full memtable).
-    bloom: Option<AtomicBloom>,
-    /// The newest version of each user key, by hash: most lookups skip the descent too
-    /// (see [`point_index`]).
-    index: Option<PointIndex>,
+    bloom: AtomicBloom,
+    /// The newest version of each user key: most lookups of present keys skip it too (see
+    /// [`point_index`]).
+    index: PointIndex,
 }
 
 /// A memtable's range tombstones: as inserted (what a flush writes) and fragmented (what reads
@@ -147,7 +155,10 @@ impl Memtable {
     /// An empty memtable with a bloom filter and a point index sized for `capacity` bytes of
     /// entries (0: neither).
     pub fn with_capacity(wal_number: u64, capacity: usize) -> Self {
-        let bloom = (capacity > 0).then(|| AtomicBloom::new(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY));
+        let lookups = (capacity > 0).then(|| Lookups {
+            bloom: AtomicBloom::new(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY),
+            index: PointIndex::new(capacity),
+        });
         Memtable {
             map: SkipList::new(crossbeam_epoch::default_collector().clone()),
             size: AtomicUsize::new(0),
@@ -155,8 +166,7 @@ impl Memtable {
             largest_seq: AtomicU64::new(0),
             range_dels: RwLock::new(MemTombstones::default()),
             range_del_count: AtomicUsize::new(0),
-            bloom,
-            index: (capacity > 0).then(|| PointIndex::new(capacity)),
+            lookups,
         }
     }
 
@@ -171,7 +181,7 @@ impl Memtable {
     /// Bytes the bloom filter and the point index take (fixed at creation, not counted in
     /// [`Memtable::approximate_size`]).
     pub fn index_memory(&self) -> usize {
-        self.bloom.as_ref().map_or(0, AtomicBloom::memory) + self.index.as_ref().map_or(0, PointIndex::memory)
+        self.lookups.as_ref().map_or(0, |l| l.bloom.memory() + l.index.memory())
     }
 
     /// The WAL holding this memtable's writes.
@@ -221,17 +231,18 @@ impl Memtable {
             InternalKey::new(&key::make_internal_key(user_key, seq, kind))
         };
         self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, value.len()), Ordering::Relaxed);
-        let hash = bloom::hash_key(user_key);
-        if let Some(b) = &self.bloom {
-            b.add(hash);
-        }
+        let hash = self.lookups.as_ref().map(|l| {
+            let hash = bloom::hash_key(user_key);
+            l.bloom.add(hash);
+            hash
+        });
         // An internal key is unique (its sequence number is), so this inserts: the entry only
         // repeats when a write is applied twice, with the same value.
         let record = Record { key: ikey, value: Bytes::copy_from_slice(value) };
         let entry = self.map.get_or_insert(record, (), no_removals());
-        if let Some(index) = &self.index {
+        if let (Some(l), Some(hash)) = (&self.lookups, hash) {
             // Before the write's sequence number is published (see `point_index`).
-            index.note(hash, user_key, entry.key());
+            l.index.note(hash, user_key, entry.key());
         }
         entry.release(no_removals());
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
@@ -248,12 +259,12 @@ impl Memtable {
 
     /// The newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
-        if self.bloom.is_some() || self.index.is_some() {
+        if let Some(l) = &self.lookups {
             let hash = bloom::hash_key(user_key);
-            if self.bloom.as_ref().is_some_and(|b| !b.may_contain(hash)) {
+            if !l.bloom.may_contain(hash) {
                 return None;
             }
-            match self.index.as_ref().map_or(Probe::Unknown, |i| i.probe(hash, user_key)) {
+            match l.index.probe(hash, user_key) {
                 Probe::Absent => return None,
                 Probe::Newest(record) => {
                     let parsed = key::parse(record.key.as_bytes())?;
@@ -426,7 +437,7 @@ mod tests {
         for capacity in [1 << 20, 1 << 12] {
             let mut rng = rand::rngs::StdRng::seed_from_u64(capacity as u64);
             let (indexed, plain) = (Memtable::with_capacity(1, capacity), Memtable::new(1));
-            assert!(indexed.index.is_some() && plain.index.is_none());
+            assert!(indexed.lookups.is_some() && plain.lookups.is_none());
             let keys = 3000u64;
             let mut seq = 0;
             for _ in 0..20_000 {
