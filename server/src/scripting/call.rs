@@ -20,6 +20,7 @@ use mlua::{Function, Lua, Table, Value};
 
 use super::api::error_table;
 use super::convert::{lua_to_reply, reply_to_lua};
+use super::noscript::no_script;
 use super::{ScriptFlags, Vm};
 use crate::commands::{engine_error, lookup, queued_keys};
 use crate::exec::Session;
@@ -486,113 +487,4 @@ fn script_args(n: usize, args: &Table) -> mlua::Result<Result<Vec<Bytes>, &'stat
         });
     }
     Ok(Ok(argv))
-}
-
-/// Redis 7.0's commands and subcommands flagged `NOSCRIPT` (its `src/commands/*.json`): a
-/// script calling one gets "This Redis command is not allowed from script". Blocking
-/// commands are among them; BLMPOP and BZMPOP are not (in a script they never block).
-const NOSCRIPT: &[&str] = &[
-    "acl|cat",
-    "acl|deluser",
-    "acl|dryrun",
-    "acl|genpass",
-    "acl|getuser",
-    "acl|list",
-    "acl|load",
-    "acl|log",
-    "acl|save",
-    "acl|setuser",
-    "acl|users",
-    "acl|whoami",
-    "auth",
-    "bgrewriteaof",
-    "bgsave",
-    "blmove",
-    "blpop",
-    "brpop",
-    "brpoplpush",
-    "bzpopmax",
-    "bzpopmin",
-    "client|caching",
-    "client|getname",
-    "client|getredir",
-    "client|id",
-    "client|info",
-    "client|kill",
-    "client|list",
-    "client|no-evict",
-    "client|pause",
-    "client|reply",
-    "client|setname",
-    "client|tracking",
-    "client|trackinginfo",
-    "client|unblock",
-    "client|unpause",
-    "cluster|reset",
-    "config|get",
-    "config|resetstat",
-    "config|rewrite",
-    "config|set",
-    "debug",
-    "discard",
-    "eval",
-    "eval_ro",
-    "evalsha",
-    "evalsha_ro",
-    "exec",
-    "failover",
-    "fcall",
-    "fcall_ro",
-    "function|delete",
-    "function|dump",
-    "function|flush",
-    "function|kill",
-    "function|list",
-    "function|load",
-    "function|restore",
-    "function|stats",
-    "hello",
-    "latency|doctor",
-    "latency|graph",
-    "latency|histogram",
-    "latency|history",
-    "latency|latest",
-    "latency|reset",
-    "module|list",
-    "module|load",
-    "module|loadex",
-    "module|unload",
-    "monitor",
-    "multi",
-    "psubscribe",
-    "psync",
-    "punsubscribe",
-    "quit",
-    "replconf",
-    "replicaof",
-    "reset",
-    "role",
-    "save",
-    "script|debug",
-    "script|exists",
-    "script|flush",
-    "script|kill",
-    "script|load",
-    "shutdown",
-    "slaveof",
-    "ssubscribe",
-    "subscribe",
-    "sunsubscribe",
-    "sync",
-    "unsubscribe",
-    "unwatch",
-    "wait",
-    "watch",
-];
-
-/// True when Redis refuses `argv`'s command (or `command|subcommand`) inside scripts.
-fn no_script(argv: &[Bytes]) -> bool {
-    let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-    let sub = argv.get(1).map(|s| format!("{name}|{}", String::from_utf8_lossy(s).to_ascii_lowercase()));
-    NOSCRIPT.iter().any(|n| *n == name || Some(*n) == sub.as_deref())
 }

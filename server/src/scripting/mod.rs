@@ -39,6 +39,7 @@ pub(crate) mod convert;
 pub(crate) mod functions;
 pub(crate) mod lease;
 mod libs;
+mod noscript;
 pub(crate) mod status;
 
 use std::collections::HashMap;

@@ -1,0 +1,150 @@
+//! The commands Redis refuses inside scripts.
+
+use bytes::Bytes;
+
+/// Redis 7.0's commands and subcommands flagged `NOSCRIPT` (its `src/commands/*.json`): a
+/// script calling one gets "This Redis command is not allowed from script". Blocking
+/// commands are among them; BLMPOP and BZMPOP are not (in a script they never block).
+const NOSCRIPT: &[&str] = &[
+    "acl|cat",
+    "acl|deluser",
+    "acl|dryrun",
+    "acl|genpass",
+    "acl|getuser",
+    "acl|list",
+    "acl|load",
+    "acl|log",
+    "acl|save",
+    "acl|setuser",
+    "acl|users",
+    "acl|whoami",
+    "auth",
+    "bgrewriteaof",
+    "bgsave",
+    "blmove",
+    "blpop",
+    "brpop",
+    "brpoplpush",
+    "bzpopmax",
+    "bzpopmin",
+    "client|caching",
+    "client|getname",
+    "client|getredir",
+    "client|id",
+    "client|info",
+    "client|kill",
+    "client|list",
+    "client|no-evict",
+    "client|pause",
+    "client|reply",
+    "client|setname",
+    "client|tracking",
+    "client|trackinginfo",
+    "client|unblock",
+    "client|unpause",
+    "cluster|reset",
+    "config|get",
+    "config|resetstat",
+    "config|rewrite",
+    "config|set",
+    "debug",
+    "discard",
+    "eval",
+    "eval_ro",
+    "evalsha",
+    "evalsha_ro",
+    "exec",
+    "failover",
+    "fcall",
+    "fcall_ro",
+    "function|delete",
+    "function|dump",
+    "function|flush",
+    "function|kill",
+    "function|list",
+    "function|load",
+    "function|restore",
+    "function|stats",
+    "hello",
+    "latency|doctor",
+    "latency|graph",
+    "latency|histogram",
+    "latency|history",
+    "latency|latest",
+    "latency|reset",
+    "module|list",
+    "module|load",
+    "module|loadex",
+    "module|unload",
+    "monitor",
+    "multi",
+    "psubscribe",
+    "psync",
+    "punsubscribe",
+    "quit",
+    "replconf",
+    "replicaof",
+    "reset",
+    "role",
+    "save",
+    "script|debug",
+    "script|exists",
+    "script|flush",
+    "script|kill",
+    "script|load",
+    "shutdown",
+    "slaveof",
+    "ssubscribe",
+    "subscribe",
+    "sunsubscribe",
+    "sync",
+    "unsubscribe",
+    "unwatch",
+    "wait",
+    "watch",
+];
+
+/// True when Redis refuses `argv`'s command (or `command|subcommand`) inside scripts. Runs
+/// for every command a script calls, so it allocates nothing: the lowercased name is built
+/// on the stack and looked up in the sorted table.
+pub(super) fn no_script(argv: &[Bytes]) -> bool {
+    let mut buf = [0u8; 64];
+    let listed = |parts: &[&[u8]], buf: &mut [u8; 64]| {
+        let mut len = 0;
+        for (i, part) in parts.iter().enumerate() {
+            let sep = usize::from(i > 0);
+            if len + sep + part.len() > buf.len() {
+                return false; // longer than any entry
+            }
+            if sep == 1 {
+                buf[len] = b'|';
+            }
+            buf[len + sep..len + sep + part.len()].copy_from_slice(part);
+            len += sep + part.len();
+        }
+        buf[..len].make_ascii_lowercase();
+        NOSCRIPT.binary_search_by(|entry| entry.as_bytes().cmp(&buf[..len])).is_ok()
+    };
+    listed(&[&argv[0]], &mut buf) || argv.get(1).is_some_and(|sub| listed(&[&argv[0], sub], &mut buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_sorted_for_its_binary_search() {
+        assert!(NOSCRIPT.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()));
+    }
+
+    #[test]
+    fn commands_and_subcommands_are_matched_in_any_case() {
+        let argv = |a: &[&str]| a.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect::<Vec<_>>();
+        assert!(no_script(&argv(&["WATCH", "k"])));
+        assert!(no_script(&argv(&["client", "ID"])));
+        assert!(!no_script(&argv(&["client", "help"])));
+        assert!(!no_script(&argv(&["client"])));
+        assert!(!no_script(&argv(&["get", "k"])));
+        assert!(!no_script(&argv(&["watchers"])));
+    }
+}
