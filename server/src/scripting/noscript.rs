@@ -105,27 +105,26 @@ const NOSCRIPT: &[&str] = &[
 ];
 
 /// True when Redis refuses `argv`'s command (or `command|subcommand`) inside scripts. Runs
-/// for every command a script calls, so it allocates nothing: the lowercased name is built
-/// on the stack and looked up in the sorted table.
+/// for every command a script calls, so it allocates nothing.
 pub(super) fn no_script(argv: &[Bytes]) -> bool {
+    listed(&argv[0], None) || argv.get(1).is_some_and(|sub| listed(&argv[0], Some(sub)))
+}
+
+/// True if `name` (or `name|sub`), lowercased on the stack, is in the sorted table.
+fn listed(name: &[u8], sub: Option<&[u8]>) -> bool {
     let mut buf = [0u8; 64];
-    let listed = |parts: &[&[u8]], buf: &mut [u8; 64]| {
-        let mut len = 0;
-        for (i, part) in parts.iter().enumerate() {
-            let sep = usize::from(i > 0);
-            if len + sep + part.len() > buf.len() {
-                return false; // longer than any entry
-            }
-            if sep == 1 {
-                buf[len] = b'|';
-            }
-            buf[len + sep..len + sep + part.len()].copy_from_slice(part);
-            len += sep + part.len();
-        }
-        buf[..len].make_ascii_lowercase();
-        NOSCRIPT.binary_search_by(|entry| entry.as_bytes().cmp(&buf[..len])).is_ok()
-    };
-    listed(&[&argv[0]], &mut buf) || argv.get(1).is_some_and(|sub| listed(&[&argv[0], sub], &mut buf))
+    let len = name.len() + sub.map_or(0, |s| 1 + s.len());
+    if len > buf.len() {
+        return false; // longer than any entry
+    }
+    buf[..name.len()].copy_from_slice(name);
+    if let Some(sub) = sub {
+        buf[name.len()] = b'|';
+        buf[name.len() + 1..len].copy_from_slice(sub);
+    }
+    let key = &mut buf[..len];
+    key.make_ascii_lowercase();
+    NOSCRIPT.binary_search_by(|entry| entry.as_bytes().cmp(key)).is_ok()
 }
 
 #[cfg(test)]
@@ -146,5 +145,6 @@ mod tests {
         assert!(!no_script(&argv(&["client"])));
         assert!(!no_script(&argv(&["get", "k"])));
         assert!(!no_script(&argv(&["watchers"])));
+        assert!(!no_script(&argv(&[&"x".repeat(100), "id"])), "longer than any entry");
     }
 }
