@@ -4,6 +4,11 @@
 //! write leader inserts, so inserts are in sequence order. When the approximate size reaches
 //! `write_buffer_size` the memtable is frozen and a background thread flushes it to an L0 table.
 //!
+//! A node holds the internal key (inline up to [`key::INLINE_KEY`] bytes) and where the value
+//! is in the memtable's [`arena`], which keeps every value back to back in large chunks: an
+//! entry of a 16-byte key and a 100-byte value occupies about 180 bytes, and the memtable
+//! charges what its entries really occupy against `write_buffer_size`.
+//!
 //! Nothing is ever removed from a memtable's skip list: it only grows until the whole memtable
 //! is dropped, which needs the last reference to it. So no node can be freed while anyone
 //! reads it, and the list is used without epoch pins or per-entry reference counts (see
@@ -33,16 +38,30 @@ use crate::range_del::{FragmentMap, RangeTombstone, Region, TombstoneSource};
 use crate::sstable::bloom::{self, AtomicBloom};
 use crate::Result;
 
+mod arena;
 mod point_index;
+use arena::{Arena, ArenaSlice};
 use point_index::{PointIndex, Probe};
 
 /// One entry of the skip list: an internal key and its value, ordered by the key alone. The
 /// value lives in the list's key (the list's own value is `()`), so a pointer to a node's key
-/// reaches both, which is what the [`point_index`] keeps.
+/// reaches both, which is what the [`point_index`] keeps. The value's bytes are in the
+/// memtable's [`arena`].
 #[derive(Debug)]
 struct Record {
     key: InternalKey,
-    value: Bytes,
+    value: ArenaSlice,
+}
+
+impl Record {
+    /// The value's bytes.
+    #[inline]
+    fn value(&self) -> &[u8] {
+        // SAFETY: a record is made in `Memtable::insert` from the memtable's own arena and moved
+        // into its skip list; it is reached only through that list (or the point index, which
+        // points into it), so only while the memtable, arena included, is alive.
+        unsafe { self.value.get() }
+    }
 }
 
 impl PartialEq for Record {
@@ -67,17 +86,17 @@ impl std::borrow::Borrow<InternalKeyRef> for Record {
     }
 }
 
-/// The skip-list node of one entry: the key (inline up to [`key::INLINE_KEY`] bytes), the value's
-/// handle, the node's reference count and height, and a tower of 1.33 links on average.
-const NODE_BYTES: usize = std::mem::size_of::<InternalKey>() + std::mem::size_of::<Bytes>() + 8 + 16;
+/// The skip-list node of one entry: the key (inline up to [`key::INLINE_KEY`] bytes), where the
+/// value is in the arena, the node's reference count and height, and a tower of 1.33 links on
+/// average.
+const NODE_BYTES: usize = std::mem::size_of::<InternalKey>() + std::mem::size_of::<ArenaSlice>() + 8 + 16;
 
 /// What one entry really occupies on the heap, so `write_buffer_size` bounds the memory a
 /// memtable holds rather than the bytes its writes carried: the node, a key too long to be
-/// inline, and the value's own allocation (rounded up to the allocator's 16-byte classes).
-fn entry_charge(internal_key_len: usize, value_len: usize) -> usize {
+/// inline, and what the value took in the arena (`arena_bytes`).
+fn entry_charge(internal_key_len: usize, arena_bytes: usize) -> usize {
     let key_heap = if internal_key_len > key::INLINE_KEY { internal_key_len.next_multiple_of(16) } else { 0 };
-    let value_heap = if value_len == 0 { 0 } else { value_len.next_multiple_of(16) };
-    NODE_BYTES + key_heap + value_heap
+    NODE_BYTES + key_heap + arena_bytes
 }
 
 /// The memtable's bloom filter is sized for one key per this many bytes of capacity...
@@ -89,6 +108,8 @@ const BLOOM_BITS_PER_KEY: u32 = 10;
 #[derive(Debug)]
 pub struct Memtable {
     map: SkipList<Record, ()>,
+    /// The values of `map`'s records.
+    arena: Arena,
     size: AtomicUsize,
     /// The WAL file that holds this memtable's writes.
     wal_number: u64,
@@ -161,6 +182,7 @@ impl Memtable {
         });
         Memtable {
             map: SkipList::new(crossbeam_epoch::default_collector().clone()),
+            arena: Arena::default(),
             size: AtomicUsize::new(0),
             wal_number,
             largest_seq: AtomicU64::new(0),
@@ -230,7 +252,8 @@ impl Memtable {
         } else {
             InternalKey::new(&key::make_internal_key(user_key, seq, kind))
         };
-        self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, value.len()), Ordering::Relaxed);
+        let (value, arena_bytes) = ArenaSlice::copy_into(&self.arena, value);
+        self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, arena_bytes), Ordering::Relaxed);
         let hash = self.lookups.as_ref().map(|l| {
             let hash = bloom::hash_key(user_key);
             l.bloom.add(hash);
@@ -238,7 +261,7 @@ impl Memtable {
         });
         // An internal key is unique (its sequence number is), so this inserts: the entry only
         // repeats when a write is applied twice, with the same value.
-        let record = Record { key: ikey, value: Bytes::copy_from_slice(value) };
+        let record = Record { key: ikey, value };
         let entry = self.map.get_or_insert(record, (), no_removals());
         if let (Some(l), Some(hash)) = (&self.lookups, hash) {
             // Before the write's sequence number is published (see `point_index`).
@@ -269,7 +292,7 @@ impl Memtable {
                 Probe::Newest(record) => {
                     let parsed = key::parse(record.key.as_bytes())?;
                     if parsed.seq <= seq {
-                        return Some(Self::lookup_of(parsed.kind, parsed.seq, &record.value));
+                        return Some(Self::lookup_of(parsed.kind, parsed.seq, record.value()));
                     }
                     // A snapshot older than the newest version: the list has the older ones.
                 }
@@ -283,12 +306,14 @@ impl Memtable {
         if parsed.user_key != user_key {
             return None;
         }
-        Some(Self::lookup_of(parsed.kind, parsed.seq, &record.value))
+        Some(Self::lookup_of(parsed.kind, parsed.seq, record.value()))
     }
 
-    fn lookup_of(kind: ValueKind, seq: u64, value: &Bytes) -> Lookup {
+    /// What a lookup that found `value` answers: a copy of it (the arena's bytes live only as
+    /// long as the memtable).
+    fn lookup_of(kind: ValueKind, seq: u64, value: &[u8]) -> Lookup {
         match kind {
-            ValueKind::Put => Lookup::Found(value.clone(), seq),
+            ValueKind::Put => Lookup::Found(Bytes::copy_from_slice(value), seq),
             ValueKind::Delete | ValueKind::RangeDelete => Lookup::Deleted(seq),
         }
     }
@@ -369,10 +394,10 @@ impl InternalIterator for MemIter {
         self.entry.as_ref().map_or(&[], |e| e.key().key.as_bytes())
     }
     fn value(&self) -> &[u8] {
-        self.entry.as_ref().map_or(&[], |e| &e.key().value)
+        self.entry.as_ref().map_or(&[], |e| e.key().value())
     }
     fn value_bytes(&self) -> Bytes {
-        self.entry.as_ref().map(|e| e.key().value.clone()).unwrap_or_default()
+        self.entry.as_ref().map(|e| Bytes::copy_from_slice(e.key().value())).unwrap_or_default()
     }
     fn seek_to_first(&mut self) -> Result<()> {
         self.entry = self.map().front(no_removals());
@@ -401,164 +426,4 @@ impl InternalIterator for MemIter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn get_sees_newest_version_at_snapshot() {
-        let m = Memtable::with_capacity(1, 1 << 20);
-        m.insert(1, ValueKind::Put, b"k", b"v1");
-        m.insert(2, ValueKind::Put, b"k", b"v2");
-        m.insert(3, ValueKind::Delete, b"k", b"");
-        m.insert(4, ValueKind::Put, b"k2", b"x");
-        assert_eq!(m.get(b"k", 1), Some(Lookup::Found(Bytes::from_static(b"v1"), 1)));
-        assert_eq!(m.get(b"k", 2), Some(Lookup::Found(Bytes::from_static(b"v2"), 2)));
-        assert_eq!(m.get(b"k", 3), Some(Lookup::Deleted(3)));
-        assert_eq!(m.get(b"k", 0), None);
-        assert_eq!(m.get(b"j", 9), None);
-        assert_eq!(m.get(b"k2", 3), None);
-        assert_eq!(m.largest_seq(), 4);
-        assert!(m.approximate_size() > 0);
-        m.insert(5, ValueKind::RangeDelete, b"a", b"k1");
-        assert_eq!(m.max_covering_tombstone(b"k", 9), Some(5));
-        assert_eq!(m.max_covering_tombstone(b"k", 4), None);
-        assert_eq!(m.max_covering_tombstone(b"k1", 9), None, "end is exclusive");
-        assert_eq!(m.get(b"k", 9), Some(Lookup::Deleted(3)), "point lookups ignore range tombstones");
-        assert_eq!(m.range_tombstones().len(), 1);
-    }
-
-    /// Lookups answered by the point index (and by the list, where the index cannot tell: an
-    /// older snapshot, or a key that found no slot in a full index) match the list alone, for
-    /// every key at every sequence number.
-    #[test]
-    fn the_point_index_answers_as_the_list_does() {
-        use rand::{Rng, SeedableRng};
-        // 1 MiB: the index has room for every key; 4 KiB: its 1024 slots overflow.
-        for capacity in [1 << 20, 1 << 12] {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(capacity as u64);
-            let (indexed, plain) = (Memtable::with_capacity(1, capacity), Memtable::new(1));
-            assert!(indexed.lookups.is_some() && plain.lookups.is_none());
-            let keys = 3000u64;
-            let mut seq = 0;
-            for _ in 0..20_000 {
-                seq += 1;
-                let k = format!("key{}", rng.random_range(0..keys));
-                let (kind, v) = if rng.random_bool(0.2) {
-                    (ValueKind::Delete, String::new())
-                } else {
-                    (ValueKind::Put, format!("v{seq}"))
-                };
-                indexed.insert(seq, kind, k.as_bytes(), v.as_bytes());
-                plain.insert(seq, kind, k.as_bytes(), v.as_bytes());
-                if rng.random_bool(0.01) {
-                    indexed.insert(seq, kind, k.as_bytes(), v.as_bytes()); // applied twice
-                }
-            }
-            let mut answered = 0;
-            for k in 0..keys + 50 {
-                let k = format!("key{k}");
-                for at in [seq, seq / 2, rng.random_range(0..=seq), 0] {
-                    let got = indexed.get(k.as_bytes(), at);
-                    assert_eq!(got, plain.get(k.as_bytes(), at), "{k} at {at} (capacity {capacity})");
-                    answered += usize::from(got.is_some());
-                }
-            }
-            assert!(answered > 5000, "the lookups found versions: {answered}");
-        }
-    }
-
-    #[test]
-    fn memory_for_counts_what_a_memtable_allocates_beside_its_entries() {
-        for capacity in [4096, 1 << 20, 16 << 20, 48 << 20] {
-            let m = Memtable::with_capacity(1, capacity);
-            assert_eq!(Memtable::memory_for(capacity), capacity + m.index_memory(), "capacity {capacity}");
-            assert!(m.index_memory() <= capacity / 3 + (16 << 10), "capacity {capacity}: {}", m.index_memory());
-        }
-        assert_eq!(Memtable::new(1).index_memory(), 0);
-    }
-
-    #[test]
-    fn a_repeated_write_keeps_one_entry() {
-        let m = Memtable::new(1);
-        m.insert(7, ValueKind::Put, b"k", b"v");
-        m.insert(7, ValueKind::Put, b"k", b"v");
-        assert_eq!(m.len(), 1);
-        assert_eq!(m.get(b"k", 9), Some(Lookup::Found(Bytes::from_static(b"v"), 7)));
-    }
-
-    /// Cursors and lookups run while the writer inserts (no guards, see `no_removals`): every
-    /// walk sees keys in order, and every entry inserted before a walk started.
-    #[test]
-    fn readers_walk_while_the_writer_inserts() {
-        const N: u64 = 20_000;
-        let m = Arc::new(Memtable::with_capacity(1, 1 << 20));
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let readers: Vec<_> = (0..2)
-            .map(|r| {
-                let (m, done) = (Arc::clone(&m), Arc::clone(&done));
-                std::thread::spawn(move || {
-                    let mut walks = 0;
-                    while !done.load(Ordering::Acquire) || walks < 3 {
-                        let before = m.largest_seq();
-                        let mut it = m.iter();
-                        it.seek_to_first().unwrap();
-                        let (mut seen, mut last): (u64, Option<Vec<u8>>) = (0, None);
-                        while it.valid() {
-                            let k = it.key().to_vec();
-                            assert!(
-                                last.as_ref().is_none_or(|l| key::compare(l, &k).is_lt()),
-                                "reader {r}: out of order"
-                            );
-                            assert_eq!(it.value(), key::user_key(&k), "reader {r}: value of its key");
-                            last = Some(k);
-                            seen += 1;
-                            it.next().unwrap();
-                        }
-                        assert!(seen >= before, "reader {r}: saw {seen} of the {before} inserted before the walk");
-                        let probe = format!("key{:08}", walks * 7919 % N);
-                        if let Some(Lookup::Found(v, _)) = m.get(probe.as_bytes(), u64::MAX >> 8) {
-                            assert_eq!(&v[..], probe.as_bytes());
-                        }
-                        walks += 1;
-                    }
-                })
-            })
-            .collect();
-        for seq in 1..=N {
-            // Keys in a scrambled order, so inserts land all over the list.
-            let k = format!("key{:08}", seq.wrapping_mul(7_777_777) % N);
-            m.insert(seq, ValueKind::Put, k.as_bytes(), k.as_bytes());
-        }
-        done.store(true, Ordering::Release);
-        for r in readers {
-            r.join().unwrap();
-        }
-        assert_eq!(m.len() as u64, N);
-    }
-
-    #[test]
-    fn iterator_walks_both_ways() {
-        let m = Arc::new(Memtable::new(1));
-        for (i, k) in ["b", "a", "c"].iter().enumerate() {
-            m.insert(i as u64 + 1, ValueKind::Put, k.as_bytes(), b"v");
-        }
-        m.insert(9, ValueKind::Put, b"b", b"new");
-        let mut it = m.iter();
-        it.seek_to_first().unwrap();
-        let mut seen = Vec::new();
-        while it.valid() {
-            let p = key::parse(it.key()).unwrap();
-            seen.push((String::from_utf8(p.user_key.to_vec()).unwrap(), p.seq));
-            it.next().unwrap();
-        }
-        assert_eq!(seen, [("a".into(), 2), ("b".into(), 9), ("b".into(), 1), ("c".into(), 3)]);
-        it.seek_for_prev(&key::seek_key(b"bb", 100)).unwrap();
-        assert_eq!(key::parse(it.key()).unwrap().seq, 1);
-        it.prev().unwrap();
-        assert_eq!(it.value(), b"new");
-        it.seek_to_last().unwrap();
-        assert_eq!(key::user_key(it.key()), b"c");
-        it.next().unwrap();
-        assert!(!it.valid());
-    }
-}
+mod tests;

@@ -1,0 +1,205 @@
+//! The memtable's unit tests.
+
+use super::*;
+
+#[test]
+fn get_sees_newest_version_at_snapshot() {
+    let m = Memtable::with_capacity(1, 1 << 20);
+    m.insert(1, ValueKind::Put, b"k", b"v1");
+    m.insert(2, ValueKind::Put, b"k", b"v2");
+    m.insert(3, ValueKind::Delete, b"k", b"");
+    m.insert(4, ValueKind::Put, b"k2", b"x");
+    assert_eq!(m.get(b"k", 1), Some(Lookup::Found(Bytes::from_static(b"v1"), 1)));
+    assert_eq!(m.get(b"k", 2), Some(Lookup::Found(Bytes::from_static(b"v2"), 2)));
+    assert_eq!(m.get(b"k", 3), Some(Lookup::Deleted(3)));
+    assert_eq!(m.get(b"k", 0), None);
+    assert_eq!(m.get(b"j", 9), None);
+    assert_eq!(m.get(b"k2", 3), None);
+    assert_eq!(m.largest_seq(), 4);
+    assert!(m.approximate_size() > 0);
+    m.insert(5, ValueKind::RangeDelete, b"a", b"k1");
+    assert_eq!(m.max_covering_tombstone(b"k", 9), Some(5));
+    assert_eq!(m.max_covering_tombstone(b"k", 4), None);
+    assert_eq!(m.max_covering_tombstone(b"k1", 9), None, "end is exclusive");
+    assert_eq!(m.get(b"k", 9), Some(Lookup::Deleted(3)), "point lookups ignore range tombstones");
+    assert_eq!(m.range_tombstones().len(), 1);
+}
+
+/// Lookups answered by the point index (and by the list, where the index cannot tell: an
+/// older snapshot, or a key that found no slot in a full index) match the list alone, for
+/// every key at every sequence number.
+#[test]
+fn the_point_index_answers_as_the_list_does() {
+    use rand::{Rng, SeedableRng};
+    // 1 MiB: the index has room for every key; 4 KiB: its 1024 slots overflow.
+    for capacity in [1 << 20, 1 << 12] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(capacity as u64);
+        let (indexed, plain) = (Memtable::with_capacity(1, capacity), Memtable::new(1));
+        assert!(indexed.lookups.is_some() && plain.lookups.is_none());
+        let keys = 3000u64;
+        let mut seq = 0;
+        for _ in 0..20_000 {
+            seq += 1;
+            let k = format!("key{}", rng.random_range(0..keys));
+            let (kind, v) = if rng.random_bool(0.2) {
+                (ValueKind::Delete, String::new())
+            } else {
+                (ValueKind::Put, format!("v{seq}"))
+            };
+            indexed.insert(seq, kind, k.as_bytes(), v.as_bytes());
+            plain.insert(seq, kind, k.as_bytes(), v.as_bytes());
+            if rng.random_bool(0.01) {
+                indexed.insert(seq, kind, k.as_bytes(), v.as_bytes()); // applied twice
+            }
+        }
+        let mut answered = 0;
+        for k in 0..keys + 50 {
+            let k = format!("key{k}");
+            for at in [seq, seq / 2, rng.random_range(0..=seq), 0] {
+                let got = indexed.get(k.as_bytes(), at);
+                assert_eq!(got, plain.get(k.as_bytes(), at), "{k} at {at} (capacity {capacity})");
+                answered += usize::from(got.is_some());
+            }
+        }
+        assert!(answered > 5000, "the lookups found versions: {answered}");
+    }
+}
+
+#[test]
+fn memory_for_counts_what_a_memtable_allocates_beside_its_entries() {
+    for capacity in [4096, 1 << 20, 16 << 20, 48 << 20] {
+        let m = Memtable::with_capacity(1, capacity);
+        assert_eq!(Memtable::memory_for(capacity), capacity + m.index_memory(), "capacity {capacity}");
+        assert!(m.index_memory() <= capacity / 3 + (16 << 10), "capacity {capacity}: {}", m.index_memory());
+    }
+    assert_eq!(Memtable::new(1).index_memory(), 0);
+}
+
+#[test]
+fn a_repeated_write_keeps_one_entry() {
+    let m = Memtable::new(1);
+    m.insert(7, ValueKind::Put, b"k", b"v");
+    m.insert(7, ValueKind::Put, b"k", b"v");
+    assert_eq!(m.len(), 1);
+    assert_eq!(m.get(b"k", 9), Some(Lookup::Found(Bytes::from_static(b"v"), 7)));
+}
+
+/// Cursors and lookups run while the writer inserts (no guards, see `no_removals`): every
+/// walk sees keys in order, and every entry inserted before a walk started.
+#[test]
+fn readers_walk_while_the_writer_inserts() {
+    const N: u64 = 20_000;
+    let m = Arc::new(Memtable::with_capacity(1, 1 << 20));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (m, done) = (Arc::clone(&m), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut walks = 0;
+                while !done.load(Ordering::Acquire) || walks < 3 {
+                    let before = m.largest_seq();
+                    let mut it = m.iter();
+                    it.seek_to_first().unwrap();
+                    let (mut seen, mut last): (u64, Option<Vec<u8>>) = (0, None);
+                    while it.valid() {
+                        let k = it.key().to_vec();
+                        assert!(last.as_ref().is_none_or(|l| key::compare(l, &k).is_lt()), "reader {r}: out of order");
+                        assert_eq!(it.value(), key::user_key(&k), "reader {r}: value of its key");
+                        last = Some(k);
+                        seen += 1;
+                        it.next().unwrap();
+                    }
+                    assert!(seen >= before, "reader {r}: saw {seen} of the {before} inserted before the walk");
+                    let probe = format!("key{:08}", walks * 7919 % N);
+                    if let Some(Lookup::Found(v, _)) = m.get(probe.as_bytes(), u64::MAX >> 8) {
+                        assert_eq!(&v[..], probe.as_bytes());
+                    }
+                    walks += 1;
+                }
+            })
+        })
+        .collect();
+    for seq in 1..=N {
+        // Keys in a scrambled order, so inserts land all over the list.
+        let k = format!("key{:08}", seq.wrapping_mul(7_777_777) % N);
+        m.insert(seq, ValueKind::Put, k.as_bytes(), k.as_bytes());
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(m.len() as u64, N);
+}
+
+#[test]
+fn iterator_walks_both_ways() {
+    let m = Arc::new(Memtable::new(1));
+    for (i, k) in ["b", "a", "c"].iter().enumerate() {
+        m.insert(i as u64 + 1, ValueKind::Put, k.as_bytes(), b"v");
+    }
+    m.insert(9, ValueKind::Put, b"b", b"new");
+    let mut it = m.iter();
+    it.seek_to_first().unwrap();
+    let mut seen = Vec::new();
+    while it.valid() {
+        let p = key::parse(it.key()).unwrap();
+        seen.push((String::from_utf8(p.user_key.to_vec()).unwrap(), p.seq));
+        it.next().unwrap();
+    }
+    assert_eq!(seen, [("a".into(), 2), ("b".into(), 9), ("b".into(), 1), ("c".into(), 3)]);
+    it.seek_for_prev(&key::seek_key(b"bb", 100)).unwrap();
+    assert_eq!(key::parse(it.key()).unwrap().seq, 1);
+    it.prev().unwrap();
+    assert_eq!(it.value(), b"new");
+    it.seek_to_last().unwrap();
+    assert_eq!(key::user_key(it.key()), b"c");
+    it.next().unwrap();
+    assert!(!it.valid());
+}
+
+/// Values of every size (empty, small ones crossing arena chunks, ones with a chunk of their
+/// own) read back whole through lookups, iterators and outliving copies, and the memtable
+/// charges each entry its node plus the value's bytes.
+#[test]
+fn values_of_every_size_read_back_and_are_charged_their_length() {
+    let m = Arc::new(Memtable::with_capacity(1, 64 << 20));
+    let value = |i: usize| -> Vec<u8> {
+        let len = match i % 5 {
+            0 => 0,
+            1 => 100_000 + i,
+            _ => (i * 131) % 5000,
+        };
+        (0..len).map(|j| (i * 7 + j) as u8).collect()
+    };
+    let n = 3000;
+    let mut values = 0;
+    for i in 0..n {
+        let v = value(i);
+        values += v.len();
+        m.insert(i as u64 + 1, ValueKind::Put, format!("k{i:05}").as_bytes(), &v);
+    }
+    let nodes = n * NODE_BYTES;
+    let size = m.approximate_size();
+    assert!(size >= nodes + values, "charged {size}, entries need {}", nodes + values);
+    assert!(size <= nodes + values + values / 8, "charged {size} for {} bytes of entries", nodes + values);
+    let mut copies = Vec::new();
+    for i in 0..n {
+        match m.get(format!("k{i:05}").as_bytes(), u64::MAX) {
+            Some(Lookup::Found(v, seq)) => {
+                assert_eq!((&v[..], seq), (&value(i)[..], i as u64 + 1));
+                copies.push(v);
+            }
+            other => panic!("k{i:05}: {other:?}"),
+        }
+    }
+    let mut it = m.iter();
+    it.seek_to_first().unwrap();
+    for i in 0..n {
+        assert_eq!((it.value(), &it.value_bytes()[..]), (&value(i)[..], &value(i)[..]));
+        it.next().unwrap();
+    }
+    drop((it, m));
+    for (i, v) in copies.iter().enumerate() {
+        assert_eq!(&v[..], &value(i)[..], "a value read out outlives the memtable");
+    }
+}
