@@ -26,11 +26,20 @@ pub fn num_probes(bits_per_key: u32) -> u32 {
 
 /// Builds a filter for the given key hashes.
 pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
+    build_from(hashes.iter().copied(), bits_per_key)
+}
+
+/// Builds a filter for the key hashes `hashes` yields.
+pub fn build_from(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: u32) -> Vec<u8> {
     let total_bits = (hashes.len() as u64 * u64::from(bits_per_key)).max(1);
     let num_lines = total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32;
     let k = num_probes(bits_per_key);
-    let mut out = vec![0u8; num_lines as usize * LINE_BYTES];
-    for &h in hashes {
+    let lines_len = num_lines as usize * LINE_BYTES;
+    // The trailer's room is reserved up front: pushing it onto a full vector would reallocate
+    // the whole filter at twice its size.
+    let mut out = Vec::with_capacity(lines_len + 5);
+    out.resize(lines_len, 0u8);
+    for h in hashes {
         let line = line_of(h, num_lines) * LINE_BYTES;
         let mut h2 = (h >> 32) as u32;
         for _ in 0..k {
@@ -43,6 +52,58 @@ pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
     out.extend_from_slice(&num_lines.to_le_bytes());
     out
 }
+
+/// Key hashes collected for a table's filter, in fixed chunks of [`Hashes::CHUNK`]: a table of
+/// a million keys grows by 64 KiB at a time, where one doubling vector held up to twice its
+/// hashes (three times while it was copied into a larger allocation).
+#[derive(Debug, Default)]
+pub struct Hashes {
+    chunks: Vec<Vec<u64>>,
+    len: usize,
+}
+
+impl Hashes {
+    /// Hashes per chunk.
+    pub const CHUNK: usize = 8192;
+
+    /// Appends one hash.
+    pub fn push(&mut self, hash: u64) {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < Self::CHUNK => c.push(hash),
+            _ => {
+                let mut c = Vec::with_capacity(Self::CHUNK);
+                c.push(hash);
+                self.chunks.push(c);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// The hashes, in the order pushed.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        HashesIter { inner: self.chunks.iter().flatten().copied(), left: self.len }
+    }
+}
+
+/// [`Hashes::iter`]: a flattened iterator that knows its length.
+struct HashesIter<I> {
+    inner: I,
+    left: usize,
+}
+
+impl<I: Iterator<Item = u64>> Iterator for HashesIter<I> {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        let h = self.inner.next()?;
+        self.left -= 1;
+        Some(h)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl<I: Iterator<Item = u64>> ExactSizeIterator for HashesIter<I> {}
 
 /// A bloom filter that many threads add to at once (the memtable's): the same probe layout as
 /// the table filter, with bits in atomic words.
@@ -182,5 +243,19 @@ mod tests {
         let empty = build(&[], 10);
         assert!(!may_contain(&empty, hash_key(b"x")), "an empty filter holds no key");
         assert_eq!(empty.len(), LINE_BYTES + 5);
+    }
+
+    #[test]
+    fn chunked_hashes_build_the_filter_a_slice_builds() {
+        let hs = keys(0..(3 * Hashes::CHUNK as u64 + 17));
+        let mut chunked = Hashes::default();
+        for &h in &hs {
+            chunked.push(h);
+        }
+        assert_eq!(chunked.iter().len(), hs.len());
+        assert!(chunked.iter().eq(hs.iter().copied()));
+        let f = build_from(chunked.iter(), 10);
+        assert_eq!(f, build(&hs, 10));
+        assert_eq!(f.capacity(), f.len(), "the trailer fits the first allocation");
     }
 }

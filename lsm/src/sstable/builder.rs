@@ -59,7 +59,7 @@ pub struct TableBuilder<W: Write> {
     /// The last flushed data block, waiting for the next key to pick its index separator.
     pending_index: Option<BlockHandle>,
     last_key: Vec<u8>,
-    hashes: Vec<u64>,
+    hashes: bloom::Hashes,
     props: TableProperties,
     scratch: Vec<u8>,
     range_dels: Vec<RangeTombstone>,
@@ -97,7 +97,7 @@ impl<W: Write> TableBuilder<W> {
             opts,
             pending_index: None,
             last_key: Vec::new(),
-            hashes: Vec::new(),
+            hashes: bloom::Hashes::default(),
             props,
             scratch: Vec::new(),
             range_dels: Vec::new(),
@@ -248,7 +248,7 @@ impl<W: Write> TableBuilder<W> {
         let mut meta = BlockBuilder::new(1);
         // Meta-index entries in byte order: "lsm.bloom" < "lsm.properties".
         if self.opts.bloom_bits_per_key > 0 {
-            let filter = bloom::build(&self.hashes, self.opts.bloom_bits_per_key);
+            let filter = bloom::build_from(self.hashes.iter(), self.opts.bloom_bits_per_key);
             let (h, _) = self.write_block(&filter, Compression::None)?;
             let mut enc = Vec::new();
             h.encode_to(&mut enc);

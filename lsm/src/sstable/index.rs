@@ -52,6 +52,10 @@ impl Index {
             it.next()?;
         }
         idx.build_probes();
+        // The vectors grew by doubling; an open table keeps them for its life.
+        idx.keys.shrink_to_fit();
+        idx.ends.shrink_to_fit();
+        idx.handles.shrink_to_fit();
         Ok(idx)
     }
 
