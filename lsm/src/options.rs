@@ -405,8 +405,9 @@ impl Options {
     }
 
     /// Runs `release` on the flush thread each time a flushed memtable's memory has been freed
-    /// (a memtable still read by an open iterator is freed later): for an allocator that keeps
-    /// freed pages, a place to hand them back to the OS, e.g. jemalloc's `arena.<all>.purge`.
+    /// (a memtable still read by an open iterator is freed later), and on a compaction thread
+    /// each time a compaction has finished: for an allocator that keeps freed pages, a place to
+    /// hand them back to the OS, e.g. jemalloc's `arena.<all>.purge`.
     /// glibc's malloc returns large frees by itself and needs nothing here.
     pub fn memory_release(mut self, release: Arc<dyn Fn() + Send + Sync>) -> Self {
         self.memory_release = Some(ReleaseHook(release));

@@ -62,7 +62,13 @@ impl DbInner {
                     Err(e) => {
                         self.poison_retryable(e);
                     }
-                    Ok(()) => {}
+                    // The job's buffers (its builders' key hashes, blocks read and written)
+                    // are free now: the application may hand them back to the OS.
+                    Ok(()) => {
+                        if let Some(release) = &self.opts().memory_release {
+                            (release.0)();
+                        }
+                    }
                 },
                 None => {
                     let mut bg = lock(&self.bg);
