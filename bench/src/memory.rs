@@ -1,6 +1,6 @@
 //! The process's memory, as every benchmark reports it: resident set (split into anonymous
-//! memory and mapped files), its peak so far, and the engine's own accounting of memtables and
-//! block cache.
+//! memory and mapped files), its peak so far, and the engine's own accounting of memtables,
+//! block cache and open tables' indexes and filters.
 
 use serde::Serialize;
 
@@ -20,6 +20,8 @@ pub struct Memory {
     pub memtables_mb: Option<f64>,
     /// The engine's block cache.
     pub block_cache_mb: Option<f64>,
+    /// The open tables' decoded indexes and bloom filters.
+    pub tables_mb: Option<f64>,
 }
 
 impl Memory {
@@ -32,6 +34,7 @@ impl Memory {
             let cache = db.stats().block_cache_bytes;
             m.block_cache_mb = Some(mib(cache as u64));
             m.memtables_mb = Some(mib(db.memory_usage().saturating_sub(cache) as u64));
+            m.tables_mb = Some(mib(db.stats().table_readers_bytes as u64));
         }
         m
     }
@@ -44,6 +47,9 @@ impl Memory {
         );
         if let (Some(mem), Some(cache)) = (self.memtables_mb, self.block_cache_mb) {
             s.push_str(&format!("; memtables {mem:.1} MB, block cache {cache:.1} MB"));
+        }
+        if let Some(tables) = self.tables_mb {
+            s.push_str(&format!(", table indexes and filters {tables:.1} MB"));
         }
         s
     }
@@ -69,6 +75,7 @@ fn parse_status(status: &str) -> Memory {
         peak_mb: kb("VmHWM:"),
         memtables_mb: None,
         block_cache_mb: None,
+        tables_mb: None,
     }
 }
 

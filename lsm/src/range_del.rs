@@ -43,6 +43,12 @@ pub struct Fragments {
 }
 
 impl Fragments {
+    /// Bytes the fragments hold.
+    pub fn memory(&self) -> usize {
+        self.bounds.iter().map(|b| b.capacity() + 24).sum::<usize>()
+            + self.seqs.iter().map(|s| s.capacity() * 8 + 24).sum::<usize>()
+    }
+
     /// Fragments the tombstones with `seq <= max_seq`.
     pub fn new<'a>(tombstones: impl IntoIterator<Item = &'a RangeTombstone>, max_seq: u64) -> Self {
         let ts: Vec<&RangeTombstone> = tombstones.into_iter().filter(|t| t.seq <= max_seq && t.start < t.end).collect();

@@ -101,6 +101,9 @@ fn background_compaction_builds_sorted_levels() {
     for k in (0..200_000u64).step_by(1013) {
         assert_eq!(db.get(key(k)).unwrap().unwrap(), format!("v{k}").as_bytes());
     }
+    // The range read above opened every live table: their filters alone hold 10 bits a key.
+    let readers: usize = db.property("lsm.estimate-table-readers-mem").unwrap().parse().unwrap();
+    assert!(readers >= 200_000 * 10 / 8, "{readers} bytes of indexes and filters for 200,000 keys");
     assert!(db.property("lsm.stats").unwrap().contains("Write amplification"));
     assert_eq!(db.property("lsm.num-files-at-level0").unwrap(), stats.levels[0].files.to_string());
 }

@@ -205,6 +205,11 @@ impl TableCache {
         self.tables.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Bytes the open tables hold besides cached blocks (see [`Table::memory`]).
+    pub fn readers_memory(&self) -> usize {
+        self.open_tables().values().map(|t| t.memory()).sum()
+    }
+
     /// True when no table is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -453,7 +453,8 @@ impl Db {
     }
 
     /// A named property: `lsm.stats` (human-readable summary), `lsm.levelstats`,
-    /// `lsm.num-files-at-level<N>`, `lsm.estimate-live-data-size`, `lsm.num-immutable-mem-table`.
+    /// `lsm.num-files-at-level<N>`, `lsm.estimate-live-data-size`, `lsm.num-immutable-mem-table`,
+    /// `lsm.estimate-table-readers-mem` (bytes the open tables' indexes and filters hold).
     pub fn property(&self, name: &str) -> Option<String> {
         self.inner.property(name)
     }

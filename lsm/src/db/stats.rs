@@ -61,6 +61,8 @@ pub struct Stats {
     pub immutable_memtables: usize,
     /// Open tables in the table cache.
     pub open_tables: usize,
+    /// Bytes the open tables hold in memory: decoded indexes, bloom filters, range tombstones.
+    pub table_readers_bytes: usize,
     /// Sequence number of the latest write.
     pub last_sequence: u64,
 }
@@ -114,10 +116,11 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "Memtable: {:.2} MB active, {} immutable; open tables: {}; last sequence: {}",
+            "Memtable: {:.2} MB active, {} immutable; open tables: {} ({:.2} MB of indexes and filters); last sequence: {}",
             self.memtable_bytes as f64 / 1048576.0,
             self.immutable_memtables,
             self.open_tables,
+            self.table_readers_bytes as f64 / 1048576.0,
             self.last_sequence
         )
     }
@@ -160,6 +163,7 @@ impl DbInner {
             memtable_bytes: sv.mem.approximate_size(),
             immutable_memtables: sv.imm.len(),
             open_tables: self.tables.len(),
+            table_readers_bytes: self.tables.readers_memory(),
             last_sequence: self.visible_seq.load(Ordering::Acquire),
         }
     }
@@ -172,6 +176,7 @@ impl DbInner {
                 Some(s.levels.iter().enumerate().map(|(i, l)| format!("{i} {} {}\n", l.files, l.bytes)).collect())
             }
             "lsm.estimate-live-data-size" => Some(self.stats().total_bytes().to_string()),
+            "lsm.estimate-table-readers-mem" => Some(self.tables.readers_memory().to_string()),
             "lsm.num-immutable-mem-table" => Some(self.super_version().imm.len().to_string()),
             _ => {
                 let level: usize = name.strip_prefix("lsm.num-files-at-level")?.parse().ok()?;

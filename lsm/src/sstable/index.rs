@@ -70,6 +70,14 @@ impl Index {
         self.probes = (0..n).map(|i| probe(key::user_key(self.key(i)), self.shared)).collect();
     }
 
+    /// Bytes the decoded index holds.
+    pub(super) fn memory(&self) -> usize {
+        self.keys.capacity()
+            + self.ends.capacity() * 4
+            + self.handles.capacity() * std::mem::size_of::<BlockHandle>()
+            + self.probes.capacity() * 8
+    }
+
     pub(super) fn len(&self) -> usize {
         self.handles.len()
     }

@@ -252,6 +252,18 @@ impl Table {
         self.used.load(Relaxed) && self.used.swap(false, Relaxed)
     }
 
+    /// Bytes this open table holds in memory besides its cached blocks: the decoded index, the
+    /// bloom filter, the range tombstones and the verified-block bits (RocksDB's
+    /// `estimate-table-readers-mem`).
+    pub fn memory(&self) -> usize {
+        let tombstones: usize = self.range_dels.iter().map(|t| t.start.capacity() + t.end.capacity() + 56).sum();
+        self.index.memory()
+            + self.filter.as_ref().map_or(0, |f| f.len())
+            + tombstones
+            + self.fragments.memory()
+            + self.verified.capacity() * 8
+    }
+
     /// The table's properties.
     pub fn properties(&self) -> &TableProperties {
         &self.props
