@@ -10,6 +10,7 @@ pub mod bloom;
 mod builder;
 pub mod format;
 mod index;
+mod source;
 mod table;
 
 pub use builder::{TableBuilder, TableOptions};
