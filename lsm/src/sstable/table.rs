@@ -182,7 +182,7 @@ impl Table {
     /// Sizes of the data blocks as stored (before the trailer).
     #[cfg(test)]
     pub(crate) fn block_sizes_for_test(&self) -> Vec<u64> {
-        self.index.handles.iter().map(|h| h.size).collect()
+        (0..self.index.len()).map(|i| self.index.handle(i).size).collect()
     }
 
     #[cfg(test)]
@@ -237,7 +237,7 @@ impl Table {
     /// fetch takes the block from the block cache or fails with [`Error::WouldBlock`].
     fn read_data_block(&self, ordinal: usize, fetch: Fetch) -> Result<Block> {
         let fill_cache = fetch.fill_cache;
-        let h = self.index.handles[ordinal];
+        let h = self.index.handle(ordinal);
         let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
         if fetch.cache_only {
             // A mapped table's bytes (even the codec byte that says whether the block is cached)
