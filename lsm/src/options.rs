@@ -219,9 +219,9 @@ impl Options {
         self.error_if_exists = v;
         self
     }
-    /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, minimum 4 KiB).
-    /// Each memtable also has a bloom filter and a point index sized from it, about a seventh
-    /// of it more (see `Db::memory_usage`).
+    /// Bytes a memtable may use before it is frozen and flushed (default 64 MiB, minimum 4 KiB):
+    /// its entries and its bloom filter and point index, which are sized from it (about a
+    /// seventh of it; see `Db::memory_usage`), as RocksDB counts a memtable's whole arena.
     #[must_use]
     pub fn write_buffer_size(mut self, bytes: usize) -> Self {
         self.write_buffer_size = bytes.max(4096);

@@ -122,7 +122,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         next_waiter: AtomicU64::new(0),
         versions: Mutex::new(versions),
         sv: arc_swap::ArcSwap::from_pointee(SuperVersion {
-            mem: Arc::new(Memtable::with_capacity(wal_number, opts.write_buffer_size)),
+            mem: Arc::new(Memtable::with_budget(wal_number, opts.write_buffer_size)),
             imm: Vec::new(),
             version,
         }),

@@ -258,7 +258,7 @@ impl DbInner {
         w.last_seq = seq;
         let version = vs.current();
         self.set_super_version(|_| super::SuperVersion {
-            mem: Arc::new(crate::memtable::Memtable::with_capacity(number, self.opts().write_buffer_size)),
+            mem: Arc::new(crate::memtable::Memtable::with_budget(number, self.opts().write_buffer_size)),
             imm: Vec::new(),
             version,
         });

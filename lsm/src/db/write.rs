@@ -458,7 +458,7 @@ impl DbInner {
             }
             let (mem_size, mem_empty, imm_count, l0) = {
                 let sv = self.super_version();
-                (sv.mem.approximate_size(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
+                (sv.mem.memory_usage(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
             };
             if compacting
                 && l0 >= opts.level0_slowdown_writes_trigger
@@ -546,7 +546,7 @@ impl DbInner {
             imm.push(Arc::clone(&sv.mem));
             imm.extend(sv.imm.iter().cloned());
             super::SuperVersion {
-                mem: Arc::new(Memtable::with_capacity(number, self.opts().write_buffer_size)),
+                mem: Arc::new(Memtable::with_budget(number, self.opts().write_buffer_size)),
                 imm,
                 version: Arc::clone(&sv.version),
             }

@@ -1,8 +1,9 @@
 //! The memtable: recent writes in a lock-free skip list, ordered by internal key.
 //!
 //! Writers insert concurrently with readers (`crossbeam_skiplist`'s base `SkipList`); only the
-//! write leader inserts, so inserts are in sequence order. When the approximate size reaches
-//! `write_buffer_size` the memtable is frozen and a background thread flushes it to an L0 table.
+//! write leader inserts, so inserts are in sequence order. When its memory (entries, bloom
+//! filter and point index) reaches `write_buffer_size` the memtable is frozen and a background
+//! thread flushes it to an L0 table.
 //!
 //! A node holds the internal key (inline up to [`key::INLINE_KEY`] bytes) and where the value
 //! is in the memtable's [`arena`], which keeps every value back to back in large chunks: an
@@ -20,7 +21,7 @@
 //! then the [`point_index`], a hash table of each key's newest version: a lookup at the latest
 //! sequence number is answered without descending the list, which only older snapshots and
 //! keys the index has no slot for still need. Both are sized from the write buffer when the
-//! memtable is made: together about a seventh of it.
+//! memtable is made, about a seventh of it, and count against it: entries fill the rest.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -192,8 +193,18 @@ impl Memtable {
         }
     }
 
+    /// An empty memtable whose whole memory once full (entries, bloom filter and point index,
+    /// see [`Memtable::memory_usage`]) is `budget` bytes: the lookups are sized from the budget
+    /// and the entries get the rest. A budget too small to spare a quarter for the lookups
+    /// gets none.
+    pub fn with_budget(wal_number: u64, budget: usize) -> Self {
+        let lookups = Self::memory_for(budget) - budget;
+        let capacity = if lookups * 4 > budget { 0 } else { budget - lookups };
+        Self::with_capacity(wal_number, capacity)
+    }
+
     /// Bytes a memtable made with `capacity` holds once full: the entries, the bloom filter
-    /// and the point index (what a budget of memory must leave room for, per memtable).
+    /// and the point index.
     pub fn memory_for(capacity: usize) -> usize {
         capacity
             + AtomicBloom::memory_for(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY)
@@ -211,9 +222,15 @@ impl Memtable {
         self.wal_number
     }
 
-    /// Approximate bytes used.
+    /// Approximate bytes the entries use.
     pub fn approximate_size(&self) -> usize {
         self.size.load(Ordering::Relaxed)
+    }
+
+    /// Approximate bytes the whole memtable uses: its entries, bloom filter and point index
+    /// (what `write_buffer_size` bounds).
+    pub fn memory_usage(&self) -> usize {
+        self.approximate_size() + self.index_memory()
     }
 
     /// True when nothing was inserted.

@@ -76,6 +76,27 @@ fn memory_for_counts_what_a_memtable_allocates_beside_its_entries() {
 }
 
 #[test]
+fn a_budget_pays_for_the_lookups_first() {
+    for budget in [1 << 16, 1 << 20, 16 << 20, 64 << 20] {
+        let m = Memtable::with_budget(1, budget);
+        let lookups = m.index_memory();
+        assert!(lookups > 0 && lookups * 4 <= budget, "budget {budget}: lookups {lookups}");
+        assert_eq!(m.memory_usage(), lookups, "an empty memtable uses its lookups");
+        let value = [7u8; 100];
+        let mut i = 0u64;
+        while m.memory_usage() < budget {
+            m.insert(i + 1, ValueKind::Put, format!("key{i:012}").as_bytes(), &value);
+            i += 1;
+        }
+        let entries = m.approximate_size();
+        assert!(entries + lookups < budget + 1024, "budget {budget}: {entries} + {lookups}");
+        assert!(entries + lookups * 2 > budget, "the lookups were paid once, from the budget");
+    }
+    // Too small to spare a quarter: the entries get it all.
+    assert_eq!(Memtable::with_budget(1, 4096).index_memory(), 0);
+}
+
+#[test]
 fn a_repeated_write_keeps_one_entry() {
     let m = Memtable::new(1);
     m.insert(7, ValueKind::Put, b"k", b"v");

@@ -195,10 +195,10 @@ impl Config {
     }
 
     /// The engine's block cache size: `block-cache-size`, made smaller where `maxmemory` needs
-    /// it to fit beside two full memtables (the active one and one being flushed, each with
-    /// its bloom filter and point index).
+    /// it to fit beside two full memtables (the active one and one being flushed; a memtable's
+    /// bloom filter and point index count against its `write-buffer-size`).
     pub fn effective_block_cache_size(&self) -> u64 {
-        let memtable = lsm::memtable::Memtable::memory_for(self.write_buffer_size as usize) as u64;
+        let memtable = self.write_buffer_size;
         match self.maxmemory() {
             0 => self.block_cache_size,
             max => self.block_cache_size.min(max.saturating_sub(2 * memtable)),
