@@ -54,22 +54,30 @@ impl DbInner {
                 c.map(|c| (c, v))
             };
             match picked {
-                Some((choice, version)) => match self.run_compaction(&choice, &version) {
-                    // A throttled compaction interrupted by close: nothing is lost, its inputs stay.
-                    Err(Error::Closed) if lock(&self.bg).shutdown => {}
-                    // A failed job removed its outputs (retryable on a full disk); a failed
-                    // manifest write was already recorded as fatal by run_compaction.
-                    Err(e) => {
-                        self.poison_retryable(e);
-                    }
-                    // The job's buffers (its builders' key hashes, blocks read and written)
-                    // are free now: the application may hand them back to the OS.
-                    Ok(()) => {
-                        if let Some(release) = &self.opts().memory_release {
-                            (release.0)();
+                Some((choice, version)) => {
+                    let result = self.run_compaction(&choice, &version);
+                    // The job's references were the last to its inputs (readers hold a
+                    // version only for a lookup or an iterator's life): dropping them closes
+                    // the obsolete tables and evicts their cached blocks, before the release
+                    // below hands what they held back to the OS with the job's buffers.
+                    drop((choice, version));
+                    match result {
+                        // A throttled compaction interrupted by close: nothing is lost, its inputs stay.
+                        Err(Error::Closed) if lock(&self.bg).shutdown => {}
+                        // A failed job removed its outputs (retryable on a full disk); a failed
+                        // manifest write was already recorded as fatal by run_compaction.
+                        Err(e) => {
+                            self.poison_retryable(e);
+                        }
+                        // The job's buffers (blocks read and written, the filters built) are
+                        // free now: the application may hand them back to the OS.
+                        Ok(()) => {
+                            if let Some(release) = &self.opts().memory_release {
+                                (release.0)();
+                            }
                         }
                     }
-                },
+                }
                 None => {
                     let mut bg = lock(&self.bg);
                     while !bg.shutdown && bg.work_gen == seen {
