@@ -363,3 +363,41 @@ fn options_change_while_open() {
     let db = Db::open(dir.path(), small()).unwrap();
     assert_eq!(db.get(key(1_999)).unwrap().unwrap(), format!("round9-1999-{}", "x".repeat(40)).as_bytes());
 }
+
+/// Compaction sizes each output's bloom filter from its inputs' entries per byte instead of
+/// collecting every key's hash. Inputs that mix large and tiny values put far more keys into an
+/// output than that average predicts: the output is cut when its filter is full, so every
+/// filter keeps its bits a key and absent keys stay rejected, and tables stay sorted.
+#[test]
+fn outputs_of_mixed_entry_sizes_keep_their_filters_sharp() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small().compression(lsm::Compression::None)).unwrap();
+    let mut b = WriteBatch::new();
+    for i in 0..40_000u64 {
+        // The first 500 keys carry 4 KiB, the rest 4 bytes: ~80 bytes an entry on average,
+        // ~30 in the outputs past the large values.
+        let v = if i < 500 { vec![b'v'; 4096] } else { b"tiny".to_vec() };
+        b.put(key(i), v);
+        if b.len() >= 500 {
+            db.write(std::mem::take(&mut b), &WriteOptions::default()).unwrap();
+        }
+    }
+    db.write(b, &WriteOptions::default()).unwrap();
+    db.compact_range::<&[u8], _>(..).unwrap();
+    assert_levels_sorted(&db);
+    // Keys within the tables' ranges that were never written: only the filters can reject them.
+    let before = db.stats();
+    let absent = 20_000u64;
+    for i in 0..absent {
+        assert_eq!(db.get(format!("key{i:08}x")).unwrap(), None);
+    }
+    let after = db.stats();
+    let (checks, useful) = (after.bloom_checks - before.bloom_checks, after.bloom_useful - before.bloom_useful);
+    assert!(checks >= absent * 9 / 10, "{checks} filter checks");
+    let false_positives = checks - useful;
+    assert!(false_positives * 40 < checks, "{false_positives} of {checks} absent keys passed a filter");
+    for i in (0..40_000u64).step_by(7) {
+        let want = if i < 500 { 4096 } else { 4 };
+        assert_eq!(db.get(key(i)).unwrap().map(|v| v.len()), Some(want), "key {i}");
+    }
+}

@@ -112,7 +112,8 @@ pub(crate) fn run(choice: &Choice, cx: &JobContext<'_>) -> Result<JobResult> {
     let fragments = Fragments::new(&input_tombstones, u64::MAX);
     let deeper = Deeper::new(cx.version, choice.output_level);
     let tombstones = surviving_tombstones(&fragments, cx.snapshots, &deeper);
-    let mut out = Outputs { cx, files: Vec::new(), current: None, tombstones, lower: None };
+    let expected_keys = expected_keys_per_output(choice, cx.cfg.target_file_size);
+    let mut out = Outputs { cx, files: Vec::new(), current: None, tombstones, lower: None, expected_keys };
     let result = merge_into(choice, cx, &fragments, &deeper, &mut out, &mut res).and_then(|_| out.finish_last());
     if let Err(e) = result {
         out.abandon();
@@ -121,6 +122,21 @@ pub(crate) fn run(choice: &Choice, cx: &JobContext<'_>) -> Result<JobResult> {
     res.bytes_written = out.files.iter().map(|f| f.size).sum();
     res.edit.added.extend(out.files.into_iter().map(|f| (choice.output_level, f)));
     Ok(res)
+}
+
+/// How many user keys one output may hold, to size its bloom filter up front: the inputs'
+/// entries per byte on disk times the target file size, with a sixth to spare, and never more
+/// than the inputs hold. An output that fills its filter first is cut there (a few percent under
+/// the target size when its entries are smaller than the inputs' average).
+fn expected_keys_per_output(choice: &Choice, target_file_size: u64) -> Option<usize> {
+    let (entries, bytes) =
+        choice.all_inputs().fold((0u128, 0u128), |(e, b), f| (e + u128::from(f.num_entries), b + u128::from(f.size)));
+    if entries == 0 {
+        // Only range tombstones, or tables that do not count their entries: collect hashes.
+        return None;
+    }
+    let estimate = (entries * u128::from(target_file_size) * 7 / 6).checked_div(bytes).unwrap_or(entries);
+    Some(usize::try_from(estimate.clamp(entries.min(1024), entries)).unwrap_or(usize::MAX))
 }
 
 fn input_iterator(choice: &Choice) -> Result<MergingIterator> {
@@ -179,7 +195,7 @@ fn merge_into(
             .ok_or_else(|| Error::corruption(cx.dir, 0, "malformed internal key in compaction input"))?;
         if current_key.as_deref() != Some(p.user_key) {
             let cut = grandparents.should_stop_before(ikey);
-            if out.current_size() >= cx.cfg.target_file_size || cut {
+            if out.current_size() >= cx.cfg.target_file_size || cut || out.filter_is_full() {
                 out.finish_current(Some(p.user_key))?;
             }
             current_key = Some(p.user_key.to_vec());
@@ -294,6 +310,8 @@ struct Outputs<'a, 'b> {
     tombstones: Vec<RangeTombstone>,
     /// Where the current output's key range starts (`None` = unbounded).
     lower: Option<Vec<u8>>,
+    /// User keys each output's bloom filter is sized for (`None`: unknown).
+    expected_keys: Option<usize>,
 }
 
 impl Outputs<'_, '_> {
@@ -305,7 +323,10 @@ impl Outputs<'_, '_> {
         if self.current.is_none() {
             let number = (self.cx.new_file_number)();
             let file = std::fs::File::create(filename::table_path(self.cx.dir, number))?;
-            let b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), self.cx.table_opts.clone())?;
+            let mut b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), self.cx.table_opts.clone())?;
+            if let Some(keys) = self.expected_keys {
+                b.expect_keys(keys);
+            }
             self.current = Some((number, b));
         }
         match self.current.as_mut() {
@@ -316,6 +337,10 @@ impl Outputs<'_, '_> {
 
     fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
         self.open_output()?.add(ikey, value)
+    }
+
+    fn filter_is_full(&self) -> bool {
+        self.current.as_ref().is_some_and(|(_, b)| b.filter_is_full())
     }
 
     /// The surviving tombstones cut to `[lower, upper)`.

@@ -36,6 +36,8 @@ pub(crate) fn build_table(
     let result = (|| {
         let file = std::fs::File::create(&path)?;
         let mut b = TableBuilder::new(BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+        // No more user keys than entries.
+        b.expect_keys(mem.len());
         if let Some((cache, mode)) = cache {
             b.cache_blocks(cache, number, mode == crate::TableReadMode::Pread);
         }

@@ -376,6 +376,7 @@ impl DbInner {
                 let file = std::fs::File::create(&path)?;
                 let mut b =
                     crate::sstable::TableBuilder::new(std::io::BufWriter::with_capacity(1 << 20, file), opts.clone())?;
+                b.expect_keys(usize::try_from(f.num_entries).unwrap_or(usize::MAX));
                 let mut kept = 0u64;
                 for t in table.range_tombstones().iter().filter(|t| t.seq <= seq) {
                     b.add_range_tombstone(t.clone());

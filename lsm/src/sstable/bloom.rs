@@ -29,28 +29,127 @@ pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
     build_from(hashes.iter().copied(), bits_per_key)
 }
 
-/// Builds a filter for the key hashes `hashes` yields.
-pub fn build_from(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: u32) -> Vec<u8> {
-    let total_bits = (hashes.len() as u64 * u64::from(bits_per_key)).max(1);
-    let num_lines = total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32;
+/// [`build`] with `num_lines` lines.
+#[cfg(test)]
+fn build_with_lines(hashes: &[u64], num_lines: u32, bits_per_key: u32) -> Vec<u8> {
     let k = num_probes(bits_per_key);
-    let lines_len = num_lines as usize * LINE_BYTES;
-    // The trailer's room is reserved up front: pushing it onto a full vector would reallocate
-    // the whole filter at twice its size.
-    let mut out = Vec::with_capacity(lines_len + 5);
-    out.resize(lines_len, 0u8);
-    for h in hashes {
-        let line = line_of(h, num_lines) * LINE_BYTES;
-        let mut h2 = (h >> 32) as u32;
-        for _ in 0..k {
-            let bit = (h2 >> (32 - 9)) as usize;
-            out[line + bit / 8] |= 1 << (bit % 8);
-            h2 = h2.wrapping_mul(0x9e37_79b9);
-        }
+    let mut out = vec![0u8; num_lines as usize * LINE_BYTES];
+    for &h in hashes {
+        set_bits(&mut out, num_lines, k, h);
     }
     out.push(k as u8);
     out.extend_from_slice(&num_lines.to_le_bytes());
     out
+}
+
+/// Builds a filter for the key hashes `hashes` yields.
+pub fn build_from(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: u32) -> Vec<u8> {
+    let num_lines = lines_for(hashes.len(), bits_per_key);
+    let k = num_probes(bits_per_key);
+    // The trailer's room is reserved up front: pushing it onto a full vector would reallocate
+    // the whole filter at twice its size.
+    let mut out = Vec::with_capacity(num_lines as usize * LINE_BYTES + 5);
+    out.resize(num_lines as usize * LINE_BYTES, 0u8);
+    for h in hashes {
+        set_bits(&mut out, num_lines, k, h);
+    }
+    out.push(k as u8);
+    out.extend_from_slice(&num_lines.to_le_bytes());
+    out
+}
+
+/// Lines a filter of `keys` keys at `bits_per_key` has (at least one).
+fn lines_for(keys: usize, bits_per_key: u32) -> u32 {
+    let total_bits = (keys as u64 * u64::from(bits_per_key)).max(1);
+    total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32
+}
+
+/// Sets the `k` bits of the key whose hash is `h` in a filter of `num_lines` lines.
+#[inline]
+fn set_bits(lines: &mut [u8], num_lines: u32, k: u32, h: u64) {
+    let line = line_of(h, num_lines) * LINE_BYTES;
+    let mut h2 = (h >> 32) as u32;
+    for _ in 0..k {
+        let bit = (h2 >> (32 - 9)) as usize;
+        lines[line + bit / 8] |= 1 << (bit % 8);
+        h2 = h2.wrapping_mul(0x9e37_79b9);
+    }
+}
+
+/// A filter built as keys arrive, for a table that will hold at most a known number of keys
+/// (a flush knows its memtable's entries; a compaction estimates each output's from its
+/// inputs): it holds the filter's bits, about 1.25 bytes a key at 10 bits, where collecting
+/// [`Hashes`] takes 8 bytes a key until the table is finished (9 MB for a 64 MiB table of
+/// 120-byte entries, while a compaction runs).
+///
+/// It starts with the lines `capacity` keys need, rounded up to a multiple of
+/// [`StreamingFilter::FOLD`]; a table that gets fewer keys is folded at the end. Folding is
+/// exact: a key's line is `(h32 * L) >> 32`, so with `L/2` lines it is that line halved, and
+/// OR-ing lines `2j` and `2j + 1` into line `j` gives the very filter `L/2` lines would have
+/// built (each key's bits within its line depend only on the hash's high half). It folds while
+/// the halved filter still has `bits_per_key` bits for each key: a table of fewer keys than
+/// its capacity keeps between one and two times its budget of bits.
+#[derive(Debug)]
+pub struct StreamingFilter {
+    lines: Vec<u8>,
+    num_lines: u32,
+    probes: u32,
+    bits_per_key: u32,
+    capacity: usize,
+    keys: usize,
+}
+
+impl StreamingFilter {
+    /// Lines are allocated in multiples of this, so a filter folds at least `log2(FOLD)` times.
+    pub const FOLD: u32 = 64;
+
+    /// An empty filter for up to `capacity` keys at `bits_per_key`.
+    pub fn new(capacity: usize, bits_per_key: u32) -> Self {
+        let mut num_lines = lines_for(capacity, bits_per_key);
+        if num_lines > Self::FOLD {
+            num_lines = num_lines.div_ceil(Self::FOLD).saturating_mul(Self::FOLD);
+        }
+        let mut lines = Vec::with_capacity(num_lines as usize * LINE_BYTES + 5);
+        lines.resize(num_lines as usize * LINE_BYTES, 0);
+        StreamingFilter { lines, num_lines, probes: num_probes(bits_per_key), bits_per_key, capacity, keys: 0 }
+    }
+
+    /// Adds the key whose hash is `h` (keys past the capacity raise the false-positive rate).
+    #[inline]
+    pub fn add(&mut self, h: u64) {
+        set_bits(&mut self.lines, self.num_lines, self.probes, h);
+        self.keys += 1;
+    }
+
+    /// True once `capacity` keys were added.
+    pub fn is_full(&self) -> bool {
+        self.keys >= self.capacity
+    }
+
+    /// Bytes the bits take.
+    pub fn memory(&self) -> usize {
+        self.lines.capacity()
+    }
+
+    /// The filter, folded down to the fewest lines that keep `bits_per_key` bits a key.
+    pub fn finish(mut self) -> Vec<u8> {
+        let needed = self.keys as u64 * u64::from(self.bits_per_key);
+        while self.num_lines.is_multiple_of(2) && needed <= u64::from(self.num_lines / 2) * u64::from(LINE_BITS) {
+            let half = self.num_lines as usize / 2;
+            for j in 0..half {
+                for b in 0..LINE_BYTES {
+                    self.lines[j * LINE_BYTES + b] =
+                        self.lines[2 * j * LINE_BYTES + b] | self.lines[(2 * j + 1) * LINE_BYTES + b];
+                }
+            }
+            self.num_lines /= 2;
+            self.lines.truncate(half * LINE_BYTES);
+        }
+        let mut out = self.lines;
+        out.push(self.probes as u8);
+        out.extend_from_slice(&self.num_lines.to_le_bytes());
+        out
+    }
 }
 
 /// Key hashes collected for a table's filter, in fixed chunks of [`Hashes::CHUNK`]: a table of
@@ -123,8 +222,7 @@ impl AtomicBloom {
     }
 
     fn lines_for(keys: usize, bits_per_key: u32) -> u32 {
-        let total_bits = (keys as u64 * u64::from(bits_per_key)).max(u64::from(LINE_BITS));
-        total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32
+        lines_for(keys, bits_per_key)
     }
 
     /// Bytes a filter for `keys` keys at `bits_per_key` takes.
@@ -257,5 +355,53 @@ mod tests {
         let f = build_from(chunked.iter(), 10);
         assert_eq!(f, build(&hs, 10));
         assert_eq!(f.capacity(), f.len(), "the trailer fits the first allocation");
+    }
+
+    #[test]
+    fn a_streaming_filter_folds_into_the_filter_its_final_lines_would_build() {
+        for (capacity, n) in [
+            (0, 0),
+            (10, 3),
+            (1000, 1000),
+            (1000, 999),
+            (1000, 10),
+            (100_000, 100_000),
+            (100_000, 30_001),
+            (100_000, 1),
+            (100_000, 0),
+        ] {
+            let hs = keys(0..n);
+            let mut f = StreamingFilter::new(capacity, 10);
+            assert!(
+                f.memory()
+                    <= (capacity * 10 / 8).next_multiple_of(StreamingFilter::FOLD as usize * LINE_BYTES)
+                        + LINE_BYTES
+                        + 5
+            );
+            for &h in &hs {
+                assert!(!f.is_full());
+                f.add(h);
+            }
+            assert_eq!(f.is_full(), n as usize >= capacity);
+            let built = f.finish();
+            let lines = read_u32(&built, built.len() - 4).unwrap();
+            assert_eq!(built, build_with_lines(&hs, lines, 10), "capacity {capacity}, {n} keys");
+            let (bits, needed) = (u64::from(lines) * u64::from(LINE_BITS), n * 10);
+            assert!(bits >= needed, "kept the budget: {lines} lines for {n} keys");
+            assert!(lines % 2 == 1 || bits / 2 < needed, "folded as far as the budget allows: {lines} lines, {n} keys");
+            assert!(hs.iter().all(|&h| may_contain(&built, h)));
+        }
+    }
+
+    #[test]
+    fn a_full_streaming_filter_has_the_false_positive_rate_of_a_built_one() {
+        let n = 100_000u64;
+        let mut f = StreamingFilter::new(n as usize, 10);
+        keys(0..n).into_iter().for_each(|h| f.add(h));
+        let f = f.finish();
+        let fp = |f: &[u8]| keys(n..n + 200_000).iter().filter(|&&h| may_contain(f, h)).count() as f64 / 200_000.0;
+        let built = build(&keys(0..n), 10);
+        assert!(fp(&f) <= fp(&built) * 1.1, "{} vs {}", fp(&f), fp(&built));
+        assert!(f.len() <= built.len() + StreamingFilter::FOLD as usize * LINE_BYTES);
     }
 }

@@ -59,7 +59,7 @@ pub struct TableBuilder<W: Write> {
     /// The last flushed data block, waiting for the next key to pick its index separator.
     pending_index: Option<BlockHandle>,
     last_key: Vec<u8>,
-    hashes: bloom::Hashes,
+    filter: FilterKeys,
     props: TableProperties,
     scratch: Vec<u8>,
     range_dels: Vec<RangeTombstone>,
@@ -68,6 +68,17 @@ pub struct TableBuilder<W: Write> {
     /// Where finished data blocks are cached as they are written (see
     /// [`TableBuilder::cache_blocks`]).
     block_sink: Option<BlockSink>,
+}
+
+/// What the table's bloom filter is built from.
+#[derive(Debug)]
+enum FilterKeys {
+    /// No filter (`bloom_bits_per_key` 0).
+    None,
+    /// Every key's hash, until `finish` knows how many there are.
+    Hashes(bloom::Hashes),
+    /// The filter itself, sized in advance (see [`TableBuilder::expect_keys`]).
+    Streaming(bloom::StreamingFilter),
 }
 
 /// A block cache that a table's data blocks go into as the table is written.
@@ -89,6 +100,8 @@ impl<W: Write> TableBuilder<W> {
         }
         let props =
             TableProperties { compression: opts.compression as u8, smallest_seq: u64::MAX, ..Default::default() };
+        let filter =
+            if opts.bloom_bits_per_key > 0 { FilterKeys::Hashes(bloom::Hashes::default()) } else { FilterKeys::None };
         Ok(TableBuilder {
             w,
             offset: 0,
@@ -97,7 +110,7 @@ impl<W: Write> TableBuilder<W> {
             opts,
             pending_index: None,
             last_key: Vec::new(),
-            hashes: bloom::Hashes::default(),
+            filter,
             props,
             scratch: Vec::new(),
             range_dels: Vec::new(),
@@ -111,6 +124,23 @@ impl<W: Write> TableBuilder<W> {
     /// [`crate::Options::prepopulate_block_cache`]).
     pub fn cache_blocks(&mut self, cache: std::sync::Arc<crate::cache::BlockCache>, number: u64, uncompressed: bool) {
         self.block_sink = Some(BlockSink { cache, number, uncompressed });
+    }
+
+    /// Sizes the bloom filter for at most `keys` distinct user keys, so it is built as keys
+    /// arrive instead of from every key's hash collected until [`TableBuilder::finish`] (8
+    /// bytes a key; see [`bloom::StreamingFilter`]). Only before the first [`TableBuilder::add`].
+    /// More keys than that still give a correct filter, with more false positives: a writer
+    /// that cannot bound the count cuts the table when [`TableBuilder::filter_is_full`].
+    pub fn expect_keys(&mut self, keys: usize) {
+        if self.props.num_entries == 0 && self.opts.bloom_bits_per_key > 0 {
+            self.filter = FilterKeys::Streaming(bloom::StreamingFilter::new(keys, self.opts.bloom_bits_per_key));
+        }
+    }
+
+    /// True once the filter sized by [`TableBuilder::expect_keys`] holds as many keys as it
+    /// was sized for.
+    pub fn filter_is_full(&self) -> bool {
+        matches!(&self.filter, FilterKeys::Streaming(f) if f.is_full())
     }
 
     /// Adds a range tombstone (stored in the range-del block; any order).
@@ -152,10 +182,12 @@ impl<W: Write> TableBuilder<W> {
             handle.encode_to(&mut h);
             self.index.add(&sep, &h);
         }
-        if self.opts.bloom_bits_per_key > 0
-            && (self.props.num_entries == 0 || key::user_key(&self.last_key) != parsed.user_key)
-        {
-            self.hashes.push(bloom::hash_key(parsed.user_key));
+        if self.props.num_entries == 0 || key::user_key(&self.last_key) != parsed.user_key {
+            match &mut self.filter {
+                FilterKeys::None => {}
+                FilterKeys::Hashes(h) => h.push(bloom::hash_key(parsed.user_key)),
+                FilterKeys::Streaming(f) => f.add(bloom::hash_key(parsed.user_key)),
+            }
         }
         if self.props.num_entries == 0 {
             self.props.smallest_key = ikey.to_vec();
@@ -247,8 +279,12 @@ impl<W: Write> TableBuilder<W> {
         }
         let mut meta = BlockBuilder::new(1);
         // Meta-index entries in byte order: "lsm.bloom" < "lsm.properties".
-        if self.opts.bloom_bits_per_key > 0 {
-            let filter = bloom::build_from(self.hashes.iter(), self.opts.bloom_bits_per_key);
+        let filter = match std::mem::replace(&mut self.filter, FilterKeys::None) {
+            FilterKeys::None => None,
+            FilterKeys::Hashes(h) => Some(bloom::build_from(h.iter(), self.opts.bloom_bits_per_key)),
+            FilterKeys::Streaming(f) => Some(f.finish()),
+        };
+        if let Some(filter) = filter {
             let (h, _) = self.write_block(&filter, Compression::None)?;
             let mut enc = Vec::new();
             h.encode_to(&mut enc);

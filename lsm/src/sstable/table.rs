@@ -185,6 +185,12 @@ impl Table {
         (0..self.index.len()).map(|i| self.index.handle(i).size).collect()
     }
 
+    /// Bytes of the bloom filter (0 without one).
+    #[cfg(test)]
+    pub(crate) fn filter_len_for_test(&self) -> usize {
+        self.filter.as_ref().map_or(0, |f| f.len())
+    }
+
     #[cfg(test)]
     pub(crate) fn data_for_test(&self) -> &Bytes {
         match &self.data {

@@ -225,3 +225,33 @@ fn blocks_are_cut_before_they_pass_the_block_size() {
     let big = vec![(make_internal_key(b"a", 1, ValueKind::Put), vec![b'x'; 10_000])];
     assert!(build(&big, Compression::None, 4096).block_sizes_for_test()[0] > 10_000);
 }
+
+/// A table whose builder knew how many keys to expect: the same entries and answers as one
+/// built from collected hashes, a filter of about the same size (folded down when far fewer keys
+/// came than expected), and `filter_is_full` once the expected number arrived.
+#[test]
+fn a_filter_sized_in_advance_answers_as_one_built_from_hashes() {
+    let es = entries(5000);
+    let hashed = build(&es, Compression::None, 4096);
+    for expected in [5000, 5001, 60_000] {
+        let mut b = TableBuilder::new(Vec::new(), TableOptions::default()).unwrap();
+        b.expect_keys(expected);
+        for (i, (k, v)) in es.iter().enumerate() {
+            assert_eq!(b.filter_is_full(), i >= expected, "after {i} keys");
+            b.add(k, v).unwrap();
+        }
+        assert_eq!(b.filter_is_full(), es.len() >= expected);
+        let (bytes, _, _) = b.finish().unwrap();
+        let t = Table::from_bytes(Bytes::from(bytes), Path::new("sized.sst")).unwrap();
+        let (sized, plain) = (t.filter_len_for_test(), hashed.filter_len_for_test());
+        assert!(sized >= plain && sized < 2 * plain, "expecting {expected}: filter {sized} bytes, from hashes {plain}");
+        for (i, (k, _)) in es.iter().enumerate() {
+            let user = key::user_key(k);
+            let h = bloom::hash_key(user);
+            assert!(t.may_contain(h), "key {i} passes the filter");
+            assert_eq!(t.get(user, u64::MAX >> 8, h).unwrap(), hashed.get(user, u64::MAX >> 8, h).unwrap(), "key {i}");
+        }
+        let absent = (0..3000).filter(|i| t.may_contain(bloom::hash_key(format!("absent{i}").as_bytes()))).count();
+        assert!(absent < 3000 / 40, "{absent} of 3000 absent keys pass");
+    }
+}
