@@ -5,7 +5,8 @@
 # $OUT/compare.json and $OUT/compare.svg.
 #
 # Each engine's peak resident set (`time -f %M`, the kernel's maximum RSS of the process) is
-# reported beside the times.
+# reported beside the times, and with `stats` among the benchmarks each engine's write
+# amplification (bytes flushed and compacted per byte flushed).
 #
 #   bench/compare-rocksdb.sh                      # 1M entries, snappy, 3 runs each
 #   NUM=200000 RUNS=5 COMPRESSION=zstd bench/compare-rocksdb.sh
@@ -170,9 +171,30 @@ def peak_mb(engine):
             kib.append(max(peaks))
     return statistics.median(kib) / 1024 if kib else None
 memory = {"rocksdb_peak_rss_mb": peak_mb("rocksdb"), "shale_peak_rss_mb": peak_mb("shale")}
+def write_amp(engine):
+    """Bytes flushed and compacted per byte flushed, from the run's `stats` (median of runs):
+    RocksDB's "Cumulative compaction: X GB write" (flushes included) over "Flush(GB):
+    cumulative Y", Shale's "Write amplification" line (the same ratio)."""
+    amps = []
+    for n in range(1, runs + 1):
+        try:
+            text = open(f"{out}/{engine}-run{n}.txt").read()
+        except OSError:
+            continue
+        if engine == "rocksdb":
+            w = re.findall(r"Cumulative compaction: ([0-9.]+) GB write", text)
+            f = re.findall(r"Flush\(GB\): cumulative ([0-9.]+)", text)
+            if w and f and float(f[-1]) > 0:
+                amps.append(float(w[-1]) / float(f[-1]))
+        else:
+            a = re.findall(r"Write amplification: ([0-9.]+)", text)
+            if a:
+                amps.append(float(a[-1]))
+    return statistics.median(amps) if amps else None
+write_amplification = {"rocksdb": write_amp("rocksdb"), "shale": write_amp("shale")}
 with open(f"{out}/compare.json", "w") as f:
     json.dump({"num": int(num), "runs": runs, "compression": compression, "cache_size": cache,
-               "benchmarks": rows, "memory": memory}, f, indent=2)
+               "benchmarks": rows, "memory": memory, "write_amplification": write_amplification}, f, indent=2)
 print(f"\nMedian of {runs} alternating runs, {num} entries, {compression}, block cache {cache / 1048576:.0f} MB; micros/op (lower is better), ratio = RocksDB / Shale (> 1: Shale faster)\n")
 print("| benchmark | RocksDB µs/op | Shale µs/op | ratio |")
 print("|---|---:|---:|---:|")
@@ -181,6 +203,9 @@ for r in rows:
 rp, sp = memory["rocksdb_peak_rss_mb"], memory["shale_peak_rss_mb"]
 if rp and sp:
     print(f"| peak RSS (MB, whole run) | {rp:.0f} | {sp:.0f} | {rp / sp:.2f}x |")
+wr, ws = write_amplification["rocksdb"], write_amplification["shale"]
+if wr and ws:
+    print(f"| write amplification (bytes flushed and compacted / bytes flushed) | {wr:.2f} | {ws:.2f} | |")
 PY
 "$SHALE" report "$OUT/compare.json" --svg "$OUT/compare.svg" >&2
 echo "wrote $OUT/compare.json and $OUT/compare.svg" >&2
