@@ -60,7 +60,7 @@ pub fn build_from(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: u32)
 
 /// Lines a filter of `keys` keys at `bits_per_key` has (at least one).
 fn lines_for(keys: usize, bits_per_key: u32) -> u32 {
-    let total_bits = (keys as u64 * u64::from(bits_per_key)).max(1);
+    let total_bits = (keys as u64).saturating_mul(u64::from(bits_per_key)).max(1);
     total_bits.div_ceil(u64::from(LINE_BITS)).min(u64::from(u32::MAX)) as u32
 }
 

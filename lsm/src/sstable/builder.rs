@@ -70,6 +70,10 @@ pub struct TableBuilder<W: Write> {
     block_sink: Option<BlockSink>,
 }
 
+/// The most keys [`TableBuilder::expect_keys`] sizes a filter for up front (80 MiB of filter at
+/// 10 bits a key, where a table of the default 64 MiB holds about a million).
+pub(crate) const MAX_EXPECTED_KEYS: usize = 1 << 26;
+
 /// What the table's bloom filter is built from.
 #[derive(Debug)]
 enum FilterKeys {
@@ -130,9 +134,10 @@ impl<W: Write> TableBuilder<W> {
     /// arrive instead of from every key's hash collected until [`TableBuilder::finish`] (8
     /// bytes a key; see [`bloom::StreamingFilter`]). Only before the first [`TableBuilder::add`].
     /// More keys than that still give a correct filter, with more false positives: a writer
-    /// that cannot bound the count cuts the table when [`TableBuilder::filter_is_full`].
+    /// that cannot bound the count cuts the table when [`TableBuilder::filter_is_full`]. A count
+    /// past `MAX_EXPECTED_KEYS` (a damaged estimate) is ignored: the hashes are collected.
     pub fn expect_keys(&mut self, keys: usize) {
-        if self.props.num_entries == 0 && self.opts.bloom_bits_per_key > 0 {
+        if self.props.num_entries == 0 && self.opts.bloom_bits_per_key > 0 && keys <= MAX_EXPECTED_KEYS {
             self.filter = FilterKeys::Streaming(bloom::StreamingFilter::new(keys, self.opts.bloom_bits_per_key));
         }
     }

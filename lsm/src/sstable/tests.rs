@@ -254,4 +254,12 @@ fn a_filter_sized_in_advance_answers_as_one_built_from_hashes() {
         let absent = (0..3000).filter(|i| t.may_contain(bloom::hash_key(format!("absent{i}").as_bytes()))).count();
         assert!(absent < 3000 / 40, "{absent} of 3000 absent keys pass");
     }
+    // An absurd count (a damaged estimate) allocates nothing up front.
+    let mut b = TableBuilder::new(Vec::new(), TableOptions::default()).unwrap();
+    b.expect_keys(usize::MAX);
+    assert!(!b.filter_is_full());
+    b.add(&es[0].0, &es[0].1).unwrap();
+    let (bytes, _, _) = b.finish().unwrap();
+    let t = Table::from_bytes(Bytes::from(bytes), Path::new("absurd.sst")).unwrap();
+    assert_eq!(t.filter_len_for_test(), 64 + 5, "one key, one line");
 }
