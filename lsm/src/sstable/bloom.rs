@@ -29,33 +29,35 @@ pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
     build_from(hashes.iter().copied(), bits_per_key)
 }
 
-/// [`build`] with `num_lines` lines.
-#[cfg(test)]
-fn build_with_lines(hashes: &[u64], num_lines: u32, bits_per_key: u32) -> Vec<u8> {
-    let k = num_probes(bits_per_key);
-    let mut out = vec![0u8; num_lines as usize * LINE_BYTES];
-    for &h in hashes {
-        set_bits(&mut out, num_lines, k, h);
-    }
-    out.push(k as u8);
-    out.extend_from_slice(&num_lines.to_le_bytes());
-    out
-}
-
 /// Builds a filter for the key hashes `hashes` yields.
 pub fn build_from(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: u32) -> Vec<u8> {
     let num_lines = lines_for(hashes.len(), bits_per_key);
+    build_with_lines(hashes, num_lines, bits_per_key)
+}
+
+/// A filter of `num_lines` lines holding `hashes`.
+fn build_with_lines(hashes: impl Iterator<Item = u64>, num_lines: u32, bits_per_key: u32) -> Vec<u8> {
     let k = num_probes(bits_per_key);
-    // The trailer's room is reserved up front: pushing it onto a full vector would reallocate
-    // the whole filter at twice its size.
-    let mut out = Vec::with_capacity(num_lines as usize * LINE_BYTES + 5);
-    out.resize(num_lines as usize * LINE_BYTES, 0u8);
+    let mut out = empty_lines(num_lines);
     for h in hashes {
         set_bits(&mut out, num_lines, k, h);
     }
-    out.push(k as u8);
-    out.extend_from_slice(&num_lines.to_le_bytes());
-    out
+    with_trailer(out, k, num_lines)
+}
+
+/// `num_lines` zeroed lines, with room reserved for the trailer: pushing it onto a full vector
+/// would reallocate the whole filter at twice its size.
+fn empty_lines(num_lines: u32) -> Vec<u8> {
+    let mut lines = Vec::with_capacity(num_lines as usize * LINE_BYTES + 5);
+    lines.resize(num_lines as usize * LINE_BYTES, 0u8);
+    lines
+}
+
+/// Appends the trailer (`probes u8 | num_lines u32 LE`) to a filter's lines.
+fn with_trailer(mut lines: Vec<u8>, probes: u32, num_lines: u32) -> Vec<u8> {
+    lines.push(probes as u8);
+    lines.extend_from_slice(&num_lines.to_le_bytes());
+    lines
 }
 
 /// Lines a filter of `keys` keys at `bits_per_key` has (at least one).
@@ -109,9 +111,14 @@ impl StreamingFilter {
         if num_lines > Self::FOLD {
             num_lines = num_lines.div_ceil(Self::FOLD).saturating_mul(Self::FOLD);
         }
-        let mut lines = Vec::with_capacity(num_lines as usize * LINE_BYTES + 5);
-        lines.resize(num_lines as usize * LINE_BYTES, 0);
-        StreamingFilter { lines, num_lines, probes: num_probes(bits_per_key), bits_per_key, capacity, keys: 0 }
+        StreamingFilter {
+            lines: empty_lines(num_lines),
+            num_lines,
+            probes: num_probes(bits_per_key),
+            bits_per_key,
+            capacity,
+            keys: 0,
+        }
     }
 
     /// Adds the key whose hash is `h` (keys past the capacity raise the false-positive rate).
@@ -145,10 +152,7 @@ impl StreamingFilter {
             self.num_lines /= 2;
             self.lines.truncate(half * LINE_BYTES);
         }
-        let mut out = self.lines;
-        out.push(self.probes as u8);
-        out.extend_from_slice(&self.num_lines.to_le_bytes());
-        out
+        with_trailer(self.lines, self.probes, self.num_lines)
     }
 }
 
@@ -216,18 +220,14 @@ pub struct AtomicBloom {
 impl AtomicBloom {
     /// A filter for about `keys` keys at `bits_per_key`.
     pub fn new(keys: usize, bits_per_key: u32) -> Self {
-        let num_lines = Self::lines_for(keys, bits_per_key);
+        let num_lines = lines_for(keys, bits_per_key);
         let words = (0..num_lines as usize * 8).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
         AtomicBloom { words, num_lines, probes: num_probes(bits_per_key) }
     }
 
-    fn lines_for(keys: usize, bits_per_key: u32) -> u32 {
-        lines_for(keys, bits_per_key)
-    }
-
     /// Bytes a filter for `keys` keys at `bits_per_key` takes.
     pub fn memory_for(keys: usize, bits_per_key: u32) -> usize {
-        Self::lines_for(keys, bits_per_key) as usize * LINE_BYTES
+        lines_for(keys, bits_per_key) as usize * LINE_BYTES
     }
 
     /// Bytes the filter takes.
@@ -385,7 +385,7 @@ mod tests {
             assert_eq!(f.is_full(), n as usize >= capacity);
             let built = f.finish();
             let lines = read_u32(&built, built.len() - 4).unwrap();
-            assert_eq!(built, build_with_lines(&hs, lines, 10), "capacity {capacity}, {n} keys");
+            assert_eq!(built, build_with_lines(hs.iter().copied(), lines, 10), "capacity {capacity}, {n} keys");
             let (bits, needed) = (u64::from(lines) * u64::from(LINE_BITS), n * 10);
             assert!(bits >= needed, "kept the budget: {lines} lines for {n} keys");
             assert!(lines % 2 == 1 || bits / 2 < needed, "folded as far as the budget allows: {lines} lines, {n} keys");
