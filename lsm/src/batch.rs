@@ -113,6 +113,42 @@ impl WriteBatch {
         self.sequence().checked_add(n).filter(|&last| last <= crate::key::MAX_SEQUENCE)
     }
 
+    /// Appends `next` if its updates are numbered right after this batch's (both batches
+    /// written, neither empty) and returns whether it did: how a replica applies several
+    /// consecutive batches of its primary as one write, with the same sequence numbers.
+    pub fn append_following(&mut self, next: &WriteBatch) -> bool {
+        let follows = !next.is_empty() && self.last_sequence().and_then(|l| l.checked_add(1)) == Some(next.sequence());
+        if follows {
+            self.extend_from(next);
+        }
+        follows
+    }
+
+    /// The updates numbered `seq` and after, as a batch that starts at `seq` (the whole batch
+    /// if `seq` is at or before its first update; `None` if past its last, or if the batch is
+    /// malformed): how a batch that straddles a replica's resume point is cut, so the replica
+    /// gets no update twice.
+    pub fn from_sequence(&self, seq: u64) -> Option<WriteBatch> {
+        let last = self.last_sequence()?;
+        if seq <= self.sequence() {
+            return Some(self.clone());
+        }
+        if seq > last {
+            return None;
+        }
+        let skip = seq - self.sequence();
+        let mut it = self.iter();
+        for _ in 0..skip {
+            it.next()?.ok()?;
+        }
+        let start = HEADER_LEN + it.r.position();
+        let mut rep = Vec::with_capacity(HEADER_LEN + self.rep.len() - start);
+        rep.extend_from_slice(&seq.to_le_bytes());
+        rep.extend_from_slice(&(self.len() - skip as u32).to_le_bytes());
+        rep.extend_from_slice(&self.rep[start..]);
+        Some(WriteBatch { rep })
+    }
+
     pub(crate) fn set_sequence(&mut self, seq: u64) {
         self.rep[..8].copy_from_slice(&seq.to_le_bytes());
     }
@@ -187,6 +223,55 @@ impl<'a> Iterator for BatchIter<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn numbered(seq: u64, keys: &[&str]) -> WriteBatch {
+        let mut b = WriteBatch::new();
+        for k in keys {
+            b.put(k, format!("v-{k}"));
+        }
+        b.set_sequence(seq);
+        b
+    }
+
+    fn keys_of(b: &WriteBatch) -> Vec<String> {
+        b.iter().map(|e| String::from_utf8(e.unwrap().key.to_vec()).unwrap()).collect()
+    }
+
+    #[test]
+    fn following_batches_append_and_others_do_not() {
+        let mut a = numbered(10, &["a", "b"]);
+        assert!(a.append_following(&numbered(12, &["c"])));
+        assert_eq!(
+            (a.sequence(), a.last_sequence(), keys_of(&a)),
+            (10, Some(12), vec!["a".into(), "b".into(), "c".into()])
+        );
+        // A gap, an overlap and an empty batch are refused and change nothing.
+        for other in [numbered(14, &["x"]), numbered(12, &["x"]), numbered(13, &[])] {
+            assert!(!a.append_following(&other));
+            assert_eq!(a.len(), 3);
+        }
+        assert!(!WriteBatch::new().append_following(&numbered(1, &["x"])));
+        let again = WriteBatch::from_bytes(a.as_bytes().to_vec()).unwrap();
+        assert_eq!(keys_of(&again), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_batch_cut_at_a_sequence_keeps_the_updates_from_it_on() {
+        let mut b = numbered(20, &["a", "b"]);
+        b.delete("c").delete_range("d", "e");
+        b.set_sequence(20); // a, b, c, d..e are 20, 21, 22, 23
+        assert_eq!(b.from_sequence(5).unwrap(), b);
+        assert_eq!(b.from_sequence(20).unwrap(), b);
+        let cut = b.from_sequence(22).unwrap();
+        assert_eq!((cut.sequence(), cut.len(), cut.last_sequence()), (22, 2, Some(23)));
+        let entries: Vec<_> = cut.iter().map(|e| e.unwrap()).collect();
+        assert_eq!(entries[0], BatchEntry { kind: ValueKind::Delete, key: b"c", value: b"" });
+        assert_eq!(entries[1], BatchEntry { kind: ValueKind::RangeDelete, key: b"d", value: b"e" });
+        assert_eq!(WriteBatch::from_bytes(cut.as_bytes().to_vec()).unwrap(), cut);
+        assert_eq!(b.from_sequence(23).unwrap().len(), 1);
+        assert!(b.from_sequence(24).is_none());
+        assert!(WriteBatch::new().from_sequence(0).is_none());
+    }
 
     #[test]
     fn wire_format_round_trip() {
