@@ -13,10 +13,16 @@
 //!   streams the files, and the replica installs them in place of its data
 //!   ([`lsm::Db::install_checkpoint`]); then the WAL stream from `seq + 1`.
 //!
-//! The replica applies each batch with the primary's sequence numbers
-//! ([`lsm::Db::write_replicated`]), so its engine is, batch for batch, its primary's: after a
-//! restart it asks for its own last sequence + 1, and a chained replica streams its WAL on.
-//! It acknowledges with `REPLCONF ACK <seq>` after applying (WAIT, INFO's `offset=`/`lag=`).
+//! The replica applies the batches with the primary's sequence numbers
+//! ([`lsm::Db::write_replicated`]), so its engine holds, update for update, its primary's:
+//! after a restart it asks for its own last sequence + 1, and a chained replica streams its
+//! WAL on. Batches already queued behind one another whose numbers follow on are applied as
+//! one write ([`lsm::WriteBatch::append_following`]; under load the link brings one batch per
+//! client pipeline), so a replica's WAL batches can span several of its primary's. A node
+//! resuming from it may then ask for a sequence inside one of them: the feed cuts that batch
+//! to start exactly there ([`lsm::WriteBatch::from_sequence`]), and nothing is applied twice.
+//! The replica acknowledges with `REPLCONF ACK <seq>` after applying (WAIT, INFO's
+//! `offset=`/`lag=`).
 //!
 //! The replication id and the previous id are kept in [`STATE_FILE`] in the data directory.
 //! A promoted replica (`REPLICAOF NO ONE`) takes a new id and keeps its primary's as `replid2`

@@ -23,8 +23,8 @@ use crate::state::ServerState;
 
 /// How the replica is brought up to date.
 pub enum Plan {
-    /// `+CONTINUE`: stream this tail.
-    Continue(lsm::WalTail),
+    /// `+CONTINUE`: stream this tail, from this sequence number on.
+    Continue(lsm::WalTail, u64),
     /// `+FULLRESYNC`: checkpoint, files, then the tail.
     Full,
     /// `+REWIND <seq>`: the replica's history left ours after `seq`; it drops the rest and asks
@@ -35,7 +35,7 @@ pub enum Plan {
 impl std::fmt::Debug for Plan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Plan::Continue(_) => "Continue",
+            Plan::Continue(..) => "Continue",
             Plan::Full => "Full",
             Plan::Rewind(_) => "Rewind",
         })
@@ -63,7 +63,7 @@ pub fn psync(state: &ServerState, replid: &str, offset: i64) -> lsm::Result<Plan
         match engine.updates_since(offset as u64) {
             Ok(tail) => {
                 repl.sync_partial_ok.fetch_add(1, Ordering::Relaxed);
-                return Ok(Plan::Continue(tail));
+                return Ok(Plan::Continue(tail, offset as u64));
             }
             Err(lsm::Error::WalGone(_)) => {
                 tracing::info!(target: "shale::replication", offset, "partial resync impossible: that WAL is no longer kept (raise repl-backlog-size)");
@@ -231,13 +231,13 @@ impl From<std::io::Error> for Stop {
 fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Sender<Bytes>) -> Result<(), Stop> {
     let send = |b: Bytes| tx.blocking_send(b).map_err(|_| Stop::Closed);
     let engine = state.storage.engine();
-    let mut tail = match plan {
+    let (mut tail, mut wanted) = match plan {
         Plan::Rewind(_) => return Ok(()), // answered by the PSYNC command itself
-        Plan::Continue(tail) => {
+        Plan::Continue(tail, from) => {
             let replid = state.replication.ids().replid;
             send(Bytes::from(format!("+CONTINUE {replid}\r\n")))?;
             link.phase.store(2, Ordering::Relaxed);
-            tail
+            (tail, from)
         }
         Plan::Full => {
             let dir = engine.path().join("replication").join(format!("checkpoint-{}", link.client_id));
@@ -259,7 +259,7 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
             frame(&mut out, &[b"CHECKPOINT", seq.to_string().as_bytes()]);
             send(out.freeze())?;
             link.phase.store(2, Ordering::Relaxed);
-            tail?
+            (tail?, seq + 1)
         }
     };
     loop {
@@ -267,10 +267,10 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
         match tail.next_timeout(Duration::from_secs(1))? {
             None => frame(&mut out, &[b"PING"]),
             Some((_, batch)) => {
-                frame(&mut out, &[b"BATCH", batch.as_bytes()]);
+                push_batch(&mut out, &batch, &mut wanted);
                 while out.len() < FRAME_BYTES {
                     match tail.try_next()? {
-                        Some((_, batch)) => frame(&mut out, &[b"BATCH", batch.as_bytes()]),
+                        Some((_, batch)) => push_batch(&mut out, &batch, &mut wanted),
                         None => break,
                     }
                 }
@@ -278,6 +278,22 @@ fn run_feed(state: &ServerState, plan: Plan, link: &ReplicaLink, tx: &mpsc::Send
         }
         send(out.freeze())?;
     }
+}
+
+/// Frames the updates of `batch` numbered `wanted` and after, and moves `wanted` past them. A
+/// WAL batch can start before the replica's resume point: a replica applies several batches of
+/// its primary as one write, so after it is promoted its WAL batches span several of the old
+/// primary's, at whose ends the other replicas stopped.
+fn push_batch(out: &mut BytesMut, batch: &lsm::WriteBatch, wanted: &mut u64) {
+    let Some(last) = batch.last_sequence() else { return };
+    if batch.sequence() >= *wanted {
+        frame(out, &[b"BATCH", batch.as_bytes()]);
+    } else if let Some(cut) = batch.from_sequence(*wanted) {
+        frame(out, &[b"BATCH", cut.as_bytes()]);
+    } else {
+        return;
+    }
+    *wanted = last + 1;
 }
 
 /// Sends every file of the checkpoint in `dir`: tables first, `CURRENT` last; at most `rate`
@@ -330,4 +346,46 @@ fn send_files(dir: &std::path::Path, rate: u64, send: &impl Fn(Bytes) -> Result<
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::replication::wire::Frame;
+
+    /// A batch of `keys` whose first update is numbered `seq`.
+    pub(crate) fn numbered(seq: u64, keys: &[&str]) -> lsm::WriteBatch {
+        let mut b = lsm::WriteBatch::new();
+        for k in keys {
+            b.put(k, "v");
+        }
+        let mut raw = b.as_bytes().to_vec();
+        raw[..8].copy_from_slice(&seq.to_le_bytes());
+        lsm::WriteBatch::from_bytes(raw).unwrap()
+    }
+
+    fn sent(out: &mut BytesMut) -> Vec<lsm::WriteBatch> {
+        let mut batches = Vec::new();
+        while let Some(args) = parse_request(out, &Limits::default()).unwrap() {
+            let Frame::Batch(payload) = Frame::parse(args).unwrap() else { panic!("not a batch") };
+            batches.push(lsm::WriteBatch::from_bytes(payload.to_vec()).unwrap());
+        }
+        batches
+    }
+
+    #[test]
+    fn the_feed_starts_exactly_at_the_wanted_sequence_number() {
+        let mut out = BytesMut::new();
+        let mut wanted = 12;
+        push_batch(&mut out, &numbered(7, &["a", "b"]), &mut wanted); // all before: skipped
+        push_batch(&mut out, &lsm::WriteBatch::new(), &mut wanted); // empty: skipped
+        push_batch(&mut out, &numbered(10, &["c", "d", "e"]), &mut wanted); // straddles: cut
+        push_batch(&mut out, &numbered(13, &["f", "g"]), &mut wanted);
+        assert_eq!(wanted, 15);
+        let batches = sent(&mut out);
+        let keys = |b: &lsm::WriteBatch| b.iter().map(|e| e.unwrap().key.to_vec()).collect::<Vec<_>>();
+        assert_eq!(batches.len(), 2);
+        assert_eq!((batches[0].sequence(), keys(&batches[0])), (12, vec![b"e".to_vec()]));
+        assert_eq!((batches[1].sequence(), keys(&batches[1])), (13, vec![b"f".to_vec(), b"g".to_vec()]));
+    }
 }
