@@ -31,14 +31,7 @@ REDIS_PORT=${REDIS_PORT:-16379}
 SHALE_PORT=${SHALE_PORT:-16380}
 TLS=${TLS:-0}
 
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  echo "installing Debian's redis-server and redis-tools" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >&2
-fi
-echo "building shale-server (release)" >&2
-cargo build --release -q -p shale-server
-SHALE=$(pwd)/target/release/shale-server
+. bench/servers.sh
 WORK=$(mktemp -d)
 CLIENT_TLS=()
 listen() { echo "--port $1"; }
@@ -53,7 +46,9 @@ if [ "$TLS" = 1 ]; then
   listen() { echo "--port 0 --tls-port $1 --tls-cert-file $WORK/server.crt --tls-key-file $WORK/server.key --tls-ca-cert-file $WORK/ca.crt --tls-auth-clients no"; }
 fi
 cli() { redis-cli "${CLIENT_TLS[@]}" "$@"; }
-trap 'cli -p $REDIS_PORT shutdown nosave >/dev/null 2>&1 || true; cli -p $SHALE_PORT shutdown >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+# The servers finish shutting down after they answer: wait (up to 10 s) before removing their files.
+trap 'cli -p $REDIS_PORT shutdown nosave >/dev/null 2>&1 || true; cli -p $SHALE_PORT shutdown >/dev/null 2>&1 || true
+      for _ in $(seq 100); do [ -z "$(jobs -pr)" ] && break; sleep 0.1; done; rm -rf "$WORK"' EXIT
 
 wait_port() { for _ in $(seq 100); do cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no server on $1" >&2; exit 1; }
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }

@@ -25,14 +25,7 @@ REDIS_ARGS=${REDIS_ARGS:---save "" --appendonly yes --appendfsync everysec}
 SHALE_ARGS=${SHALE_ARGS:-}
 BASE_PORT=${BASE_PORT:-17100}
 
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  echo "installing Debian's redis-server and redis-tools" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >&2
-fi
-echo "building shale-server (release)" >&2
-cargo build --release -q -p shale-server
-SHALE=$(pwd)/target/release/shale-server
+. bench/servers.sh
 WORK=$(mktemp -d)
 MAX=0; for n in $REPLICAS; do [ "$n" -gt "$MAX" ] && MAX=$n; done
 
