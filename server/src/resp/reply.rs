@@ -160,21 +160,44 @@ pub fn format_double_precision(d: f64, digits: usize) -> String {
     if d == 0.0 {
         return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
-    let sci = format!("{d:.*e}", digits - 1); // e.g. "1.1000000000000001e0" for 17 digits
+    // An integer below 2^53 has at most 16 digits, all exact: `%.17g` prints it as it is. (Scores
+    // are often integers: counters, timestamps.)
+    if d.fract() == 0.0 && d.abs() < 9_007_199_254_740_992.0 && digits >= 16 {
+        return (d as i64).to_string();
+    }
+    // The `digits` significant digits, rounded once; `%g` then places the point (style `f` for
+    // exponents in [-4, digits)) or keeps the exponent, and drops trailing zeros either way.
+    let sci = format!("{:.*e}", digits - 1, d.abs()); // e.g. "1.1000000000000001e0" for 17 digits
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
-    let trim = |t: &str| -> String {
-        if t.contains('.') {
-            t.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            t.to_string()
-        }
-    };
-    if (-4..digits as i32).contains(&exp) {
-        trim(&format!("{:.*}", (digits as i32 - 1 - exp) as usize, d))
-    } else {
-        format!("{}e{}{:02}", trim(mantissa), if exp < 0 { '-' } else { '+' }, exp.abs())
+    let significant: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut out = String::with_capacity(digits + 8);
+    if d < 0.0 {
+        out.push('-');
     }
+    let point_after = if (-4..digits as i32).contains(&exp) {
+        if exp < 0 {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+            out.push_str(&significant);
+            None
+        } else {
+            Some(exp as usize + 1)
+        }
+    } else {
+        Some(1)
+    };
+    if let Some(n) = point_after {
+        out.push_str(&significant[..n]);
+        out.push('.');
+        out.push_str(&significant[n..]);
+    }
+    let trimmed = out.trim_end_matches('0').trim_end_matches('.').len();
+    out.truncate(trimmed);
+    if !(-4..digits as i32).contains(&exp) {
+        out.push_str(&format!("e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs()));
+    }
+    out
 }
 
 /// `<prefix><text>\r\n`; a CR or LF inside a status or error line would break the framing, so
@@ -272,6 +295,28 @@ mod tests {
         let push = Reply::Push(vec![Reply::bulk(&b"message"[..]), Reply::Null]);
         assert_eq!(both(&push), ("*2\r\n$7\r\nmessage\r\n$-1\r\n".into(), ">2\r\n$7\r\nmessage\r\n_\r\n".into()));
         assert_eq!(both(&Reply::Array(vec![])).0, "*0\r\n");
+    }
+
+    /// C's own `%.<digits>g`.
+    fn c_format(d: f64, digits: usize) -> String {
+        extern "C" {
+            fn snprintf(buf: *mut std::ffi::c_char, size: usize, format: *const std::ffi::c_char, ...) -> i32;
+        }
+        let mut buf = [0u8; 64];
+        // SAFETY: a 64-byte buffer, its size passed; `%.*g` takes an int precision and a double.
+        let n = unsafe { snprintf(buf.as_mut_ptr().cast(), buf.len(), c"%.*g".as_ptr(), digits as i32, d) };
+        String::from_utf8(buf[..n as usize].to_vec()).unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn doubles_print_as_c_prints_them(bits: u64, int: i64, digits in 1usize..=17) {
+            for d in [f64::from_bits(bits), int as f64, (int % 100_000) as f64 / 64.0] {
+                if d.is_finite() {
+                    proptest::prop_assert_eq!(format_double_precision(d, digits), c_format(d, digits), "{:e}", d);
+                }
+            }
+        }
     }
 
     #[test]
