@@ -169,6 +169,34 @@ fn range_and_prefix_from_both_ends() {
 }
 
 #[test]
+fn ranges_hand_out_exact_bytes_of_every_size_that_outlive_the_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    // Keys and values from empty to past a block (512 bytes here), in the memtable and in
+    // tables, read from both ends; the entries are kept after the cursor is gone.
+    let sizes = [0usize, 1, 3, 100, 511, 512, 513, 3000, 4096, 5000];
+    let value = |i: usize| -> Vec<u8> { (0..sizes[i % sizes.len()]).map(|j| (i * 31 + j) as u8).collect() };
+    let key = |i: usize| format!("k{i:03}{}", "x".repeat(sizes[(i + 3) % sizes.len()]));
+    for i in 0..120 {
+        db.put(key(i), value(i)).unwrap();
+        if i == 60 {
+            db.flush().unwrap();
+        }
+    }
+    let forward: Vec<_> = db.prefix(b"k").map(|kv| kv.unwrap()).collect();
+    let backward: Vec<_> = db.prefix(b"k").rev().map(|kv| kv.unwrap()).collect();
+    assert_eq!(forward.len(), 120);
+    let mut expected: Vec<(String, Vec<u8>)> = (0..120).map(|i| (key(i), value(i))).collect();
+    expected.sort();
+    for (i, (k, v)) in forward.iter().enumerate() {
+        assert_eq!((&k[..], &v[..]), (expected[i].0.as_bytes(), &expected[i].1[..]), "forward {i}");
+    }
+    for (i, (k, v)) in backward.iter().rev().enumerate() {
+        assert_eq!((&k[..], &v[..]), (expected[i].0.as_bytes(), &expected[i].1[..]), "backward {i}");
+    }
+}
+
+#[test]
 fn concurrent_writers_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small()).unwrap();
