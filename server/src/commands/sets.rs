@@ -180,7 +180,17 @@ fn set_reply(members: impl IntoIterator<Item = Bytes>) -> Reply {
 }
 
 fn smembers(s: &mut Session, args: &[Bytes]) -> Reply {
-    members(&s.state.storage.view(&s.exec, s.db), &args[1]).map_or_else(|e| e, set_reply)
+    // Straight into the reply: the engine hands the members out sorted and once each.
+    let view = s.state.storage.view(&s.exec, s.db);
+    let meta = match set_at(&view, &args[1]) {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return Reply::Set(Vec::new()),
+        Err(e) => return e,
+    };
+    view.elements(meta.uid, Bound::Unbounded)
+        .map(|kv| kv.map(|(m, _)| Reply::Bulk(m)))
+        .collect::<lsm::Result<_>>()
+        .map_or_else(engine_error, Reply::Set)
 }
 
 fn smove(s: &mut Session, args: &[Bytes]) -> Reply {

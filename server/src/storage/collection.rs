@@ -431,17 +431,26 @@ impl std::fmt::Debug for ElementIter<'_> {
     }
 }
 
+impl ElementIter<'_> {
+    /// The field part of an element key, copied: slicing the engine's copy of the whole key
+    /// would turn it into a shared buffer (an allocation and atomic counts) only to drop the
+    /// prefix.
+    fn field(&self, k: &Bytes) -> Bytes {
+        Bytes::copy_from_slice(k.get(self.skip..).unwrap_or_default())
+    }
+}
+
 impl Iterator for ElementIter<'_> {
     type Item = lsm::Result<(Bytes, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        Some(self.range.next()?.map(|(k, v)| (k.slice(self.skip..), v)))
+        Some(self.range.next()?.map(|(k, v)| (self.field(&k), v)))
     }
 }
 
 impl DoubleEndedIterator for ElementIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        Some(self.range.next_back()?.map(|(k, v)| (k.slice(self.skip..), v)))
+        Some(self.range.next_back()?.map(|(k, v)| (self.field(&k), v)))
     }
 }
 
