@@ -338,7 +338,7 @@ impl<'a> View<'a> {
         self.cx
             .range(&self.storage.engine, Bound::Included(prefix), Bound::Excluded(end))
             .rev()
-            .map(move |kv| kv.map(|(k, v)| (k.slice(skip..), v)))
+            .map(move |kv| kv.map(|(k, v)| (key_tail(&k, skip), v)))
     }
 
     /// Adds a new member of a set, hash or sorted set: its element record and its pick record.
@@ -431,12 +431,22 @@ impl std::fmt::Debug for ElementIter<'_> {
     }
 }
 
+/// The part of a key from `from` on, as `Bytes`. Keys from an engine range are fresh copies:
+/// slicing one turns it into a shared buffer (an allocation and atomic counts) only to drop
+/// its prefix, so a short tail is copied instead; a long one is still sliced.
+pub(super) fn key_tail(k: &Bytes, from: usize) -> Bytes {
+    let tail = k.get(from..).unwrap_or_default();
+    if tail.len() <= 256 {
+        Bytes::copy_from_slice(tail)
+    } else {
+        k.slice(from..)
+    }
+}
+
 impl ElementIter<'_> {
-    /// The field part of an element key, copied: slicing the engine's copy of the whole key
-    /// would turn it into a shared buffer (an allocation and atomic counts) only to drop the
-    /// prefix.
+    /// The field part of an element key.
     fn field(&self, k: &Bytes) -> Bytes {
-        Bytes::copy_from_slice(k.get(self.skip..).unwrap_or_default())
+        key_tail(k, self.skip)
     }
 }
 
@@ -468,7 +478,7 @@ impl std::fmt::Debug for ScoreIter<'_> {
 
 impl ScoreIter<'_> {
     fn decode(&self, k: Bytes) -> (f64, Bytes) {
-        (decode_score(&k[self.skip..self.skip + 8]), k.slice(self.skip + 8..))
+        (decode_score(&k[self.skip..self.skip + 8]), key_tail(&k, self.skip + 8))
     }
 }
 
