@@ -155,9 +155,23 @@ impl View<'_> {
         });
         self.noted_walk(walked)?;
         let mut ranks = vec![u64::MAX; fields.len()];
+        // The pick records come in (hash, field) order: sort the fields the same way and walk
+        // both together, comparing hashes (a binary search by field per record cost more).
+        let seed = self.storage.pick_seed();
+        let mut by_hash: Vec<(u64, usize)> =
+            fields.iter().enumerate().map(|(i, (f, _))| (super::picks::member_hash(seed, f), i)).collect();
+        by_hash.sort_unstable();
+        let mut at = 0;
         let walked = read(pick_prefix(self.pdb(), meta.uid), &mut |rest, it| {
-            let Some(field) = rest.get(8..) else { return };
-            if let (Ok(i), Some(n)) = (fields.binary_search_by(|(f, _)| f[..].cmp(field)), ordinal(it.value())) {
+            let (Some(hash), Some(field), Some(n)) = (rest.get(..8), rest.get(8..), ordinal(it.value())) else {
+                return;
+            };
+            let hash = u64::from_be_bytes(hash.try_into().unwrap_or_default());
+            while by_hash.get(at).is_some_and(|&(h, _)| h < hash) {
+                at += 1;
+            }
+            let same_hash = by_hash[at..].iter().take_while(|&&(h, _)| h == hash);
+            if let Some(&(_, i)) = same_hash.into_iter().find(|&&(_, i)| fields[i].0 == field) {
                 ranks[i] = n;
             }
         });
