@@ -329,12 +329,6 @@ fn decode_batch(payload: Bytes) -> Result<lsm::WriteBatch, String> {
     lsm::WriteBatch::from_bytes(payload.to_vec()).map_err(|e| format!("damaged batch: {e}"))
 }
 
-/// What the applier does next: a (merged) batch, or any other frame.
-enum Applied {
-    Batch(lsm::WriteBatch),
-    Frame(Frame),
-}
-
 /// Applies what the link receives, on its own thread.
 struct Applier {
     state: Arc<ServerState>,
@@ -355,16 +349,9 @@ impl Applier {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let result = (|| {
+            // A frame a merge of batches took from the queue and did not use.
             let mut next = None;
             while let Some(frame) = next.take().or_else(|| rx.blocking_recv()) {
-                let frame = match frame {
-                    Frame::Batch(payload) => {
-                        let (batch, after) = Self::merge_queued(decode_batch(payload)?, &mut rx)?;
-                        next = after;
-                        Applied::Batch(batch)
-                    }
-                    other => Applied::Frame(other),
-                };
                 // Under the apply lock: REPLICAOF changes the upstream between frames, never
                 // during one, and no frame of an old upstream applies after the change.
                 let state = Arc::clone(&self.state);
@@ -372,10 +359,7 @@ impl Applier {
                 if !state.replication.current(self.generation) {
                     return Ok(());
                 }
-                match frame {
-                    Applied::Batch(batch) => self.apply_batch(batch)?,
-                    Applied::Frame(frame) => self.apply(frame, &dir)?,
-                }
+                next = self.apply(frame, &dir, &mut rx)?;
             }
             Ok(())
         })();
@@ -389,7 +373,14 @@ impl Applier {
         self.state.storage.engine().path().join("replication").join("incoming")
     }
 
-    fn apply(&mut self, frame: Frame, dir: &std::path::Path) -> Result<(), String> {
+    /// Applies `frame`; a batch takes the batches queued behind it that follow on (see
+    /// [`Self::merge_queued`]) and returns the frame that ended the run, to apply next.
+    fn apply(
+        &mut self,
+        frame: Frame,
+        dir: &std::path::Path,
+        rx: &mut mpsc::Receiver<Frame>,
+    ) -> Result<Option<Frame>, String> {
         let io = |e: std::io::Error| format!("receiving the full sync: {e}");
         match frame {
             Frame::File { name, size } => {
@@ -430,7 +421,12 @@ impl Applier {
                 tracing::info!(target: "shale::replication", sequence = seq, "full sync loaded");
                 self.published(seq);
             }
-            Frame::Batch(payload) => self.apply_batch(decode_batch(payload)?)?,
+            Frame::Batch(payload) => {
+                // The queue is this link's alone: what is merged is the same upstream's.
+                let (batch, after) = Self::merge_queued(decode_batch(payload)?, rx)?;
+                self.apply_batch(batch)?;
+                return Ok(after);
+            }
             Frame::Publish(channel, message) => {
                 self.state.replication.propagate_publish(&channel, &message);
                 let limits = crate::services::pubsub::Limits::from_config(
@@ -440,7 +436,7 @@ impl Applier {
             }
             Frame::Ping | Frame::GetAck => {}
         }
-        Ok(())
+        Ok(None)
     }
 
     /// `first` with the batches already queued behind it whose sequence numbers follow on,
