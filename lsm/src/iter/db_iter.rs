@@ -117,7 +117,9 @@ impl DbIterator {
     }
 
     /// Restricts the keys this cursor stops on to `lower..upper`: positioning and stepping
-    /// past either bound leaves the cursor invalid instead of searching on for a live key.
+    /// past either bound leaves the cursor invalid instead of searching on for a live key, and
+    /// a position asked for outside them is taken at the bound (`seek` below the lower bound
+    /// seeks to it, `seek_to_last` is `seek_for_prev` of the upper bound, …).
     pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
         self.lower = lower;
         self.upper = upper;
@@ -190,8 +192,11 @@ impl DbIterator {
         r
     }
 
-    /// Positions at the first key.
+    /// Positions at the first key (the first at or past the lower bound).
     pub fn seek_to_first(&mut self) -> Result<()> {
+        if !matches!(self.lower, Bound::Unbounded) {
+            return self.seek(&[]);
+        }
         self.run(|s| {
             s.direction = Direction::Forward;
             s.saved_key.clear();
@@ -200,8 +205,12 @@ impl DbIterator {
         })
     }
 
-    /// Positions at the last key.
+    /// Positions at the last key (the last below the upper bound).
     pub fn seek_to_last(&mut self) -> Result<()> {
+        if let Bound::Included(u) | Bound::Excluded(u) = &self.upper {
+            let u = u.clone();
+            return self.seek_for_prev(&u);
+        }
         self.run(|s| {
             s.direction = Direction::Reverse;
             s.saved_value.clear();
@@ -210,23 +219,42 @@ impl DbIterator {
         })
     }
 
-    /// Positions at the first key `>= target`.
+    /// Positions at the first key `>= target` (and within the lower bound).
     pub fn seek(&mut self, target: &[u8]) -> Result<()> {
         self.run(|s| {
             s.direction = Direction::Forward;
             s.saved_key.clear();
-            s.iter.seek(&key::seek_key(target, s.seq))?;
-            s.find_next_user_entry(false)
+            // A target below the lower bound starts at the bound (past it, if excluded).
+            let (ikey, past) = match &s.lower {
+                Bound::Included(l) if target < l.as_slice() => (key::seek_key(l, s.seq), false),
+                Bound::Excluded(l) if target <= l.as_slice() => (key::seek_key(l, s.seq), true),
+                _ => (key::seek_key(target, s.seq), false),
+            };
+            if past {
+                if let Bound::Excluded(l) = &s.lower {
+                    s.saved_key.extend_from_slice(l);
+                }
+            }
+            s.iter.seek(&ikey)?;
+            s.find_next_user_entry(past)
         })
     }
 
-    /// Positions at the last key `<= target`.
+    /// Positions at the last key `<= target` (and within the upper bound).
     pub fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         self.run(|s| {
             s.direction = Direction::Reverse;
             s.saved_value.clear();
-            // The last internal key for `target` is its oldest version: sequence 0, kind Delete.
-            s.iter.seek_for_prev(&key::make_internal_key(target, 0, ValueKind::Delete))?;
+            // The last internal key for a user key is its oldest version: sequence 0, kind
+            // Delete; the one before all of an excluded bound's entries is its newest possible.
+            let ikey = match &s.upper {
+                Bound::Excluded(u) if target >= u.as_slice() => {
+                    key::make_internal_key(u, key::MAX_SEQUENCE, ValueKind::MAX)
+                }
+                Bound::Included(u) if target > u.as_slice() => key::make_internal_key(u, 0, ValueKind::Delete),
+                _ => key::make_internal_key(target, 0, ValueKind::Delete),
+            };
+            s.iter.seek_for_prev(&ikey)?;
             s.find_prev_user_entry()
         })
     }

@@ -1,0 +1,181 @@
+//! Keys with many versions: cursors return exactly what a `BTreeMap` model holds, at the
+//! latest sequence number and at every snapshot, in both directions and with bounds.
+//!
+//! `PROPTEST_CASES` scales the number of model cases (default 64).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use lsm::{Db, Options, ReadOptions, Snapshot};
+use proptest::prelude::*;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+/// A cursor's bounds (`lower..upper`) when it has some, and the steps it takes.
+type Walk = (Option<(Vec<u8>, Vec<u8>)>, Vec<Step>);
+
+/// Five keys, so runs of versions are long.
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    (0u8..5).prop_map(|i| vec![b'k', b'0' + i])
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, u16),
+    Delete(Vec<u8>),
+    DeleteRange(Vec<u8>, Vec<u8>),
+    Snapshot,
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => (key(), any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)),
+        6 => key().prop_map(Op::Delete),
+        1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
+        3 => Just(Op::Snapshot),
+        1 => Just(Op::Flush),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    First,
+    Last,
+    Seek(Vec<u8>),
+    SeekForPrev(Vec<u8>),
+    Next,
+    Prev,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => Just(Step::First),
+        1 => Just(Step::Last),
+        1 => key().prop_map(Step::Seek),
+        1 => key().prop_map(Step::SeekForPrev),
+        3 => Just(Step::Next),
+        3 => Just(Step::Prev),
+    ]
+}
+
+/// A cursor (with `lower..upper` bounds when given) walked through `steps` must stop where the
+/// model says, with the model's value.
+fn check_walk(db: &Db, opts: &ReadOptions, model: &Model, bounds: Option<(Vec<u8>, Vec<u8>)>, steps: &[Step]) {
+    let mut it = db.iter(opts);
+    let model: Model = match &bounds {
+        Some((lo, hi)) => model
+            .range::<Vec<u8>, _>((Bound::Included(lo), Bound::Excluded(hi)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        None => model.clone(),
+    };
+    if let Some((lo, hi)) = bounds {
+        it.set_bounds(Bound::Included(lo), Bound::Excluded(hi));
+    }
+    let mut pos: Option<Vec<u8>> = None;
+    for (i, s) in steps.iter().enumerate() {
+        match s {
+            Step::First => {
+                it.seek_to_first().unwrap();
+                pos = model.keys().next().cloned();
+            }
+            Step::Last => {
+                it.seek_to_last().unwrap();
+                pos = model.keys().next_back().cloned();
+            }
+            Step::Seek(k) => {
+                it.seek(k).unwrap();
+                pos = model.range(k.clone()..).next().map(|(k, _)| k.clone());
+            }
+            Step::SeekForPrev(k) => {
+                it.seek_for_prev(k).unwrap();
+                pos = model.range(..=k.clone()).next_back().map(|(k, _)| k.clone());
+            }
+            Step::Next => {
+                it.next().unwrap();
+                if let Some(p) = &pos {
+                    pos = model
+                        .range::<Vec<u8>, _>((Bound::Excluded(p), Bound::Unbounded))
+                        .next()
+                        .map(|(k, _)| k.clone());
+                }
+            }
+            Step::Prev => {
+                it.prev().unwrap();
+                if let Some(p) = &pos {
+                    pos = model.range(..p.clone()).next_back().map(|(k, _)| k.clone());
+                }
+            }
+        }
+        assert_eq!(it.valid(), pos.is_some(), "after step {i} {s:?} of {steps:?}");
+        if let Some(p) = &pos {
+            assert_eq!(it.key(), p.as_slice(), "after step {i} {s:?} of {steps:?}");
+            assert_eq!(it.value(), model[p].as_slice(), "value after step {i} {s:?}");
+        }
+    }
+}
+
+fn scan(db: &Db, opts: &ReadOptions, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let r = db.range_with::<&[u8], _>(.., opts);
+    let kv = |x: lsm::Result<(lsm::Bytes, lsm::Bytes)>| x.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap();
+    if reverse {
+        r.rev().map(kv).collect()
+    } else {
+        r.map(kv).collect()
+    }
+}
+
+fn run(ops: Vec<Op>, walks: Vec<Walk>) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default().write_buffer_size(1 << 20)).unwrap();
+    let mut model = Model::new();
+    let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                let v = v.to_be_bytes().to_vec();
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            Op::Delete(k) => {
+                db.delete(&k).unwrap();
+                model.remove(&k);
+            }
+            Op::DeleteRange(a, b) => {
+                db.delete_range(&a, &b).unwrap();
+                model.retain(|k, _| !(k >= &a && k < &b));
+            }
+            Op::Snapshot => snaps.push((db.snapshot(), model.clone())),
+            Op::Flush => db.flush().unwrap(),
+        }
+    }
+    let latest = (ReadOptions::default(), model);
+    let views =
+        std::iter::once((latest.0, &latest.1)).chain(snaps.iter().map(|(s, m)| (ReadOptions::new().snapshot(s), m)));
+    for (opts, m) in views {
+        let forward: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(scan(&db, &opts, false), forward);
+        assert_eq!(scan(&db, &opts, true), forward.iter().rev().cloned().collect::<Vec<_>>());
+        for (bounds, steps) in &walks {
+            check_walk(&db, &opts, m, bounds.clone(), steps);
+        }
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #[test]
+    fn cursors_over_keys_with_many_versions_agree_with_the_model(
+        ops in proptest::collection::vec(op(), 1..400),
+        walks in proptest::collection::vec(
+            (proptest::option::of((key(), key()).prop_map(|(a, b)| if a <= b { (a, b) } else { (b, a) })), proptest::collection::vec(step(), 1..16)),
+            1..4,
+        ),
+    ) {
+        run(ops, walks);
+    }
+}
