@@ -1,5 +1,8 @@
-//! Keys with many versions: cursors return exactly what a `BTreeMap` model holds, at the
-//! latest sequence number and at every snapshot, in both directions and with bounds.
+//! Keys with many versions: a cursor seeks past a key's run of old (or, for a snapshot, too
+//! new) versions instead of stepping over each one, so a range read costs the same however
+//! often its keys were overwritten since the last flush — and still returns exactly what a
+//! `BTreeMap` model holds, at the latest sequence number and at every snapshot, in both
+//! directions and with bounds.
 //!
 //! `PROPTEST_CASES` scales the number of model cases (default 64).
 
@@ -178,4 +181,84 @@ proptest! {
     ) {
         run(ops, walks);
     }
+}
+
+/// Entries examined and seeks past old versions while `f` reads.
+fn cost(db: &Db, f: impl FnOnce()) -> (u64, u64) {
+    let before = db.stats();
+    f();
+    let after = db.stats();
+    (after.iter_entries - before.iter_entries, after.iter_reseeks - before.iter_reseeks)
+}
+
+#[test]
+fn a_range_read_past_a_key_overwritten_thousands_of_times_costs_a_seek() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.put(b"a", b"first").unwrap();
+    for i in 0..10_000u32 {
+        db.put(b"hot", i.to_be_bytes()).unwrap();
+    }
+    db.put(b"z", b"last").unwrap();
+    let all = |reverse| scan(&db, &ReadOptions::default(), reverse);
+    let (entries, reseeks) = cost(&db, || {
+        assert_eq!(all(false).iter().map(|(k, _)| k.as_slice()).collect::<Vec<_>>(), [&b"a"[..], b"hot", b"z"]);
+    });
+    assert!(entries < 40 && reseeks >= 1, "forward: {entries} entries examined, {reseeks} seeks");
+    let (entries, reseeks) = cost(&db, || {
+        let back = all(true);
+        assert_eq!(back[1], (b"hot".to_vec(), 9_999u32.to_be_bytes().to_vec()), "the newest version, walking back");
+    });
+    assert!(entries < 40 && reseeks >= 1, "backward: {entries} entries examined, {reseeks} seeks");
+}
+
+#[test]
+fn a_snapshot_reader_seeks_past_versions_written_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    for k in [&b"a"[..], b"hot", b"z"] {
+        db.put(k, b"old").unwrap();
+    }
+    let snap = db.snapshot();
+    for i in 0..10_000u32 {
+        db.put(b"hot", i.to_be_bytes()).unwrap();
+    }
+    let opts = ReadOptions::new().snapshot(&snap);
+    for reverse in [false, true] {
+        let (entries, reseeks) = cost(&db, || {
+            let got = scan(&db, &opts, reverse);
+            assert_eq!(got.len(), 3);
+            assert!(got.iter().all(|(_, v)| v == b"old"), "the snapshot's versions only: {got:?}");
+        });
+        assert!(entries < 40 && reseeks >= 1, "reverse {reverse}: {entries} entries examined, {reseeks} seeks");
+    }
+    // Stepping back from the hot key onto the one before it passes the newer versions too.
+    let mut it = db.iter(&opts);
+    it.seek(b"hot").unwrap();
+    let (_, reseeks) = cost(&db, || {
+        it.prev().unwrap();
+        assert_eq!(it.key(), b"a");
+        drop(it);
+    });
+    assert!(reseeks >= 1, "prev past newer versions seeks");
+}
+
+#[test]
+fn a_key_deleted_after_many_versions_stays_deleted_in_both_directions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    for i in 0..100u32 {
+        db.put(b"b", i.to_be_bytes()).unwrap();
+        db.put(b"c", i.to_be_bytes()).unwrap();
+    }
+    db.delete(b"b").unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.put(b"d", b"2").unwrap();
+    let want = vec![
+        (b"a".to_vec(), b"1".to_vec()),
+        (b"c".to_vec(), 99u32.to_be_bytes().to_vec()),
+        (b"d".to_vec(), b"2".to_vec()),
+    ];
+    assert_eq!(scan(&db, &ReadOptions::default(), false), want);
+    assert_eq!(scan(&db, &ReadOptions::default(), true), want.into_iter().rev().collect::<Vec<_>>());
 }

@@ -40,6 +40,8 @@ pub struct ReadCounts {
     pub iter_entries: AtomicU64,
     /// Of those, deletions (point tombstones and entries hidden by range tombstones).
     pub iter_tombstones: AtomicU64,
+    /// Seeks cursors made to pass a key's many old (or too new) versions instead of stepping.
+    pub iter_reseeks: AtomicU64,
 }
 
 impl ReadCounters {

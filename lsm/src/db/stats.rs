@@ -51,6 +51,8 @@ pub struct Stats {
     pub iter_entries: u64,
     /// Of those, deletions: what tombstones cost readers.
     pub iter_tombstones: u64,
+    /// Seeks range reads made past a key's many versions instead of stepping over them.
+    pub iter_reseeks: u64,
     /// Point tombstones in tables (from each table's properties).
     pub table_tombstones: u64,
     /// Tables marked for compaction because a window of their entries is mostly tombstones.
@@ -111,8 +113,8 @@ impl fmt::Display for Stats {
         writeln!(f, "Bloom: {} checks, {} useful", self.bloom_checks, self.bloom_useful)?;
         writeln!(
             f,
-            "Iterators: {} entries examined, {} of them deletions; tables: {} tombstones, {} marked for compaction",
-            self.iter_entries, self.iter_tombstones, self.table_tombstones, self.tables_marked_for_compaction
+            "Iterators: {} entries examined, {} of them deletions, {} seeks past old versions; tables: {} tombstones, {} marked for compaction",
+            self.iter_entries, self.iter_tombstones, self.iter_reseeks, self.table_tombstones, self.tables_marked_for_compaction
         )?;
         writeln!(
             f,
@@ -158,6 +160,7 @@ impl DbInner {
             bloom_useful: r.total(|c| &c.bloom_useful),
             iter_entries: r.total(|c| &c.iter_entries),
             iter_tombstones: r.total(|c| &c.iter_tombstones),
+            iter_reseeks: r.total(|c| &c.iter_reseeks),
             table_tombstones: v.files().map(|(_, f)| f.num_deletions).sum(),
             tables_marked_for_compaction: v.files().filter(|(_, f)| f.marked_for_compaction).count(),
             memtable_bytes: sv.mem.approximate_size(),

@@ -8,6 +8,18 @@
 //! deleted entries stops at them, so a range whose keys are all deleted costs the entries inside
 //! it, never a walk to the next live key of the whole database. Every internal entry examined
 //! is counted in the engine's read counters (`Stats::iter_entries`, `Stats::iter_tombstones`).
+//!
+//! **Old versions cost at most a seek.** A key overwritten many times since the last flush
+//! has all its versions next to each other in the memtable (newest first), and a cursor
+//! stepping forward from the version it returns would otherwise pass every older one: a range
+//! read over a hot counter, a bitmap segment rewritten by each SETBIT or a collection's
+//! metadata would cost more with every write. As RocksDB's `max_sequential_skip_in_iterations`
+//! does, once [`MAX_SEQUENTIAL_SKIPS`] entries of one user key have been passed over, the
+//! cursor seeks past the rest of them instead (to the key's oldest possible internal key), and
+//! past versions newer than its snapshot the same way (to the key's newest visible version).
+//! Moving backward, once that many entries of one key have been collected, the key's newest
+//! visible version is found with a forward seek and the cursor seeks back to before the key.
+//! The seeks are counted in `Stats::iter_reseeks`.
 
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -20,6 +32,10 @@ use crate::key::{self, ValueKind};
 use crate::range_del::Tombstones;
 use crate::snapshot::Snapshot;
 use crate::{Error, Result};
+
+/// Entries of one user key a cursor steps over before it seeks past the rest (see the module
+/// docs; RocksDB's `max_sequential_skip_in_iterations` defaults to the same 8).
+pub const MAX_SEQUENTIAL_SKIPS: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
@@ -49,12 +65,17 @@ pub struct DbIterator {
     valid: bool,
     saved_key: Vec<u8>,
     saved_value: Vec<u8>,
+    /// The user key of the run of entries being stepped over (versions newer than the
+    /// snapshot going forward; any entries going backward).
+    run_key: Vec<u8>,
     status: Option<Error>,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
-    /// Entries examined and tombstones among them, not yet added to `counters`.
+    /// Entries examined, tombstones among them and seeks past old versions, not yet added to
+    /// `counters`.
     entries_seen: u64,
     deleted_seen: u64,
+    reseeks: u64,
     counters: Option<Arc<ReadCounters>>,
     // Keep the memtables and table files this cursor reads alive, and the snapshot registered.
     _sv: Option<Arc<SuperVersion>>,
@@ -84,11 +105,13 @@ impl DbIterator {
             valid: false,
             saved_key: Vec::new(),
             saved_value: Vec::new(),
+            run_key: Vec::new(),
             status: None,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
             entries_seen: 0,
             deleted_seen: 0,
+            reseeks: 0,
             counters: Some(counters),
             _sv: Some(sv),
             _snapshot: snapshot,
@@ -105,11 +128,13 @@ impl DbIterator {
             valid: false,
             saved_key: Vec::new(),
             saved_value: Vec::new(),
+            run_key: Vec::new(),
             status: Some(err),
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
             entries_seen: 0,
             deleted_seen: 0,
+            reseeks: 0,
             counters: None,
             _sv: None,
             _snapshot: None,
@@ -291,11 +316,23 @@ impl DbIterator {
         }
         self.run(|s| {
             if s.direction == Direction::Forward {
-                // Step back past every entry of the current key.
+                // Step back past every entry of the current key (newer versions than the
+                // snapshot's lie before it: past a few of them, seek).
                 s.saved_key.clear();
                 s.saved_key.extend_from_slice(key::user_key(s.iter.key()));
+                let mut stepped = 0;
                 loop {
-                    s.iter.prev()?;
+                    stepped += 1;
+                    if stepped > MAX_SEQUENTIAL_SKIPS {
+                        s.reseeks += 1;
+                        s.iter.seek_for_prev(&key::make_internal_key(
+                            &s.saved_key,
+                            key::MAX_SEQUENCE,
+                            ValueKind::MAX,
+                        ))?;
+                    } else {
+                        s.iter.prev()?;
+                    }
                     if !s.iter.valid() {
                         s.valid = false;
                         s.saved_key.clear();
@@ -322,8 +359,12 @@ impl DbIterator {
     }
 
     /// Forward: stops on the newest visible Put of a key not hidden by a newer tombstone or
-    /// (when `skipping`) equal to `saved_key`.
+    /// (when `skipping`) equal to `saved_key`. Past [`MAX_SEQUENTIAL_SKIPS`] entries of one key
+    /// in a row (older versions of `saved_key`, or versions newer than the snapshot) it seeks
+    /// past the rest of them.
     fn find_next_user_entry(&mut self, mut skipping: bool) -> Result<()> {
+        // Older versions of `saved_key` passed over in a row, and newer versions of `run_key`.
+        let (mut passed, mut newer) = (0, 0);
         while self.iter.valid() {
             let p = key::parse(self.iter.key())
                 .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
@@ -331,13 +372,32 @@ impl DbIterator {
                 break;
             }
             self.entries_seen += 1;
-            if p.seq <= self.seq {
+            if p.seq > self.seq {
+                passed = 0;
+                if newer == 0 || p.user_key != self.run_key.as_slice() {
+                    self.run_key.clear();
+                    self.run_key.extend_from_slice(p.user_key);
+                    newer = 0;
+                }
+                newer += 1;
+                if newer > MAX_SEQUENTIAL_SKIPS {
+                    // To the key's newest version the snapshot sees.
+                    self.reseek(&key::seek_key(&self.run_key, self.seq))?;
+                    newer = 0;
+                    continue;
+                }
+            } else {
+                newer = 0;
                 match Self::effective_kind(&mut self.tombstones, p.kind, p.user_key, p.seq) {
                     ValueKind::Delete => {
                         self.deleted_seen += 1;
-                        self.saved_key.clear();
-                        self.saved_key.extend_from_slice(p.user_key);
+                        if !(skipping && p.user_key == self.saved_key.as_slice()) {
+                            self.saved_key.clear();
+                            self.saved_key.extend_from_slice(p.user_key);
+                            passed = 0;
+                        }
                         skipping = true;
+                        passed += 1;
                     }
                     ValueKind::Put => {
                         if !(skipping && p.user_key <= self.saved_key.as_slice()) {
@@ -345,8 +405,15 @@ impl DbIterator {
                             self.saved_key.clear();
                             return Ok(());
                         }
+                        passed += 1;
                     }
                     ValueKind::RangeDelete => {}
+                }
+                if passed > MAX_SEQUENTIAL_SKIPS {
+                    // Past the key's oldest possible version.
+                    self.reseek(&key::make_internal_key(&self.saved_key, 0, ValueKind::Delete))?;
+                    passed = 0;
+                    continue;
                 }
             }
             self.iter.next()?;
@@ -356,9 +423,19 @@ impl DbIterator {
         Ok(())
     }
 
+    /// Moves the inner cursor forward to `target`, past entries not worth stepping over.
+    fn reseek(&mut self, target: &[u8]) -> Result<()> {
+        self.reseeks += 1;
+        self.iter.seek(target)
+    }
+
     /// Backward: collects the newest visible version of the key before the inner cursor.
+    /// Past [`MAX_SEQUENTIAL_SKIPS`] entries of one key it finds that version with a forward
+    /// seek instead, and seeks back to before the key.
     fn find_prev_user_entry(&mut self) -> Result<()> {
         let mut value_kind = ValueKind::Delete;
+        // Entries of `run_key` stepped over in a row.
+        let mut run = 0;
         while self.iter.valid() {
             let p = key::parse(self.iter.key())
                 .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
@@ -382,6 +459,24 @@ impl DbIterator {
                     self.saved_value.extend_from_slice(self.iter.value());
                 }
             }
+            if run == 0 || p.user_key != self.run_key.as_slice() {
+                self.run_key.clear();
+                self.run_key.extend_from_slice(p.user_key);
+                run = 0;
+            }
+            run += 1;
+            if run > MAX_SEQUENTIAL_SKIPS {
+                // Versions newer than the snapshot of a key below the one saved end the walk
+                // just as its first visible version would; so does a key below the bounds.
+                if (value_kind != ValueKind::Delete && self.run_key < self.saved_key)
+                    || !self.above_lower(&self.run_key)
+                {
+                    break;
+                }
+                value_kind = self.newest_visible_of_run_key()?;
+                run = 0;
+                continue;
+            }
             self.iter.prev()?;
         }
         if value_kind == ValueKind::Delete {
@@ -394,6 +489,39 @@ impl DbIterator {
         }
         Ok(())
     }
+
+    /// Backward, amid many entries of `run_key`: saves the key's newest visible version (a
+    /// forward seek finds it) and leaves the inner cursor just before the key's entries.
+    /// Returns that version's kind (Delete when the key is deleted or has none visible).
+    fn newest_visible_of_run_key(&mut self) -> Result<ValueKind> {
+        self.reseeks += 1;
+        self.iter.seek(&key::seek_key(&self.run_key, self.seq))?;
+        let mut kind = ValueKind::Delete;
+        // Every entry from the seek on was written at or before the snapshot.
+        while self.iter.valid() {
+            let p = key::parse(self.iter.key())
+                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            if p.user_key != self.run_key.as_slice() {
+                break;
+            }
+            if p.kind != ValueKind::RangeDelete {
+                self.entries_seen += 1;
+                kind = Self::effective_kind(&mut self.tombstones, p.kind, p.user_key, p.seq);
+                break;
+            }
+            self.iter.next()?;
+        }
+        self.saved_key.clear();
+        self.saved_value.clear();
+        if kind == ValueKind::Delete {
+            self.deleted_seen += 1;
+        } else {
+            self.saved_key.extend_from_slice(&self.run_key);
+            self.saved_value.extend_from_slice(self.iter.value());
+        }
+        self.iter.seek_for_prev(&key::make_internal_key(&self.run_key, key::MAX_SEQUENCE, ValueKind::MAX))?;
+        Ok(kind)
+    }
 }
 
 impl Drop for DbIterator {
@@ -401,6 +529,7 @@ impl Drop for DbIterator {
         if let Some(c) = &self.counters {
             c.local().iter_entries.fetch_add(self.entries_seen, Ordering::Relaxed);
             c.local().iter_tombstones.fetch_add(self.deleted_seen, Ordering::Relaxed);
+            c.local().iter_reseeks.fetch_add(self.reseeks, Ordering::Relaxed);
         }
     }
 }

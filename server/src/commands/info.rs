@@ -314,6 +314,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         fields.push(("lsm_block_cache_misses".into(), stats.block_cache_misses.to_string()));
         fields.push(("lsm_iter_entries".into(), stats.iter_entries.to_string()));
         fields.push(("lsm_iter_tombstones".into(), stats.iter_tombstones.to_string()));
+        fields.push(("lsm_iter_reseeks".into(), stats.iter_reseeks.to_string()));
         fields.push(("lsm_table_tombstones".into(), stats.table_tombstones.to_string()));
         fields.push(("lsm_tables_marked_for_compaction".into(), stats.tables_marked_for_compaction.to_string()));
         section("LSM", fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect());
