@@ -23,7 +23,9 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put(Vec<u8>, u16),
+    /// A key, a number and how many bytes of padding follow it (large values count as more
+    /// steps).
+    Put(Vec<u8>, u16, usize),
     Delete(Vec<u8>),
     DeleteRange(Vec<u8>, Vec<u8>),
     Snapshot,
@@ -32,7 +34,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        30 => (key(), any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)),
+        30 => (key(), any::<u16>(), prop_oneof![4 => Just(0usize), 1 => 0usize..3000]).prop_map(|(k, v, n)| Op::Put(k, v, n)),
         6 => key().prop_map(Op::Delete),
         1 => (key(), key()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
         3 => Just(Op::Snapshot),
@@ -135,8 +137,9 @@ fn run(ops: Vec<Op>, walks: Vec<Walk>) {
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
         match op {
-            Op::Put(k, v) => {
-                let v = v.to_be_bytes().to_vec();
+            Op::Put(k, v, padding) => {
+                let mut v = v.to_be_bytes().to_vec();
+                v.resize(2 + padding, b'.');
                 db.put(&k, &v).unwrap();
                 model.insert(k, v);
             }
@@ -261,4 +264,30 @@ fn a_key_deleted_after_many_versions_stays_deleted_in_both_directions() {
     ];
     assert_eq!(scan(&db, &ReadOptions::default(), false), want);
     assert_eq!(scan(&db, &ReadOptions::default(), true), want.into_iter().rev().collect::<Vec<_>>());
+}
+
+#[test]
+fn seeking_past_old_versions_leaves_tables_past_the_target_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    // A table of keys after the hot ones, then 200 keys of 20 versions each in the memtable.
+    for i in 0..1000u32 {
+        db.put(format!("z{i:04}"), b"cold").unwrap();
+    }
+    db.flush().unwrap();
+    for v in 0..20u32 {
+        for k in 0..200u32 {
+            db.put(format!("h{k:03}"), v.to_be_bytes()).unwrap();
+        }
+    }
+    let before = db.stats();
+    let hot: Vec<_> = db.range_with(&b"h"[..]..&b"i"[..], &ReadOptions::default()).map(|r| r.unwrap()).collect();
+    let after = db.stats();
+    assert_eq!(hot.len(), 200);
+    assert!(hot.iter().all(|(_, v)| v.as_ref() == 19u32.to_be_bytes()), "newest versions");
+    let reseeks = after.iter_reseeks - before.iter_reseeks;
+    let blocks =
+        (after.block_cache_hits + after.block_cache_misses) - (before.block_cache_hits + before.block_cache_misses);
+    assert!(reseeks >= 200, "a seek past each hot key's old versions: {reseeks}");
+    assert!(blocks < 10, "the table past the hot keys is not sought again at each of them: {blocks} block reads");
 }

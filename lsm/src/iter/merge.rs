@@ -168,7 +168,27 @@ impl InternalIterator for MergingIterator {
         self.reposition(Direction::Reverse, |c| c.seek_to_last())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        self.reposition(Direction::Forward, |c| c.seek(target))
+        // Forward, with the current key before `target`: every child sits on its first entry
+        // past what was consumed, so one already at or past `target` is where a seek would put
+        // it (an exhausted one stays exhausted), and only the children behind `target` move —
+        // a cursor seeking ahead (past a key's old versions, to the next bucket) pays for the
+        // sources that hold the keys it skips, not for every table.
+        let ahead = self.direction == Direction::Forward
+            && self.heap.first().is_some_and(|&i| key::compare(self.children[i].key(), target) == Ordering::Less);
+        if !ahead {
+            return self.reposition(Direction::Forward, |c| c.seek(target));
+        }
+        for k in 0..self.heap.len() {
+            let c = &mut self.children[self.heap[k]];
+            if key::compare(c.key(), target) == Ordering::Less {
+                if let Err(e) = c.seek(target) {
+                    self.heap.clear();
+                    return Err(e);
+                }
+            }
+        }
+        self.rebuild(Direction::Forward);
+        Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         self.reposition(Direction::Reverse, |c| c.seek_for_prev(target))
