@@ -14,8 +14,10 @@
 //! stepping forward from the version it returns would otherwise pass every older one: a range
 //! read over a hot counter, a bitmap segment rewritten by each SETBIT or a collection's
 //! metadata would cost more with every write. As RocksDB's `max_sequential_skip_in_iterations`
-//! does, once [`MAX_SEQUENTIAL_SKIPS`] entries of one user key have been passed over, the
-//! cursor seeks past the rest of them instead (to the key's oldest possible internal key), and
+//! does, once [`MAX_SEQUENTIAL_SKIPS`] entries of one user key have been passed over (fewer
+//! when they are large: each [`SKIP_BYTES`] of an entry counts as one more, since large
+//! versions lie in a table block each and every step loads one), the cursor seeks past the
+//! rest of them instead (to the key's oldest possible internal key), and
 //! past versions newer than its snapshot the same way (to the key's newest visible version).
 //! Moving backward, once that many entries of one key have been collected, the key's newest
 //! visible version is found with a forward seek and the cursor seeks back to before the key.
@@ -36,6 +38,9 @@ use crate::{Error, Result};
 /// Entries of one user key a cursor steps over before it seeks past the rest (see the module
 /// docs; RocksDB's `max_sequential_skip_in_iterations` defaults to the same 8).
 pub const MAX_SEQUENTIAL_SKIPS: usize = 8;
+
+/// Bytes of an entry that count as one more step over it (see [`MAX_SEQUENTIAL_SKIPS`]).
+pub const SKIP_BYTES: usize = 512;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
@@ -322,7 +327,7 @@ impl DbIterator {
                 s.saved_key.extend_from_slice(key::user_key(s.iter.key()));
                 let mut stepped = 0;
                 loop {
-                    stepped += 1;
+                    stepped += s.step_cost();
                     if stepped > MAX_SEQUENTIAL_SKIPS {
                         s.reseeks += 1;
                         s.iter.seek_for_prev(&key::make_internal_key(
@@ -379,7 +384,7 @@ impl DbIterator {
                     self.run_key.extend_from_slice(p.user_key);
                     newer = 0;
                 }
-                newer += 1;
+                newer += self.step_cost();
                 if newer > MAX_SEQUENTIAL_SKIPS {
                     // To the key's newest version the snapshot sees.
                     self.reseek(&key::seek_key(&self.run_key, self.seq))?;
@@ -397,7 +402,7 @@ impl DbIterator {
                             passed = 0;
                         }
                         skipping = true;
-                        passed += 1;
+                        passed += self.step_cost();
                     }
                     ValueKind::Put => {
                         if !(skipping && p.user_key <= self.saved_key.as_slice()) {
@@ -405,7 +410,7 @@ impl DbIterator {
                             self.saved_key.clear();
                             return Ok(());
                         }
-                        passed += 1;
+                        passed += self.step_cost();
                     }
                     ValueKind::RangeDelete => {}
                 }
@@ -421,6 +426,11 @@ impl DbIterator {
         self.saved_key.clear();
         self.valid = false;
         Ok(())
+    }
+
+    /// What stepping over the inner cursor's entry counts toward [`MAX_SEQUENTIAL_SKIPS`].
+    fn step_cost(&self) -> usize {
+        1 + (self.iter.key().len() + self.iter.value().len()) / SKIP_BYTES
     }
 
     /// Moves the inner cursor forward to `target`, past entries not worth stepping over.
@@ -464,7 +474,7 @@ impl DbIterator {
                 self.run_key.extend_from_slice(p.user_key);
                 run = 0;
             }
-            run += 1;
+            run += self.step_cost();
             if run > MAX_SEQUENTIAL_SKIPS {
                 // Versions newer than the snapshot of a key below the one saved end the walk
                 // just as its first visible version would; so does a key below the bounds.
