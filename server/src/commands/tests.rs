@@ -286,3 +286,64 @@ fn key_positions_follow_the_table() {
     assert_eq!(positions("ping", 1), Vec::<usize>::new(), "no keys");
     assert_eq!(positions("get", 1), Vec::<usize>::new(), "never past the arguments");
 }
+
+#[test]
+fn geosearch_reads_its_cells_with_one_cursor_and_sees_a_transactions_own_writes() {
+    let (_d, mut s) = session();
+    let bulks = |r: &Reply| -> std::collections::BTreeSet<String> {
+        let Reply::Array(items) = r else { panic!("not an array: {r:?}") };
+        items
+            .iter()
+            .map(|i| match i {
+                Reply::Bulk(b) => String::from_utf8(b.to_vec()).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    run(&mut s, &["geoadd", "g", "0", "0", "origin"]);
+    for lon in -12..=12 {
+        for lat in -12..=12 {
+            run(
+                &mut s,
+                &[
+                    "geoadd",
+                    "g",
+                    &format!("{}", lon as f64 * 0.5),
+                    &format!("{}", lat as f64 * 0.5),
+                    &format!("p{lon}_{lat}"),
+                ],
+            );
+        }
+    }
+    // Every member within 400 km of the origin, as GEODIST measures it.
+    let mut want = std::collections::BTreeSet::new();
+    for lon in -12..=12 {
+        for lat in -12..=12 {
+            let m = format!("p{lon}_{lat}");
+            let Reply::Bulk(d) = run(&mut s, &["geodist", "g", "origin", &m, "km"]) else { panic!() };
+            if std::str::from_utf8(&d).unwrap().parse::<f64>().unwrap() <= 400.0 {
+                want.insert(m);
+            }
+        }
+    }
+    want.insert("origin".into());
+    assert!(want.len() > 50 && want.len() < 625, "a radius that cuts the grid: {}", want.len());
+    let got = bulks(&run(&mut s, &["geosearch", "g", "frommember", "origin", "byradius", "400", "km"]));
+    assert_eq!(got, want);
+    assert_eq!(bulks(&run(&mut s, &["georadius_ro", "g", "0", "0", "400", "km"])), want);
+    // Inside a transaction the search sees what the transaction added and removed.
+    run(&mut s, &["multi"]);
+    run(&mut s, &["geoadd", "g", "0.25", "0.25", "newcomer"]);
+    run(&mut s, &["zrem", "g", "p0_0"]);
+    run(&mut s, &["geosearch", "g", "fromlonlat", "0", "0", "byradius", "400", "km"]);
+    let Reply::Array(replies) = run(&mut s, &["exec"]) else { panic!() };
+    let mut inside = want.clone();
+    inside.insert("newcomer".into());
+    inside.remove("p0_0");
+    assert_eq!(bulks(&replies[2]), inside);
+    assert_eq!(bulks(&run(&mut s, &["geosearch", "g", "fromlonlat", "0", "0", "byradius", "400", "km"])), inside);
+    // COUNT ANY stops at the count, whichever cells the members are in.
+    let any =
+        bulks(&run(&mut s, &["geosearch", "g", "fromlonlat", "0", "0", "byradius", "400", "km", "count", "7", "any"]));
+    assert!(any.len() == 7 && any.is_subset(&inside), "{any:?}");
+}

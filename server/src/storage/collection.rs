@@ -419,6 +419,71 @@ impl<'a> View<'a> {
     }
 }
 
+impl View<'_> {
+    /// Calls `visit` with `(score, member)` of each member of the sorted set `meta` whose
+    /// score lies in one of `ranges` (`[min, max)` each, visited in the order given, each in
+    /// score order) until it returns false. One engine cursor serves every range (a geo
+    /// search reads nine): a range costs a seek, not a cursor of its own.
+    pub fn scores_in(
+        &self,
+        meta: &Meta,
+        ranges: &[(f64, f64)],
+        mut visit: impl FnMut(f64, Bytes) -> bool,
+    ) -> lsm::Result<()> {
+        let prefix = score_prefix(self.pdb, meta.uid);
+        let bounds = ScoreBounds::of(meta);
+        let with_prefix = |suffix: &[u8]| {
+            let mut k = prefix.clone();
+            k.extend_from_slice(suffix);
+            k
+        };
+        let (low, high) = (
+            with_prefix(&bounds.low),
+            if bounds.high.is_empty() { prefix_end(&prefix) } else { with_prefix(&bounds.high) },
+        );
+        let span = |&(min, max): &(f64, f64)| {
+            (with_prefix(&encode_score(min)).max(low.clone()), with_prefix(&encode_score(max)).min(high.clone()))
+        };
+        let skip = prefix.len();
+        let Some(mut it) = self.cursor() else {
+            // Inside a transaction: its writes merged in, a range at a time.
+            for r in ranges {
+                let (start, end) = span(r);
+                for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)) {
+                    let k = kv?.0;
+                    if !visit(decode_score(&k[skip..skip + 8]), key_tail(&k, skip + 8)) {
+                        return Ok(());
+                    }
+                }
+            }
+            return Ok(());
+        };
+        let walk = (|| {
+            for r in ranges {
+                let (start, end) = span(r);
+                if start >= end {
+                    continue;
+                }
+                it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
+                it.seek(&start)?;
+                while it.valid() {
+                    let k = it.key();
+                    if !visit(
+                        decode_score(&k[skip..skip + 8]),
+                        Bytes::copy_from_slice(k.get(skip + 8..).unwrap_or_default()),
+                    ) {
+                        return it.status();
+                    }
+                    it.next()?;
+                }
+                it.status()?;
+            }
+            Ok(())
+        })();
+        self.noted_walk(walk)
+    }
+}
+
 /// `(field, value)` pairs of one collection.
 pub struct ElementIter<'a> {
     range: RawRange<'a>,

@@ -305,30 +305,17 @@ struct Found {
 /// The members of `meta` inside `search` (stopping at `limit` found, 0: no limit).
 fn find(s: &Session, meta: &Meta, search: &Search, limit: usize) -> Result<Vec<Found>, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
+    let cells: Vec<(f64, f64)> = search.cells().into_iter().map(geohash::score_range).collect();
     let mut found = Vec::new();
-    for cell in search.cells() {
-        if limit != 0 && found.len() >= limit {
-            break;
-        }
-        let (min, max) = geohash::score_range(cell);
-        for item in view.scores(meta, Some(min)) {
-            let (score, member) = item.map_err(engine_error)?;
-            if score >= max {
-                break;
-            }
-            if score < min {
-                continue;
-            }
-            if let Some((long, lat)) = geohash::position(score) {
-                if let Some(dist) = search.contains(long, lat) {
-                    found.push(Found { member, dist, score, long, lat });
-                }
-            }
-            if limit != 0 && found.len() >= limit {
-                break;
+    view.scores_in(meta, &cells, |score, member| {
+        if let Some((long, lat)) = geohash::position(score) {
+            if let Some(dist) = search.contains(long, lat) {
+                found.push(Found { member, dist, score, long, lat });
             }
         }
-    }
+        limit == 0 || found.len() < limit
+    })
+    .map_err(engine_error)?;
     Ok(found)
 }
 
