@@ -7,10 +7,12 @@
 //! `PROPTEST_CASES` scales the number of model cases (default 64).
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
+use common::cursor::{check_walk, Step};
 use lsm::{Db, Options, ReadOptions, Snapshot};
 use proptest::prelude::*;
+
+mod common;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 /// A cursor's bounds (`lower..upper`) when it has some, and the steps it takes.
@@ -42,16 +44,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Debug, Clone)]
-enum Step {
-    First,
-    Last,
-    Seek(Vec<u8>),
-    SeekForPrev(Vec<u8>),
-    Next,
-    Prev,
-}
-
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         1 => Just(Step::First),
@@ -61,63 +53,6 @@ fn step() -> impl Strategy<Value = Step> {
         3 => Just(Step::Next),
         3 => Just(Step::Prev),
     ]
-}
-
-/// A cursor (with `lower..upper` bounds when given) walked through `steps` must stop where the
-/// model says, with the model's value.
-fn check_walk(db: &Db, opts: &ReadOptions, model: &Model, bounds: Option<(Vec<u8>, Vec<u8>)>, steps: &[Step]) {
-    let mut it = db.iter(opts);
-    let model: Model = match &bounds {
-        Some((lo, hi)) => model
-            .range::<Vec<u8>, _>((Bound::Included(lo), Bound::Excluded(hi)))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        None => model.clone(),
-    };
-    if let Some((lo, hi)) = bounds {
-        it.set_bounds(Bound::Included(lo), Bound::Excluded(hi));
-    }
-    let mut pos: Option<Vec<u8>> = None;
-    for (i, s) in steps.iter().enumerate() {
-        match s {
-            Step::First => {
-                it.seek_to_first().unwrap();
-                pos = model.keys().next().cloned();
-            }
-            Step::Last => {
-                it.seek_to_last().unwrap();
-                pos = model.keys().next_back().cloned();
-            }
-            Step::Seek(k) => {
-                it.seek(k).unwrap();
-                pos = model.range(k.clone()..).next().map(|(k, _)| k.clone());
-            }
-            Step::SeekForPrev(k) => {
-                it.seek_for_prev(k).unwrap();
-                pos = model.range(..=k.clone()).next_back().map(|(k, _)| k.clone());
-            }
-            Step::Next => {
-                it.next().unwrap();
-                if let Some(p) = &pos {
-                    pos = model
-                        .range::<Vec<u8>, _>((Bound::Excluded(p), Bound::Unbounded))
-                        .next()
-                        .map(|(k, _)| k.clone());
-                }
-            }
-            Step::Prev => {
-                it.prev().unwrap();
-                if let Some(p) = &pos {
-                    pos = model.range(..p.clone()).next_back().map(|(k, _)| k.clone());
-                }
-            }
-        }
-        assert_eq!(it.valid(), pos.is_some(), "after step {i} {s:?} of {steps:?}");
-        if let Some(p) = &pos {
-            assert_eq!(it.key(), p.as_slice(), "after step {i} {s:?} of {steps:?}");
-            assert_eq!(it.value(), model[p].as_slice(), "value after step {i} {s:?}");
-        }
-    }
 }
 
 fn scan(db: &Db, opts: &ReadOptions, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {

@@ -7,20 +7,13 @@
 
 use std::collections::BTreeMap;
 
+use common::cursor::{check_walk, Step};
 use lsm::{Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOptions};
 use proptest::prelude::*;
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+mod common;
 
-#[derive(Debug, Clone)]
-enum CursorOp {
-    First,
-    Last,
-    Seek(Vec<u8>),
-    SeekForPrev(Vec<u8>),
-    Next,
-    Prev,
-}
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -33,7 +26,7 @@ enum Op {
     MultiGetSnapshot(usize, Vec<Vec<u8>>),
     Scan { reverse: bool },
     Range(Vec<u8>, Vec<u8>, bool),
-    Cursor(Vec<CursorOp>),
+    Cursor(Vec<Step>),
     TakeSnapshot,
     ReadSnapshot(usize, Vec<u8>),
     ScanSnapshot(usize),
@@ -57,14 +50,14 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-fn cursor_op() -> impl Strategy<Value = CursorOp> {
+fn cursor_op() -> impl Strategy<Value = Step> {
     prop_oneof![
-        1 => Just(CursorOp::First),
-        1 => Just(CursorOp::Last),
-        2 => key().prop_map(CursorOp::Seek),
-        2 => key().prop_map(CursorOp::SeekForPrev),
-        4 => Just(CursorOp::Next),
-        4 => Just(CursorOp::Prev),
+        1 => Just(Step::First),
+        1 => Just(Step::Last),
+        2 => key().prop_map(Step::Seek),
+        2 => key().prop_map(Step::SeekForPrev),
+        4 => Just(Step::Next),
+        4 => Just(Step::Prev),
     ]
 }
 
@@ -121,49 +114,6 @@ fn model_scan(m: &Model, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
         v.into_iter().rev().collect()
     } else {
         v
-    }
-}
-
-fn check_cursor(db: &Db, model: &Model, ops: &[CursorOp]) {
-    let mut it = db.iter(&ReadOptions::default());
-    let mut pos: Option<Vec<u8>> = None;
-    for op in ops {
-        match op {
-            CursorOp::First => {
-                it.seek_to_first().unwrap();
-                pos = model.keys().next().cloned();
-            }
-            CursorOp::Last => {
-                it.seek_to_last().unwrap();
-                pos = model.keys().next_back().cloned();
-            }
-            CursorOp::Seek(k) => {
-                it.seek(k).unwrap();
-                pos = model.range(k.clone()..).next().map(|(k, _)| k.clone());
-            }
-            CursorOp::SeekForPrev(k) => {
-                it.seek_for_prev(k).unwrap();
-                pos = model.range(..=k.clone()).next_back().map(|(k, _)| k.clone());
-            }
-            CursorOp::Next => {
-                it.next().unwrap();
-                if let Some(p) = &pos {
-                    use std::ops::Bound::{Excluded, Unbounded};
-                    pos = model.range::<Vec<u8>, _>((Excluded(p.clone()), Unbounded)).next().map(|(k, _)| k.clone());
-                }
-            }
-            CursorOp::Prev => {
-                it.prev().unwrap();
-                if let Some(p) = &pos {
-                    pos = model.range(..p.clone()).next_back().map(|(k, _)| k.clone());
-                }
-            }
-        }
-        assert_eq!(it.valid(), pos.is_some(), "after {op:?} (ops {ops:?})");
-        if let Some(p) = &pos {
-            assert_eq!(it.key(), p.as_slice(), "after {op:?} (ops {ops:?})");
-            assert_eq!(it.value(), model[p].as_slice());
-        }
     }
 }
 
@@ -245,7 +195,7 @@ fn run(ops: Vec<Op>) {
                 }
                 assert_eq!(got, want);
             }
-            Op::Cursor(ops) => check_cursor(&db, &model, &ops),
+            Op::Cursor(ops) => check_walk(&db, &ReadOptions::default(), &model, None, &ops),
             Op::TakeSnapshot => snaps.push((db.snapshot(), model.clone())),
             Op::ReadSnapshot(i, k) => {
                 if let Some((s, m)) = (!snaps.is_empty()).then(|| &snaps[i % snaps.len()]) {

@@ -371,20 +371,14 @@ impl DbIterator {
         // Older versions of `saved_key` passed over in a row, and newer versions of `run_key`.
         let (mut passed, mut newer) = (0, 0);
         while self.iter.valid() {
-            let p = key::parse(self.iter.key())
-                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            let p = parsed(&self.iter)?;
             if !self.below_upper(p.user_key) {
                 break;
             }
             self.entries_seen += 1;
             if p.seq > self.seq {
                 passed = 0;
-                if newer == 0 || p.user_key != self.run_key.as_slice() {
-                    self.run_key.clear();
-                    self.run_key.extend_from_slice(p.user_key);
-                    newer = 0;
-                }
-                newer += self.step_cost();
+                newer = continue_run(&mut self.run_key, newer, p.user_key) + self.step_cost();
                 if newer > MAX_SEQUENTIAL_SKIPS {
                     // To the key's newest version the snapshot sees.
                     self.reseek(&key::seek_key(&self.run_key, self.seq))?;
@@ -447,8 +441,7 @@ impl DbIterator {
         // Entries of `run_key` stepped over in a row.
         let mut run = 0;
         while self.iter.valid() {
-            let p = key::parse(self.iter.key())
-                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            let p = parsed(&self.iter)?;
             if p.seq <= self.seq && p.kind != ValueKind::RangeDelete {
                 if value_kind != ValueKind::Delete && p.user_key < self.saved_key.as_slice() {
                     break; // the entries of `saved_key` are done; its newest version is saved
@@ -469,12 +462,7 @@ impl DbIterator {
                     self.saved_value.extend_from_slice(self.iter.value());
                 }
             }
-            if run == 0 || p.user_key != self.run_key.as_slice() {
-                self.run_key.clear();
-                self.run_key.extend_from_slice(p.user_key);
-                run = 0;
-            }
-            run += self.step_cost();
+            run = continue_run(&mut self.run_key, run, p.user_key) + self.step_cost();
             if run > MAX_SEQUENTIAL_SKIPS {
                 // Versions newer than the snapshot of a key below the one saved end the walk
                 // just as its first visible version would; so does a key below the bounds.
@@ -509,8 +497,7 @@ impl DbIterator {
         let mut kind = ValueKind::Delete;
         // Every entry from the seek on was written at or before the snapshot.
         while self.iter.valid() {
-            let p = key::parse(self.iter.key())
-                .ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))?;
+            let p = parsed(&self.iter)?;
             if p.user_key != self.run_key.as_slice() {
                 break;
             }
@@ -532,6 +519,22 @@ impl DbIterator {
         self.iter.seek_for_prev(&key::make_internal_key(&self.run_key, key::MAX_SEQUENCE, ValueKind::MAX))?;
         Ok(kind)
     }
+}
+
+/// A run of entries of one user key so far (`run`, counted in steps, of `run_key`), as an
+/// entry of `user_key` comes: the same run, or a new one (0) that `run_key` now names.
+fn continue_run(run_key: &mut Vec<u8>, run: usize, user_key: &[u8]) -> usize {
+    if run > 0 && user_key == run_key.as_slice() {
+        return run;
+    }
+    run_key.clear();
+    run_key.extend_from_slice(user_key);
+    0
+}
+
+/// The inner cursor's current key, parsed.
+fn parsed(iter: &MergingIterator) -> Result<key::ParsedKey<'_>> {
+    key::parse(iter.key()).ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))
 }
 
 impl Drop for DbIterator {

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod cursor;
+
 /// The files directly in `dir` whose name satisfies `keep`, sorted.
 pub fn files_named(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
