@@ -449,6 +449,9 @@ impl View<'_> {
             // Inside a transaction: its writes merged in, a range at a time.
             for r in ranges {
                 let (start, end) = span(r);
+                if start >= end {
+                    continue;
+                }
                 for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)) {
                     let k = kv?.0;
                     if !visit(decode_score(&k[skip..skip + 8]), key_tail(&k, skip + 8)) {
