@@ -423,6 +423,7 @@ impl DbIterator {
     }
 
     /// What stepping over the inner cursor's entry counts toward [`MAX_SEQUENTIAL_SKIPS`].
+    #[inline]
     fn step_cost(&self) -> usize {
         1 + (self.iter.key().len() + self.iter.value().len()) / SKIP_BYTES
     }
@@ -523,6 +524,7 @@ impl DbIterator {
 
 /// A run of entries of one user key so far (`run`, counted in steps, of `run_key`), as an
 /// entry of `user_key` comes: the same run, or a new one (0) that `run_key` now names.
+#[inline]
 fn continue_run(run_key: &mut Vec<u8>, run: usize, user_key: &[u8]) -> usize {
     if run > 0 && user_key == run_key.as_slice() {
         return run;
@@ -533,6 +535,7 @@ fn continue_run(run_key: &mut Vec<u8>, run: usize, user_key: &[u8]) -> usize {
 }
 
 /// The inner cursor's current key, parsed.
+#[inline]
 fn parsed(iter: &MergingIterator) -> Result<key::ParsedKey<'_>> {
     key::parse(iter.key()).ok_or_else(|| Error::InvalidArgument("malformed internal key in iterator".into()))
 }
