@@ -4,14 +4,14 @@
 //!
 //! ```text
 //! element      'E' | db u16 BE | uid u64 BE | field           ->  value
-//! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)
+//! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)   (see scores.rs)
 //! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  (empty)   (see picks.rs)
 //! owner        'U' | uid u64 BE                               ->  db u16 BE | user key
 //! ```
 //! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
 //! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
 //! sets add how many members were removed since the incarnation was written (u64 LE); sorted
-//! sets then keep the bounds of their live score index ([`ScoreBounds`]), and a compact hash the
+//! sets then keep the bounds of their live score index ([`super::ScoreBounds`]), and a compact hash the
 //! next ordinal of its fields' insertion order (`field_order.rs`). Deleting or
 //! overwriting a collection writes only its metadata: the elements of the old incarnation are
 //! unreachable (reads go through the current uid) and [`super::ShaleFilter`] drops them during
@@ -42,33 +42,6 @@ pub(super) fn owner_key(uid: u64) -> [u8; 9] {
     k[0] = b'U';
     k[1..].copy_from_slice(&uid.to_be_bytes());
     k
-}
-
-/// The prefix every score-index record of `uid` in `pdb` starts with.
-fn score_prefix(pdb: u16, uid: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(19);
-    k.push(b'Z');
-    k.extend_from_slice(&pdb.to_be_bytes());
-    k.extend_from_slice(&uid.to_be_bytes());
-    k
-}
-
-/// Encodes a score so byte order is numeric order (-inf < … < -0.0 = 0.0 < … < +inf).
-pub fn encode_score(score: f64) -> [u8; 8] {
-    // -0.0 and 0.0 are the same score in Redis.
-    let score = if score == 0.0 { 0.0 } else { score };
-    let bits = score.to_bits();
-    let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
-    ordered.to_be_bytes()
-}
-
-/// The inverse of [`encode_score`].
-pub fn decode_score(bytes: &[u8]) -> f64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&bytes[..8]);
-    let ordered = u64::from_be_bytes(b);
-    let bits = if ordered >> 63 == 1 { ordered & !(1 << 63) } else { !ordered };
-    f64::from_bits(bits)
 }
 
 /// The fields a collection keeps in its metadata body.
@@ -136,73 +109,6 @@ impl Header {
     pub fn needs_rebuild(&self) -> bool {
         self.count > 0 && self.removed > self.count.saturating_mul(2).saturating_add(REBUILD_SLACK)
     }
-}
-
-/// A sorted set's live score index lies within `[low, high)` (keys after the score-index
-/// prefix: score (8) | member; empty = unbounded). Pops move the bounds inwards, so the next
-/// pop seeks past what earlier pops deleted instead of stepping over their tombstones; adds
-/// outside the bounds widen them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScoreBounds {
-    /// No live entry sorts below this.
-    pub low: Vec<u8>,
-    /// No live entry sorts at or above this.
-    pub high: Vec<u8>,
-}
-
-impl ScoreBounds {
-    /// The bounds kept in a sorted set's metadata body (after its two header words).
-    pub fn of(meta: &Meta) -> ScoreBounds {
-        let Some(rest) = meta.body.get(16..) else { return ScoreBounds::default() };
-        let Some(len) = rest.get(..4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize) else {
-            return ScoreBounds::default();
-        };
-        match (rest.get(4..4 + len), rest.get(4 + len..)) {
-            (Some(low), Some(high)) => ScoreBounds { low: low.to_vec(), high: high.to_vec() },
-            _ => ScoreBounds::default(),
-        }
-    }
-
-    /// `meta`'s body with `header` and these bounds.
-    pub fn body(&self, header: &Header) -> Bytes {
-        let mut b = BytesMut::from(&header.body(KeyType::ZSet)[..]);
-        if !self.low.is_empty() || !self.high.is_empty() {
-            b.put_u32_le(self.low.len() as u32);
-            b.put_slice(&self.low);
-            b.put_slice(&self.high);
-        }
-        b.freeze()
-    }
-
-    /// Widens the bounds to include the entry of `member` at `score`.
-    pub fn include(&mut self, score: f64, member: &[u8]) {
-        let k = score_suffix(score, member);
-        if !self.low.is_empty() && k < self.low {
-            self.low = k.clone();
-        }
-        if !self.high.is_empty() && k >= self.high {
-            self.high = k;
-            self.high.push(0);
-        }
-    }
-
-    /// Everything up to and including `member` at `score` was popped from the low end.
-    pub fn popped_low(&mut self, score: f64, member: &[u8]) {
-        self.low = score_suffix(score, member);
-        self.low.push(0);
-    }
-
-    /// Everything from `member` at `score` up was popped from the high end.
-    pub fn popped_high(&mut self, score: f64, member: &[u8]) {
-        self.high = score_suffix(score, member);
-    }
-}
-
-fn score_suffix(score: f64, member: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + member.len());
-    k.extend_from_slice(&encode_score(score));
-    k.extend_from_slice(member);
-    k
 }
 
 /// One database as a command sees it: the logical-to-physical mapping is resolved once, so a
@@ -378,113 +284,6 @@ impl<'a> View<'a> {
     pub(super) fn raw_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'a> {
         self.cx.range(&self.storage.engine, start, end)
     }
-
-    /// Adds a score-index record for `member` at `score` to `batch`.
-    pub fn put_score(&self, batch: &mut lsm::WriteBatch, uid: u64, score: f64, member: &[u8]) {
-        batch.put(self.score_key(uid, score, member), b"");
-    }
-
-    /// Adds removing the score-index record of `member` at `score` to `batch`.
-    pub fn delete_score(&self, batch: &mut lsm::WriteBatch, uid: u64, score: f64, member: &[u8]) {
-        batch.delete(self.score_key(uid, score, member));
-    }
-
-    fn score_key(&self, uid: u64, score: f64, member: &[u8]) -> Vec<u8> {
-        let mut k = score_prefix(self.pdb, uid);
-        k.extend_from_slice(&encode_score(score));
-        k.extend_from_slice(member);
-        k
-    }
-
-    /// The score index of sorted set `meta` in (score, member) order, as a double-ended
-    /// iterator of `(score, member)` starting at score `min` (inclusive) when given. Reads
-    /// start and end at the set's [`ScoreBounds`], past what pops deleted.
-    pub fn scores(&self, meta: &Meta, min: Option<f64>) -> ScoreIter<'a> {
-        let prefix = score_prefix(self.pdb, meta.uid);
-        let bounds = ScoreBounds::of(meta);
-        let with_prefix = |suffix: &[u8]| {
-            let mut k = prefix.clone();
-            k.extend_from_slice(suffix);
-            k
-        };
-        let mut start = with_prefix(&bounds.low);
-        if let Some(m) = min {
-            start = start.max(with_prefix(&encode_score(m)));
-        }
-        let end = if bounds.high.is_empty() { prefix_end(&prefix) } else { with_prefix(&bounds.high) };
-        ScoreIter {
-            range: self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)),
-            skip: prefix.len(),
-        }
-    }
-}
-
-impl View<'_> {
-    /// Calls `visit` with `(score, member)` of each member of the sorted set `meta` whose
-    /// score lies in one of `ranges` (`[min, max)` each, visited in the order given, each in
-    /// score order) until it returns false. One engine cursor serves every range (a geo
-    /// search reads nine): a range costs a seek, not a cursor of its own.
-    pub fn scores_in(
-        &self,
-        meta: &Meta,
-        ranges: &[(f64, f64)],
-        mut visit: impl FnMut(f64, Bytes) -> bool,
-    ) -> lsm::Result<()> {
-        let prefix = score_prefix(self.pdb, meta.uid);
-        let bounds = ScoreBounds::of(meta);
-        let with_prefix = |suffix: &[u8]| {
-            let mut k = prefix.clone();
-            k.extend_from_slice(suffix);
-            k
-        };
-        let (low, high) = (
-            with_prefix(&bounds.low),
-            if bounds.high.is_empty() { prefix_end(&prefix) } else { with_prefix(&bounds.high) },
-        );
-        let span = |&(min, max): &(f64, f64)| {
-            (with_prefix(&encode_score(min)).max(low.clone()), with_prefix(&encode_score(max)).min(high.clone()))
-        };
-        let skip = prefix.len();
-        let Some(mut it) = self.cursor() else {
-            // Inside a transaction: its writes merged in, a range at a time.
-            for r in ranges {
-                let (start, end) = span(r);
-                if start >= end {
-                    continue;
-                }
-                for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)) {
-                    let k = kv?.0;
-                    if !visit(decode_score(&k[skip..skip + 8]), key_tail(&k, skip + 8)) {
-                        return Ok(());
-                    }
-                }
-            }
-            return Ok(());
-        };
-        let walk = (|| {
-            for r in ranges {
-                let (start, end) = span(r);
-                if start >= end {
-                    continue;
-                }
-                it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
-                it.seek(&start)?;
-                while it.valid() {
-                    let k = it.key();
-                    if !visit(
-                        decode_score(&k[skip..skip + 8]),
-                        Bytes::copy_from_slice(k.get(skip + 8..).unwrap_or_default()),
-                    ) {
-                        return it.status();
-                    }
-                    it.next()?;
-                }
-                it.status()?;
-            }
-            Ok(())
-        })();
-        self.noted_walk(walk)
-    }
 }
 
 /// `(field, value)` pairs of one collection.
@@ -532,40 +331,6 @@ impl DoubleEndedIterator for ElementIter<'_> {
     }
 }
 
-/// `(score, member)` pairs of one sorted set.
-pub struct ScoreIter<'a> {
-    range: RawRange<'a>,
-    skip: usize,
-}
-
-impl std::fmt::Debug for ScoreIter<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScoreIter").finish_non_exhaustive()
-    }
-}
-
-impl ScoreIter<'_> {
-    fn decode(&self, k: Bytes) -> (f64, Bytes) {
-        (decode_score(&k[self.skip..self.skip + 8]), key_tail(&k, self.skip + 8))
-    }
-}
-
-impl Iterator for ScoreIter<'_> {
-    type Item = lsm::Result<(f64, Bytes)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let kv = self.range.next()?;
-        Some(kv.map(|(k, _)| self.decode(k)))
-    }
-}
-
-impl DoubleEndedIterator for ScoreIter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        let kv = self.range.next_back()?;
-        Some(kv.map(|(k, _)| self.decode(k)))
-    }
-}
-
 /// The first key after every key starting with `prefix` (trailing 0xff bytes are dropped before
 /// the last byte is incremented).
 pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -597,17 +362,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scores_sort_numerically_as_bytes() {
-        let scores = [f64::NEG_INFINITY, -1e300, -2.5, -1.0, -1e-300, 0.0, 1e-300, 1.0, 2.5, 1e300, f64::INFINITY];
-        let encoded: Vec<[u8; 8]> = scores.iter().map(|&s| encode_score(s)).collect();
-        assert!(encoded.windows(2).all(|w| w[0] < w[1]));
-        for s in scores {
-            assert_eq!(decode_score(&encode_score(s)), s);
-        }
-        assert_eq!(encode_score(-0.0), encode_score(0.0), "-0 and 0 are one score");
-    }
-
-    #[test]
     fn headers_round_trip() {
         let h = Header { count: 3, head: LIST_START - 1, tail: LIST_START + 2, removed: 0 };
         let meta = Meta { kind: KeyType::List, expire_at_ms: 0, uid: 7, body: h.body(KeyType::List) };
@@ -618,29 +372,5 @@ mod tests {
         assert!(!s.needs_rebuild());
         assert!(Header { count: 3, removed: 200, ..Header::default() }.needs_rebuild());
         assert!(!Header { count: 0, removed: 200, ..Header::default() }.needs_rebuild());
-    }
-
-    #[test]
-    fn score_bounds_round_trip_and_move() {
-        let zset = |body| Meta { kind: KeyType::ZSet, expire_at_ms: 0, uid: 1, body };
-        let h = Header { count: 5, removed: 2, ..Header::default() };
-        assert_eq!(ScoreBounds::of(&zset(h.body(KeyType::ZSet))), ScoreBounds::default());
-        let mut b = ScoreBounds::default();
-        b.include(1.0, b"a");
-        assert_eq!(b, ScoreBounds::default(), "unbounded stays unbounded");
-        b.popped_low(2.0, b"m");
-        b.popped_high(9.0, b"z");
-        let meta = zset(b.body(&h));
-        assert_eq!((ScoreBounds::of(&meta), Header::of(&meta)), (b.clone(), h));
-        // The header can change without losing the bounds.
-        let h2 = Header { count: 4, ..h };
-        assert_eq!(ScoreBounds::of(&zset(h2.body_for(&meta))), b);
-        let (low, high) = (b.low.clone(), b.high.clone());
-        b.include(5.0, b"x");
-        assert_eq!((&b.low, &b.high), (&low, &high), "inside the bounds: unchanged");
-        b.include(1.0, b"a");
-        b.include(10.0, b"a");
-        assert!(b.low < low && b.high > high);
-        assert!(score_suffix(10.0, b"a") < b.high);
     }
 }

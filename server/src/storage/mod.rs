@@ -37,6 +37,7 @@ mod queued_writes;
 mod random_key;
 mod rebuild;
 mod replicated;
+mod scores;
 mod strings;
 mod values;
 mod watch;
@@ -49,7 +50,7 @@ use crate::services::notifications;
 
 pub use blind_writes::{BlindWrite, CountChanges};
 pub(crate) use collection::prefix_end;
-pub use collection::{decode_score, encode_score, ElementIter, Header, ScoreBounds, ScoreIter, View, LIST_START};
+pub use collection::{ElementIter, Header, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
 pub use context::{ExecContext, RawRange, Savepoint, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
@@ -57,6 +58,7 @@ pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
 pub use meta::{KeyType, Meta};
 pub use queued_writes::{Befores, QueuedWrite};
+pub use scores::{decode_score, encode_score, ScoreBounds, ScoreIter};
 pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};
 pub use watch::{Watched, Watches};
 
