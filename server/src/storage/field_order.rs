@@ -170,8 +170,8 @@ impl View<'_> {
             while by_hash.get(at).is_some_and(|&(h, _)| h < hash) {
                 at += 1;
             }
-            let same_hash = by_hash[at..].iter().take_while(|&&(h, _)| h == hash);
-            if let Some(&(_, i)) = same_hash.into_iter().find(|&&(_, i)| fields[i].0 == field) {
+            let mut same_hash = by_hash[at..].iter().take_while(|&&(h, _)| h == hash);
+            if let Some(&(_, i)) = same_hash.find(|&&(_, i)| fields[i].0 == field) {
                 ranks[i] = n;
             }
         });
