@@ -119,15 +119,7 @@ pub struct Block {
 impl Block {
     /// Validates the restart array of `data`.
     pub fn new(data: Bytes, origin: BlockOrigin) -> Result<Block> {
-        let n = data.len();
-        let num_restarts = read_u32(&data, n.wrapping_sub(4))
-            .filter(|_| n >= 4)
-            .ok_or_else(|| origin.corrupt("block too short"))? as usize;
-        let restarts_at = num_restarts
-            .checked_mul(4)
-            .and_then(|r| n.checked_sub(4 + r))
-            .filter(|_| num_restarts > 0)
-            .ok_or_else(|| origin.corrupt(format!("bad restart count {num_restarts}")))?;
+        let (restarts_at, num_restarts) = layout(&data).map_err(|reason| origin.corrupt(reason))?;
         Ok(Block { data, restarts_at, num_restarts, origin })
     }
 
@@ -149,8 +141,101 @@ impl Block {
     }
 
     fn restart(&self, i: usize) -> usize {
-        read_u32(&self.data, self.restarts_at + 4 * i).unwrap_or(0) as usize
+        restart_offset(&self.data, self.restarts_at, i)
     }
+}
+
+/// Where the entries of the block `data` end (its restart array starts) and how many restart
+/// points it has; the reason if the restart array is malformed.
+fn layout(data: &[u8]) -> std::result::Result<(usize, usize), String> {
+    let n = data.len();
+    let num_restarts =
+        read_u32(data, n.wrapping_sub(4)).filter(|_| n >= 4).ok_or_else(|| "block too short".to_string())? as usize;
+    let restarts_at = num_restarts
+        .checked_mul(4)
+        .and_then(|r| n.checked_sub(4 + r))
+        .filter(|_| num_restarts > 0)
+        .ok_or_else(|| format!("bad restart count {num_restarts}"))?;
+    Ok((restarts_at, num_restarts))
+}
+
+/// The offset restart point `i` names (0 if it lies outside: the entry decoded there is then
+/// checked like any other).
+fn restart_offset(data: &[u8], restarts_at: usize, i: usize) -> usize {
+    read_u32(data, restarts_at + 4 * i).unwrap_or(0) as usize
+}
+
+/// The entry at `at` of `entries` (a block's bytes up to its restart array): its shared prefix
+/// length, where its key's unshared bytes start, and its value's range; `None` if it does not
+/// decode or runs past the entries.
+#[inline]
+fn decode_entry(entries: &[u8], at: usize) -> Option<(usize, usize, (usize, usize))> {
+    let mut p = at;
+    let (shared, n) = get_varint32(entries.get(p..)?)?;
+    p += n;
+    let (unshared, n) = get_varint32(entries.get(p..)?)?;
+    p += n;
+    let (vlen, n) = get_varint32(entries.get(p..)?)?;
+    p += n;
+    let vstart = p.checked_add(unshared as usize)?;
+    let vend = vstart.checked_add(vlen as usize).filter(|&e| e <= entries.len())?;
+    Some((shared as usize, p, (vstart, vend)))
+}
+
+/// The whole key stored at restart point `i` (restart entries share no prefix).
+#[inline]
+fn restart_key(data: &[u8], restarts_at: usize, i: usize) -> std::result::Result<&[u8], String> {
+    let entries = &data[..restarts_at];
+    let at = restart_offset(data, restarts_at, i);
+    match decode_entry(entries, at) {
+        Some((0, start, (vstart, _))) => Ok(&entries[start..vstart]),
+        _ => Err(format!("bad restart entry at block offset {at}")),
+    }
+}
+
+/// The last restart point whose key is `<` target (0 if none is).
+fn restart_before(
+    data: &[u8],
+    restarts_at: usize,
+    num_restarts: usize,
+    target: &[u8],
+) -> std::result::Result<usize, String> {
+    let (mut lo, mut hi) = (0usize, num_restarts - 1);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if key::compare(restart_key(data, restarts_at, mid)?, target) == Ordering::Less {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(lo)
+}
+
+/// A point lookup in the block `data` without a cursor (no reference counts taken, no block
+/// copied): the first entry whose internal key is `>= target`, its key left in `key` and its
+/// value's range returned; `Ok(None)` if every entry is smaller. `Err` names what is malformed.
+pub(super) fn seek_in(
+    data: &[u8],
+    target: &[u8],
+    key: &mut Vec<u8>,
+) -> std::result::Result<Option<(usize, usize)>, String> {
+    let (restarts_at, num_restarts) = layout(data)?;
+    let entries = &data[..restarts_at];
+    let mut at = restart_offset(data, restarts_at, restart_before(data, restarts_at, num_restarts, target)?);
+    key.clear();
+    while at < restarts_at {
+        let (shared, start, value) = decode_entry(entries, at)
+            .filter(|e| e.0 <= key.len())
+            .ok_or_else(|| format!("bad block entry at block offset {at}"))?;
+        key.truncate(shared);
+        key.extend_from_slice(&entries[start..value.0]);
+        if key::compare(key, target) != Ordering::Less {
+            return Ok(Some(value));
+        }
+        at = value.1;
+    }
+    Ok(None)
 }
 
 /// Cursor over one block. Compares keys as internal keys.
@@ -192,27 +277,14 @@ impl BlockIter {
             self.invalidate();
             return Ok(false);
         }
-        let d = &self.block.data[..end];
         let at = self.current;
-        let parsed = (|| {
-            let mut p = at;
-            let (shared, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            let (unshared, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            let (vlen, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            let (shared, unshared, vlen) = (shared as usize, unshared as usize, vlen as usize);
-            if shared > self.key.len() {
-                return None;
-            }
-            let delta = d.get(p..p.checked_add(unshared)?)?;
-            let vstart = p + unshared;
-            let vend = vstart.checked_add(vlen).filter(|&e| e <= end)?;
-            self.key.truncate(shared);
-            self.key.extend_from_slice(delta);
-            Some((vstart, vend))
-        })();
+        let parsed = decode_entry(&self.block.data[..end], at).filter(|e| e.0 <= self.key.len()).map(
+            |(shared, start, value)| {
+                self.key.truncate(shared);
+                self.key.extend_from_slice(&self.block.data[start..value.0]);
+                value
+            },
+        );
         match parsed {
             Some((vs, ve)) => {
                 self.value = (vs, ve);
@@ -229,26 +301,6 @@ impl BlockIter {
                 Err(self.block.origin.corrupt(format!("bad block entry at block offset {at}")))
             }
         }
-    }
-
-    /// The key stored at restart point `i` (restart entries have no shared prefix).
-    fn restart_key(&self, i: usize) -> Result<&[u8]> {
-        let d = &self.block.data[..self.block.restarts_at];
-        let at = self.block.restart(i);
-        (|| {
-            let mut p = at;
-            let (shared, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            let (unshared, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            let (_, n) = get_varint32(d.get(p..)?)?;
-            p += n;
-            if shared != 0 {
-                return None;
-            }
-            d.get(p..p.checked_add(unshared as usize)?)
-        })()
-        .ok_or_else(|| self.block.origin.corrupt(format!("bad restart entry at block offset {at}")))
     }
 }
 
@@ -272,16 +324,9 @@ impl InternalIterator for BlockIter {
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        // Last restart point whose key is < target.
-        let (mut lo, mut hi) = (0usize, self.block.num_restarts - 1);
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if key::compare(self.restart_key(mid)?, target) == Ordering::Less {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
+        let b = &self.block;
+        let lo = restart_before(&b.data, b.restarts_at, b.num_restarts, target)
+            .map_err(|reason| b.origin.corrupt(reason))?;
         self.seek_to_restart(lo);
         while self.parse_next()? {
             if key::compare(&self.key, target) != Ordering::Less {
@@ -390,6 +435,26 @@ mod tests {
     }
 
     #[test]
+    fn point_seeks_agree_with_the_cursor() {
+        for interval in [1, 3, 16] {
+            let (block, _) = build(60, interval);
+            let mut it = block.iter();
+            let mut key = Vec::new();
+            for i in 0..125 {
+                for seq in [0, 1, 2] {
+                    let target = make_internal_key(format!("key{i:05}").as_bytes(), seq, ValueKind::Put);
+                    it.seek(&target).unwrap();
+                    let got = seek_in(&block.data, &target, &mut key).unwrap();
+                    assert_eq!(got.map(|_| key.clone()), it.valid().then(|| it.key().to_vec()), "{i}@{seq}");
+                    if let Some((vs, ve)) = got {
+                        assert_eq!(&block.data[vs..ve], it.value());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         let origin = BlockOrigin { file: Arc::from(Path::new("x.sst")), offset: 7 };
         assert!(Block::new(Bytes::from_static(&[1, 2]), origin.clone()).is_err());
@@ -410,6 +475,7 @@ mod tests {
                     steps += 1;
                 }
                 let _ = it.seek(&make_internal_key(b"key00050", 1, ValueKind::Put));
+                let _ = seek_in(&b.data, &make_internal_key(b"key00050", 1, ValueKind::Put), &mut Vec::new());
                 let _ = it.seek_to_last();
                 let _ = it.prev();
             }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::block::{Block, BlockIter, BlockOrigin};
+use super::block::{self, Block, BlockIter, BlockOrigin};
 use super::bloom;
 use super::format::{read_block_checked, BlockHandle, Footer, TableProperties, FOOTER_LEN};
 use super::index::Index;
@@ -242,9 +242,16 @@ impl Table {
     /// pread: every block through the cache (checked when read from the file). A cache-only
     /// fetch takes the block from the block cache or fails with [`Error::WouldBlock`].
     fn read_data_block(&self, ordinal: usize, fetch: Fetch) -> Result<Block> {
+        let bytes = self.data_block_bytes(ordinal, fetch)?;
+        let origin = BlockOrigin { file: Arc::clone(&self.path), offset: self.index.handle(ordinal).offset };
+        Block::new(bytes, origin)
+    }
+
+    /// The bytes of data block `ordinal` (see [`Table::read_data_block`]), not yet checked to
+    /// be a block.
+    fn data_block_bytes(&self, ordinal: usize, fetch: Fetch) -> Result<Bytes> {
         let fill_cache = fetch.fill_cache;
         let h = self.index.handle(ordinal);
-        let origin = BlockOrigin { file: Arc::clone(&self.path), offset: h.offset };
         if fetch.cache_only {
             // A mapped table's bytes (even the codec byte that says whether the block is cached)
             // are pages that may fault: memory-only readers do not touch them.
@@ -254,7 +261,7 @@ impl Table {
                 .filter(|_| !self.is_mapped())
                 .and_then(|c| c.get(self.number, h.offset, fill_cache));
             return match cached {
-                Some(b) => Block::new(b, origin),
+                Some(b) => Ok(b),
                 None => Err(Error::WouldBlock),
             };
         }
@@ -270,7 +277,7 @@ impl Table {
         let cache = self.cache.as_ref().filter(|_| cached);
         if let Some(cache) = cache {
             if let Some(b) = cache.get(self.number, h.offset, fill_cache) {
-                return Block::new(b, origin);
+                return Ok(b);
             }
         }
         let Some(map) = map.filter(|_| !cached) else {
@@ -278,14 +285,17 @@ impl Table {
             if let Some(cache) = cache.filter(|_| fill_cache) {
                 cache.insert(self.number, h.offset, bytes.clone());
             }
-            return Block::new(bytes, origin);
+            return Ok(bytes);
         };
         use std::sync::atomic::Ordering::Relaxed;
         let (w, m) = (ordinal / 64, 1u64 << (ordinal % 64));
         let seen = self.verified[w].load(Relaxed) & m != 0;
         let bytes = read_block_checked(map, h, &self.path, !seen)?;
-        self.verified[w].fetch_or(m, Relaxed);
-        Block::new(bytes, origin)
+        if !seen {
+            // (Written once: threads reading a hot table do not bounce its cache line.)
+            self.verified[w].fetch_or(m, Relaxed);
+        }
+        Ok(bytes)
     }
 
     /// The newest version of `user_key` with sequence number `<= seq`, if this table has one.
@@ -310,22 +320,30 @@ impl Table {
         if !self.may_contain(key_hash) {
             return Ok(None);
         }
+        // A point lookup searches the blocks themselves, with no cursor: a cursor takes
+        // reference counts on the table and its block, and threads reading one hot table would
+        // bounce their cache lines.
         let target = key::seek_key(user_key, seq);
-        let mut it = self.iter_fetch(Fetch { fill_cache: true, cache_only });
-        it.seek(&target)?;
-        // (Blocks read by point lookups are cached: a second lookup nearby is likely.)
-        if !it.valid() {
-            return Ok(None);
+        let mut found = Vec::with_capacity(target.len() + 16);
+        // The first block whose separator is >= target holds the first entry >= target, unless
+        // every entry of it is smaller (target falls between its last key and its separator):
+        // then that entry starts the next block.
+        for ordinal in self.index.find(&target)..self.index.len() {
+            let bytes = self.data_block_bytes(ordinal, Fetch { fill_cache: true, cache_only })?;
+            let corrupt =
+                |reason: String| Error::corruption(self.path.to_path_buf(), self.index.handle(ordinal).offset, reason);
+            let Some((vs, ve)) = block::seek_in(&bytes, &target, &mut found).map_err(corrupt)? else { continue };
+            let p = key::parse(&found)
+                .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "malformed internal key"))?;
+            if p.user_key != user_key {
+                return Ok(None);
+            }
+            return Ok(Some(match p.kind {
+                ValueKind::Put => Lookup::Found(bytes.slice(vs..ve), p.seq),
+                ValueKind::Delete | ValueKind::RangeDelete => Lookup::Deleted(p.seq),
+            }));
         }
-        let p = key::parse(it.key())
-            .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "malformed internal key"))?;
-        if p.user_key != user_key {
-            return Ok(None);
-        }
-        Ok(match p.kind {
-            ValueKind::Put => Some(Lookup::Found(it.value_bytes(), p.seq)),
-            ValueKind::Delete | ValueKind::RangeDelete => Some(Lookup::Deleted(p.seq)),
-        })
+        Ok(None)
     }
 
     /// A cursor over the whole table.

@@ -96,6 +96,41 @@ fn scan_both_ways_and_point_lookups() {
 }
 
 #[test]
+fn point_lookups_find_versions_split_across_blocks() {
+    // Each key has versions 2, 4, …, 60 (a delete every fifth), newest first; blocks of 64
+    // bytes hold a few entries, so a key's versions span blocks and a lookup's target often
+    // falls between a block's last entry and its separator.
+    let mut es = Vec::new();
+    for k in 0..12 {
+        for seq in (1..=30u64).rev().map(|s| 2 * s) {
+            let kind = if seq % 10 == 0 { ValueKind::Delete } else { ValueKind::Put };
+            let v = if kind == ValueKind::Put { format!("{k}@{seq}").into_bytes() } else { Vec::new() };
+            es.push((make_internal_key(format!("key{k:02}").as_bytes(), seq, kind), v));
+        }
+    }
+    for c in codecs() {
+        for block_size in [64, 200, 4096] {
+            let t = build(&es, c, block_size);
+            for k in 0..13 {
+                let user = format!("key{k:02}");
+                let h = bloom::hash_key(user.as_bytes());
+                for seq in 0..=62 {
+                    let want = es
+                        .iter()
+                        .map(|(ik, v)| (key::parse(ik).unwrap(), v))
+                        .find(|(p, _)| p.user_key == user.as_bytes() && p.seq <= seq)
+                        .map(|(p, v)| match p.kind {
+                            ValueKind::Put => Lookup::Found(Bytes::from(v.clone()), p.seq),
+                            _ => Lookup::Deleted(p.seq),
+                        });
+                    assert_eq!(t.get(user.as_bytes(), seq, h).unwrap(), want, "{c:?} {block_size} {user}@{seq}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn seek_and_seek_for_prev_between_blocks() {
     let es = entries(500);
     let t = build(&es, Compression::None, 128);
