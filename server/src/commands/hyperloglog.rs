@@ -42,7 +42,7 @@ fn hll_at(s: &Session, key: &[u8]) -> Result<Option<(Hll, u64)>, Reply> {
 }
 
 fn sparse_max(s: &Session) -> usize {
-    s.state.config().get("hll-sparse-max-bytes").and_then(|v| v.parse().ok()).unwrap_or(3000)
+    s.state.config().hll_sparse_max_bytes
 }
 
 /// Adds writing `hll` at `key` (keeping `expire_at`) to a batch and commits it.

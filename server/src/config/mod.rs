@@ -11,7 +11,6 @@ pub mod params;
 mod rewrite;
 mod units;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -107,8 +106,17 @@ pub struct Config {
     pub compression: lsm::Compression,
     /// Engine: tables read with pread into the block cache, or memory-mapped.
     pub table_read_mode: lsm::TableReadMode,
-    /// Every parameter's value as `CONFIG GET` shows it, by canonical name.
-    values: BTreeMap<&'static str, String>,
+    /// `stream-node-max-entries`, `stream-node-max-bytes` (read by every XADD).
+    pub stream_node_max_entries: u64,
+    pub stream_node_max_bytes: u64,
+    /// `hll-sparse-max-bytes` (read by every PFADD).
+    pub hll_sparse_max_bytes: usize,
+    /// `busy-reply-threshold` in milliseconds (read by every script).
+    pub busy_reply_threshold: u64,
+    /// `tracking-table-max-keys` (read after every tracked read).
+    pub tracking_table_max_keys: usize,
+    /// Every parameter's value as `CONFIG GET` shows it, at its place in [`params::PARAMS`].
+    values: Vec<String>,
     /// The configuration file the server was started with (for `CONFIG REWRITE`).
     pub file: Option<PathBuf>,
     /// `user <name> <rule>…` lines, name first (ACL users declared in the configuration).
@@ -146,7 +154,12 @@ impl Default for Config {
             block_cache_size: 256 << 20,
             compression: default_compression(),
             table_read_mode: lsm::TableReadMode::Pread,
-            values: params::PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect(),
+            stream_node_max_entries: 100,
+            stream_node_max_bytes: 4096,
+            hll_sparse_max_bytes: 3000,
+            busy_reply_threshold: 5000,
+            tracking_table_max_keys: 1_000_000,
+            values: params::PARAMS.iter().map(|p| p.default.to_string()).collect(),
             file: None,
             users: Vec::new(),
         }
@@ -261,26 +274,26 @@ impl Config {
 
     /// The value of parameter `name` (canonical or alias) as `CONFIG GET` shows it.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(params::find(name)?.name).map(String::as_str)
+        self.values.get(params::position(name)?).map(String::as_str)
     }
 
     /// Every parameter whose value differs from its default, in name order.
     pub fn changed(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        params::PARAMS.iter().filter_map(|p| {
-            let v = self.values.get(p.name)?;
-            (v != p.default).then_some((p.name, v.as_str()))
-        })
+        params::PARAMS.iter().zip(&self.values).filter(|(p, v)| *v != p.default).map(|(p, v)| (p.name, v.as_str()))
     }
 
     fn with_value(mut self, name: &'static str, value: &str) -> Self {
-        self.values.insert(name, value.to_string());
+        if let Some(i) = params::position(name) {
+            self.values[i] = value.to_string();
+        }
         self
     }
 
     /// Sets one directive (a configuration line, or one `CONFIG SET` pair with `args` = [value]).
     /// The error is the reason Redis would give.
     pub fn apply(&mut self, name: &str, args: &[String]) -> Result<(), String> {
-        let param = params::find(name).ok_or("Bad directive or wrong number of arguments")?;
+        let at = params::position(name).ok_or("Bad directive or wrong number of arguments")?;
+        let param = &params::PARAMS[at];
         let value = match (param.kind, args) {
             (Kind::Str, []) => return Err("wrong number of arguments".into()),
             (Kind::Str, _) => args.join(" "),
@@ -329,7 +342,7 @@ impl Config {
             Kind::Str => value,
         };
         self.set_typed(param.name, &canonical)?;
-        self.values.insert(param.name, canonical);
+        self.values[at] = canonical;
         Ok(())
     }
 
@@ -400,6 +413,13 @@ impl Config {
             "latency-monitor-threshold" => self.latency_monitor_threshold = int(0, i64::MAX)? as u64,
             "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
+            // Parsed here once rather than by every command that reads them (validated above as
+            // integers and memory sizes; Redis takes any value in range).
+            "stream-node-max-entries" => self.stream_node_max_entries = int(0, i64::MAX)? as u64,
+            "stream-node-max-bytes" => self.stream_node_max_bytes = bytes()?,
+            "hll-sparse-max-bytes" => self.hll_sparse_max_bytes = bytes()? as usize,
+            "busy-reply-threshold" => self.busy_reply_threshold = int(0, i64::MAX)? as u64,
+            "tracking-table-max-keys" => self.tracking_table_max_keys = int(0, i64::MAX)? as usize,
             // Settings whose other values Shale cannot honour: refused, never stored and ignored.
             "daemonize" | "cluster-enabled" | "tls-cluster" | "syslog-enabled" if v == "yes" => {
                 return Err(match name {

@@ -366,14 +366,18 @@ pub static ALIASES: &[(&str, &str)] = &[
 
 /// The parameter `name` (canonical or alias, any case) stands for.
 pub fn find(name: &str) -> Option<&'static Param> {
-    // The server's own lookups (per command, e.g. `stream-node-max-entries` for every XADD)
-    // use canonical names: found without allocating.
+    position(name).map(|i| &PARAMS[i])
+}
+
+/// Where the parameter `name` (canonical or alias, any case) stands in [`PARAMS`].
+pub fn position(name: &str) -> Option<usize> {
+    // The server's own lookups use canonical names: found without allocating.
     if let Ok(i) = PARAMS.binary_search_by(|p| p.name.cmp(name)) {
-        return Some(&PARAMS[i]);
+        return Some(i);
     }
     let lower = name.to_ascii_lowercase();
     let canonical = ALIASES.iter().find(|(a, _)| *a == lower).map_or(lower.as_str(), |(_, c)| c);
-    PARAMS.binary_search_by(|p| p.name.cmp(canonical)).ok().map(|i| &PARAMS[i])
+    PARAMS.binary_search_by(|p| p.name.cmp(canonical)).ok()
 }
 
 /// Redis's hidden parameters: hooks for Redis's own tests (slowing key loading and saving),

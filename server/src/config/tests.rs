@@ -75,3 +75,28 @@ fn command_line_options_override_the_file() {
     let stray: Vec<String> = ["--port", "1", "--", "x"].iter().map(|s| s.to_string()).collect();
     assert!(Config::from_args(&stray).is_err());
 }
+
+#[test]
+fn parameters_commands_read_are_kept_parsed_beside_their_text() {
+    let mut c = Config::default();
+    assert_eq!((c.stream_node_max_entries, c.stream_node_max_bytes, c.hll_sparse_max_bytes), (100, 4096, 3000));
+    assert_eq!((c.busy_reply_threshold, c.tracking_table_max_keys), (5000, 1_000_000));
+    for (name, value) in [
+        ("stream-node-max-entries", "7"),
+        ("stream-node-max-bytes", "1kb"),
+        ("hll-sparse-max-bytes", "0"),
+        ("lua-time-limit", "250"),
+        ("tracking-table-max-keys", "12"),
+    ] {
+        c.apply(name, &[value.to_string()]).unwrap();
+    }
+    assert_eq!((c.stream_node_max_entries, c.stream_node_max_bytes, c.hll_sparse_max_bytes), (7, 1024, 0));
+    assert_eq!((c.busy_reply_threshold, c.tracking_table_max_keys), (250, 12));
+    assert_eq!(c.get("busy-reply-threshold"), Some("250"));
+    assert_eq!(c.get("STREAM-node-max-bytes"), Some("1024"));
+    assert_eq!(c.changed().map(|(n, _)| n).filter(|n| n.starts_with("stream")).count(), 2);
+    // Out of Redis's range: refused, and neither copy changes.
+    let e = c.apply("stream-node-max-entries", &["-1".to_string()]).unwrap_err();
+    assert!(e.contains("between 0 and"), "{e}");
+    assert_eq!((c.stream_node_max_entries, c.get("stream-node-max-entries")), (7, Some("7")));
+}

@@ -45,7 +45,7 @@ pub(super) fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes])
         return;
     }
     let keys = meta::keys(spec, args);
-    let max_keys = s.state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let max_keys = s.state.config().tracking_table_max_keys;
     s.state.storage.tracking.remember(s.id, keys.iter().map(|k| &args[k.pos][..]), s.tracking_caching, max_keys);
 }
 

@@ -136,7 +136,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
     let storage = &state.storage;
     let read_only = job.ro || (!job.flags.compat && job.flags.no_writes);
     // `lua-time-limit` is its alias, as in Redis 7.
-    let threshold = state.config().get("busy-reply-threshold").and_then(|v| v.parse::<u64>().ok()).unwrap_or(5000);
+    let threshold = state.config().busy_reply_threshold;
     let (caller_db, caller_protocol, caller_in_exec, caller_in_script) = (s.db, s.protocol, s.in_exec, s.in_script);
     // Inside EXEC (or a write group) the script joins the running transaction.
     let nested = s.exec.in_transaction();

@@ -22,7 +22,7 @@ pub async fn active_expiry(state: Arc<ServerState>) {
         tick.tick().await;
         crate::services::clients::tick_coarse_clock();
         // A lowered `tracking-table-max-keys` takes effect without waiting for a read.
-        let max_keys = state.config().get("tracking-table-max-keys").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let max_keys = state.config().tracking_table_max_keys;
         state.storage.tracking.limit(max_keys);
         let run = {
             let st = Arc::clone(&state);

@@ -166,12 +166,8 @@ fn parse_add_or_trim(s: &Session, args: &[Bytes], xadd: bool) -> Result<AddArgs,
     Ok(out)
 }
 
-fn config_u64(s: &Session, name: &str, default: u64) -> u64 {
-    s.state.config().get(name).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 fn node_max_entries(s: &Session) -> u64 {
-    config_u64(s, "stream-node-max-entries", 100)
+    s.state.config().stream_node_max_entries
 }
 
 /// Trims the stream as `trim` says: one range tombstone for the entries removed from the head.
@@ -298,7 +294,10 @@ fn xadd(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     // A new emulated node when the tail one is full (Redis's listpack node limits).
     let bytes: u64 = fields.iter().map(|f| f.len() as u64 + 2).sum();
-    let (max_entries, max_bytes) = (node_max_entries(s), config_u64(s, "stream-node-max-bytes", 4096));
+    let (max_entries, max_bytes) = {
+        let cfg = s.state.config();
+        (cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+    };
     let full = sm.tail_entries > 0
         && ((max_entries > 0 && sm.tail_entries >= max_entries)
             || (max_bytes > 0 && sm.tail_bytes + bytes >= max_bytes));
