@@ -47,19 +47,39 @@ pub(super) struct TxnBuffer {
     /// Ranges deleted (`[start, end)`); a key written after a range deletion that covers it
     /// is in `writes`, one written before it is marked deleted there.
     range_dels: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Once a savepoint was taken: each write's key and what `writes` held for it before
+    /// (`None`: nothing), newest last, so going back to a savepoint undoes only the writes
+    /// since it instead of every savepoint copying the whole buffer.
+    undo: Option<Vec<Undo>>,
 }
 
+/// A key written since a savepoint and what the buffer held for it before (`None`: nothing).
+type Undo = (Vec<u8>, Option<Option<Bytes>>);
+
 impl TxnBuffer {
+    /// Records `key`'s new state, and its old one while savepoints are kept.
+    fn record(&mut self, key: &[u8], value: Option<Bytes>) {
+        let before = self.writes.insert(key.to_vec(), value);
+        if let Some(undo) = self.undo.as_mut() {
+            undo.push((key.to_vec(), before));
+        }
+    }
+
     /// The batch that commits the buffer: the range deletions, then each key's final state.
     /// Earlier writes of a key are left out: the batch commits atomically, so nobody could see
     /// them (fifty pops of one list combined into a group write its metadata once, not fifty
     /// times, to the WAL and the memtable).
     fn into_batch(self) -> lsm::WriteBatch {
+        self.to_batch()
+    }
+
+    /// [`TxnBuffer::into_batch`], leaving the buffer as it is.
+    fn to_batch(&self) -> lsm::WriteBatch {
         let mut batch = lsm::WriteBatch::new();
         for (start, end) in &self.range_dels {
             batch.delete_range(start, end);
         }
-        for (key, value) in self.writes {
+        for (key, value) in &self.writes {
             match value {
                 Some(v) => batch.put(key, v),
                 None => batch.delete(key),
@@ -69,10 +89,11 @@ impl TxnBuffer {
     }
 }
 
-/// A transaction's state to go back to (see [`ExecContext::savepoint`]).
+/// A transaction's state to go back to (see [`ExecContext::savepoint`]): where its undo log
+/// and range deletions stood (`None`: no transaction ran), and how many events were recorded.
 #[derive(Debug)]
 pub struct Savepoint {
-    txn: Option<TxnBuffer>,
+    txn: Option<(usize, usize)>,
     events: usize,
 }
 
@@ -240,14 +261,30 @@ impl ExecContext {
     /// [`ExecContext::rollback`] if the next command's outcome is void (a command run in
     /// memory-only mode inside a write group that turns out to need the disk).
     pub fn savepoint(&self) -> Savepoint {
-        let txn = self.txn.borrow();
-        let copy = txn.as_ref().map(|t| TxnBuffer { writes: t.writes.clone(), range_dels: t.range_dels.clone() });
-        Savepoint { txn: copy, events: self.events.borrow().len() }
+        let mut txn = self.txn.borrow_mut();
+        let at = txn.as_mut().map(|t| (t.undo.get_or_insert_with(Vec::new).len(), t.range_dels.len()));
+        Savepoint { txn: at, events: self.events.borrow().len() }
     }
 
     /// Goes back to `savepoint`: the buffered writes and events since are dropped.
     pub fn rollback(&self, savepoint: Savepoint) {
-        *self.txn.borrow_mut() = savepoint.txn;
+        let mut txn = self.txn.borrow_mut();
+        match (savepoint.txn, txn.as_mut()) {
+            (Some((undo_len, range_dels)), Some(t)) => {
+                let undo = t.undo.get_or_insert_with(Vec::new);
+                while undo.len() > undo_len {
+                    let Some((key, before)) = undo.pop() else { break };
+                    match before {
+                        Some(v) => t.writes.insert(key, v),
+                        None => t.writes.remove(&key),
+                    };
+                }
+                t.range_dels.truncate(range_dels);
+            }
+            (None, _) => *txn = None,
+            // A transaction that began after the savepoint: nothing of it was there.
+            (Some(_), None) => *txn = Some(TxnBuffer::default()),
+        }
         self.events.borrow_mut().truncate(savepoint.events);
     }
 
@@ -261,8 +298,7 @@ impl ExecContext {
     pub(super) fn with_buffered<R>(&self, f: impl FnOnce(&lsm::WriteBatch) -> R) -> Option<R> {
         let txn = self.txn.borrow();
         let t = txn.as_ref()?;
-        let copy = TxnBuffer { writes: t.writes.clone(), range_dels: t.range_dels.clone() };
-        Some(f(&copy.into_batch()))
+        Some(f(&t.to_batch()))
     }
 
     /// True while a transaction buffers writes.
@@ -318,18 +354,14 @@ impl ExecContext {
         let Some(txn) = t.as_mut() else { return Some(batch) };
         for entry in batch.iter().flatten() {
             match entry.kind {
-                ValueKind::Put => {
-                    txn.writes.insert(entry.key.to_vec(), Some(Bytes::copy_from_slice(entry.value)));
-                }
-                ValueKind::Delete => {
-                    txn.writes.insert(entry.key.to_vec(), None);
-                }
+                ValueKind::Put => txn.record(entry.key, Some(Bytes::copy_from_slice(entry.value))),
+                ValueKind::Delete => txn.record(entry.key, None),
                 ValueKind::RangeDelete => {
                     let (start, end) = (entry.key.to_vec(), entry.value.to_vec());
                     let doomed: Vec<Vec<u8>> =
                         txn.writes.range(start.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
                     for k in doomed {
-                        txn.writes.insert(k, None);
+                        txn.record(&k, None);
                     }
                     txn.range_dels.push((start, end));
                 }
@@ -432,6 +464,46 @@ mod tests {
         cx.reset();
         assert!(cx.is_clear());
         assert_eq!(cx.get(&db, b"a").unwrap().as_deref(), Some(&b"engine"[..]));
+    }
+
+    /// The buffered batch, entry by entry: (kind, key, value).
+    fn buffered_entries(cx: &ExecContext) -> Vec<(ValueKind, Vec<u8>, Vec<u8>)> {
+        cx.with_buffered(|b| b.iter().map(|e| e.map(|e| (e.kind, e.key.to_vec(), e.value.to_vec())).unwrap()).collect())
+            .unwrap()
+    }
+
+    proptest::proptest! {
+        /// Commands (batches of puts, deletes and range deletions over a few keys) buffered one
+        /// after another, each after a savepoint, some rolled back: the buffer is always what
+        /// it was at the savepoint, as if the rolled-back command never ran.
+        #[test]
+        fn a_rollback_leaves_the_buffer_as_it_was_at_its_savepoint(
+            commands in proptest::collection::vec(
+                (proptest::collection::vec((0u8..3, 0u8..6, 0u8..6), 1..5), proptest::bool::ANY),
+                1..20,
+            )
+        ) {
+            let cx = ExecContext::new();
+            cx.begin_transaction();
+            for (writes, undo) in commands {
+                let before = buffered_entries(&cx);
+                let savepoint = cx.savepoint();
+                let mut b = lsm::WriteBatch::new();
+                for (op, k, e) in writes {
+                    let key = [b'k', k];
+                    match op {
+                        0 => { b.put(key, [k, e]); }
+                        1 => { b.delete(key); }
+                        _ => { b.delete_range(key, [b'k', k.max(e)]); }
+                    }
+                }
+                assert!(cx.buffer(b).is_none());
+                if undo {
+                    cx.rollback(savepoint);
+                    proptest::prop_assert_eq!(buffered_entries(&cx), before);
+                }
+            }
+        }
     }
 
     #[test]
