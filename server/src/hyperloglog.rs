@@ -137,23 +137,49 @@ pub fn pattern(element: &[u8]) -> (usize, u8) {
     (index, rest.trailing_zeros() as u8 + 1)
 }
 
+/// Where dense register `i` lies in a dense HLL's bytes (header included): the byte its bits
+/// start in, and their first bit there. Its 6 bits end in that byte or the next.
+pub fn dense_position(i: usize) -> (usize, usize) {
+    (HEADER + i * 6 / 8, (i * 6) & 7)
+}
+
+/// The register whose bits start at bit `fb` of `window[0]` (and go on into `window[1]`).
+pub fn window_get(window: [u8; 2], fb: usize) -> u8 {
+    let (b0, b1) = (u16::from(window[0]), u16::from(window[1]));
+    (((b0 >> fb) | (b1 << (8 - fb))) & u16::from(REGISTER_MAX)) as u8
+}
+
+/// Sets the register whose bits start at bit `fb` of `window[0]` to `v`.
+pub fn window_set(window: &mut [u8; 2], fb: usize, v: u8) {
+    let v = u16::from(v);
+    window[0] &= !((u16::from(REGISTER_MAX) << fb) as u8);
+    window[0] |= (v << fb) as u8;
+    window[1] &= !((u16::from(REGISTER_MAX) >> (8 - fb)) as u8);
+    window[1] |= (v >> (8 - fb)) as u8;
+}
+
 fn dense_get(regs: &[u8], i: usize) -> u8 {
     let (byte, fb) = (i * 6 / 8, (i * 6) & 7);
-    let b0 = u16::from(regs[byte]);
-    let b1 = u16::from(regs.get(byte + 1).copied().unwrap_or(0));
-    (((b0 >> fb) | (b1 << (8 - fb))) & u16::from(REGISTER_MAX)) as u8
+    window_get([regs[byte], regs.get(byte + 1).copied().unwrap_or(0)], fb)
 }
 
 fn dense_set(regs: &mut [u8], i: usize, v: u8) {
     let (byte, fb) = (i * 6 / 8, (i * 6) & 7);
-    let v = u16::from(v);
-    regs[byte] &= !((u16::from(REGISTER_MAX) << fb) as u8);
-    regs[byte] |= (v << fb) as u8;
+    let mut window = [regs[byte], regs.get(byte + 1).copied().unwrap_or(0)];
+    window_set(&mut window, fb, v);
+    regs[byte] = window[0];
     if let Some(next) = regs.get_mut(byte + 1) {
-        *next &= !((u16::from(REGISTER_MAX) >> (8 - fb)) as u8);
-        *next |= (v >> (8 - fb)) as u8;
+        *next = window[1];
     }
 }
+
+/// Whether `header` (a value's first [`HEADER`] bytes) starts a dense HLL.
+pub fn is_dense_header(header: &[u8]) -> bool {
+    header.len() >= HEADER && &header[..4] == b"HYLL" && header[4] == DENSE
+}
+
+/// The header byte whose top bit marks the cached cardinality stale (see [`Hll::invalidate`]).
+pub const STALE_BYTE: usize = 15;
 
 /// Ertl's sigma.
 fn sigma(mut x: f64) -> f64 {
@@ -258,12 +284,12 @@ impl Hll {
     /// The cached cardinality, if still valid.
     pub fn cached(&self) -> Option<u64> {
         let card = u64::from_le_bytes(self.0[8..16].try_into().unwrap_or_default());
-        (self.0[15] & 0x80 == 0).then_some(card)
+        (self.0[STALE_BYTE] & 0x80 == 0).then_some(card)
     }
 
     /// Marks the cached cardinality stale (after any change to the registers).
     pub fn invalidate(&mut self) {
-        self.0[15] |= 0x80;
+        self.0[STALE_BYTE] |= 0x80;
     }
 
     /// Counts the elements (estimated), from the cache when valid; the bool says whether the

@@ -1,14 +1,21 @@
 //! HyperLogLog commands: PFADD, PFCOUNT, PFMERGE, PFDEBUG, PFSELFTEST. The value is a string
 //! in Redis's own HLL layout (`crate::hyperloglog`), so GET/SET move it between servers.
+//!
+//! A dense HLL is 12,304 bytes. PFADD and PFCOUNT change only some of them: a register (one
+//! or two bytes) and the header's stale-cache bit, or the cached cardinality. They edit a dense
+//! HLL in place, as SETBIT edits a bitmap ([`StringEdit`]): the first such edit keeps the value
+//! in 4 KiB segments (see `storage::strings`), and from then on a PFADD that changes a register
+//! writes the segment or two it touched, not the whole value, and a PFCOUNT whose cached
+//! cardinality is valid reads the header's segment only.
 
 use bytes::Bytes;
 
-use super::strings::{done_event, string_at};
+use super::strings::{done_event, string_at, string_meta_at};
 use super::{engine_error, spec, CommandSpec, Session, NO_KEYS, ONE_KEY};
-use crate::hyperloglog::{self, Corrupt, Hll, NotHll, REGISTERS};
+use crate::hyperloglog::{self, Corrupt, Hll, NotHll, DENSE_SIZE, HEADER, REGISTERS, STALE_BYTE};
 use crate::resp::Reply;
 use crate::services::notifications::STRING;
-use crate::storage::Meta;
+use crate::storage::{Meta, StringEdit};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("pfadd", -2, &["write", "denyoom", "fast"], ONE_KEY, pfadd),
@@ -52,8 +59,59 @@ fn store(s: &Session, key: &[u8], hll: Hll, expire_at: u64) -> lsm::Result<()> {
     s.state.storage.write(&s.exec, b)
 }
 
+/// An edit of the dense HLL at `key`, with its header: `Ok(None)` if `key` holds no string of
+/// a dense HLL's length or one whose header is not a dense HLL's (the caller reads it whole,
+/// which also gives absent keys, sparse HLLs and errors their own answers).
+fn dense_edit<'a>(s: &'a Session, key: &[u8]) -> Result<Option<(StringEdit<'a>, [u8; HEADER])>, Reply> {
+    let Some(meta) = string_meta_at(s, key)?.filter(|m| m.string_len() == DENSE_SIZE as u64) else {
+        return Ok(None);
+    };
+    let mut edit = StringEdit::new(s.state.storage.view(&s.exec, s.db), Some(meta));
+    let mut header = [0u8; HEADER];
+    edit.read(0, &mut header).map_err(engine_error)?;
+    Ok(hyperloglog::is_dense_header(&header).then_some((edit, header)))
+}
+
+/// PFADD into a dense HLL, reading and writing only the registers' bytes (see the module docs).
+fn pfadd_dense(s: &Session, key: &[u8], mut edit: StringEdit<'_>, header: [u8; HEADER], elements: &[Bytes]) -> Reply {
+    let changed = (|| -> lsm::Result<bool> {
+        let mut changed = false;
+        for element in elements {
+            let (i, count) = hyperloglog::pattern(element);
+            let (at, fb) = hyperloglog::dense_position(i);
+            let mut window = [0u8; 2];
+            edit.read(at as u64, &mut window)?;
+            if count > hyperloglog::window_get(window, fb) {
+                hyperloglog::window_set(&mut window, fb, count);
+                // The last register ends in the value's last byte.
+                let n = if at + 1 < DENSE_SIZE { 2 } else { 1 };
+                edit.write(at as u64, &window[..n])?;
+                changed = true;
+            }
+        }
+        if changed && header[STALE_BYTE] & 0x80 == 0 {
+            edit.write(STALE_BYTE as u64, &[header[STALE_BYTE] | 0x80])?;
+        }
+        Ok(changed)
+    })();
+    match changed {
+        Ok(false) => Reply::Integer(0),
+        Ok(true) => {
+            let mut b = lsm::WriteBatch::new();
+            edit.finish(&mut b, key);
+            done_event(s, s.state.storage.write(&s.exec, b), Reply::Integer(1), STRING, "pfadd", key)
+        }
+        Err(e) => engine_error(e),
+    }
+}
+
 fn pfadd(s: &mut Session, args: &[Bytes]) -> Reply {
     let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    match dense_edit(s, &args[1]) {
+        Ok(Some((edit, header))) => return pfadd_dense(s, &args[1], edit, header, &args[2..]),
+        Ok(None) => {}
+        Err(e) => return e,
+    }
     let (mut hll, expire_at, mut updated) = match hll_at(s, &args[1]) {
         Ok(Some((h, at))) => (h, at, false),
         Ok(None) => (Hll::new(), 0, true),
@@ -91,6 +149,17 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::Integer(hyperloglog::count_registers(&max) as i64);
     }
     let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
+    // A dense HLL: a valid cached cardinality is read from the header alone, and a refreshed
+    // one is written back into it.
+    let mut dense = match dense_edit(s, &args[1]) {
+        Ok(found) => found,
+        Err(e) => return e,
+    };
+    if let Some((_, header)) = &dense {
+        if header[STALE_BYTE] & 0x80 == 0 {
+            return Reply::Integer(u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()) as i64);
+        }
+    }
     let (mut hll, expire_at) = match hll_at(s, &args[1]) {
         Ok(Some(found)) => found,
         Ok(None) => return Reply::Integer(0),
@@ -103,7 +172,15 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
     // The cached cardinality is part of the value, as in Redis; a replica leaves its copy
     // alone (it applies its primary's writes only).
     if refreshed && !s.state.replication.is_replica() {
-        if let Err(e) = store(s, &args[1], hll, expire_at) {
+        let stored = match dense.take() {
+            Some((mut edit, _)) => edit.write(8, &hll.as_bytes()[8..HEADER]).and_then(|()| {
+                let mut b = lsm::WriteBatch::new();
+                edit.finish(&mut b, &args[1]);
+                s.state.storage.write(&s.exec, b)
+            }),
+            None => store(s, &args[1], hll, expire_at),
+        };
+        if let Err(e) = stored {
             return engine_error(e);
         }
     }

@@ -347,3 +347,64 @@ fn geosearch_reads_its_cells_with_one_cursor_and_sees_a_transactions_own_writes(
         bulks(&run(&mut s, &["geosearch", "g", "fromlonlat", "0", "0", "byradius", "400", "km", "count", "7", "any"]));
     assert!(any.len() == 7 && any.is_subset(&inside), "{any:?}");
 }
+
+#[test]
+fn pfadd_and_pfcount_edit_a_dense_hll_in_place_with_redis_bytes() {
+    use crate::hyperloglog::Hll;
+    let (_d, mut s) = session();
+    let mut model: Option<Hll> = None;
+    let mut next = 0u32;
+    for round in 0..400 {
+        // Batches that grow, then single elements: the sparse form turns dense on the way.
+        let n = if round < 60 { 100 } else { 1 + round % 3 };
+        let elements: Vec<String> = (0..n)
+            .map(|_| {
+                next += 1;
+                format!("element:{}", next.wrapping_mul(2_654_435_761) % 50_000)
+            })
+            .collect();
+        let mut args = vec!["PFADD", "h"];
+        args.extend(elements.iter().map(String::as_str));
+        let hll = model.get_or_insert_with(Hll::new);
+        let mut changed = round == 0;
+        for e in &elements {
+            changed |= hll.add(e.as_bytes(), 3000).unwrap();
+        }
+        if changed {
+            hll.invalidate();
+        }
+        assert_eq!(run(&mut s, &args), Reply::Integer(i64::from(changed)), "round {round}");
+        if round % 7 == 3 {
+            let (card, _) = hll.count().unwrap();
+            assert_eq!(run(&mut s, &["PFCOUNT", "h"]), Reply::Integer(card as i64), "round {round}");
+        }
+        if round % 50 == 49 {
+            assert_eq!(
+                run(&mut s, &["GET", "h"]),
+                Reply::bulk(Bytes::copy_from_slice(hll.as_bytes())),
+                "round {round}"
+            );
+        }
+    }
+    // The last register ends in the value's last byte: its edit must not lengthen the value.
+    let mut hll = model.unwrap();
+    let last = (0..)
+        .map(|i| format!("last:{i}"))
+        .find(|e| crate::hyperloglog::pattern(e.as_bytes()) == (crate::hyperloglog::REGISTERS - 1, 1))
+        .unwrap();
+    let changed = hll.add(last.as_bytes(), 3000).unwrap();
+    hll.invalidate();
+    assert_eq!(run(&mut s, &["PFADD", "h", &last]), Reply::Integer(i64::from(changed)));
+    assert!(!hll.is_sparse());
+    assert_eq!(run(&mut s, &["GET", "h"]), Reply::bulk(Bytes::copy_from_slice(hll.as_bytes())));
+    // Edited in place: the value now lives in segments.
+    let meta = s.state.storage.get(&s.exec, s.db, b"h").unwrap().unwrap();
+    assert!(meta.is_segmented(), "a dense HLL's PFADD writes segments");
+    // A dense-sized string that is not an HLL is refused as before.
+    run(&mut s, &["SET", "x", &"x".repeat(crate::hyperloglog::DENSE_SIZE)]);
+    assert_eq!(
+        run(&mut s, &["PFADD", "x", "a"]),
+        Reply::error("WRONGTYPE Key is not a valid HyperLogLog string value.")
+    );
+    assert_eq!(run(&mut s, &["PFCOUNT", "x"]), Reply::error("WRONGTYPE Key is not a valid HyperLogLog string value."));
+}
