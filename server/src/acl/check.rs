@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::rules::{Selector, User};
+use crate::commands::flag;
 use crate::commands::meta::{self, K_ACCESS, K_DELETE, K_INSERT, K_UPDATE};
 use crate::commands::CommandSpec;
 use crate::glob;
@@ -45,7 +46,7 @@ fn channels(name: &str, args: &[Bytes]) -> Vec<(usize, bool)> {
 /// Checks one selector.
 fn check_selector(sel: &Selector, spec: &CommandSpec, args: &[Bytes]) -> Result<(), Denied> {
     let called = meta::called(spec, args);
-    if !sel.all_commands && !spec.flags.contains(&"no_auth") && !sel.bit(called.id) {
+    if !sel.all_commands && !spec.has(flag::NO_AUTH) && !sel.bit(called.id) {
         let idx = if called.is_sub { 2 } else { 1 };
         let allowed = sel.first_args(called.id).is_some_and(|list| {
             args.get(idx).is_some_and(|a| list.iter().any(|f| f.as_bytes().eq_ignore_ascii_case(a)))

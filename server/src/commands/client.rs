@@ -7,20 +7,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{client_tracking, parse_i64, CommandSpec, ReplyMode, Session};
+use super::{client_tracking, parse_i64, spec, CommandSpec, ReplyMode, Session};
 use crate::resp::Reply;
 use crate::services::clients::{ClientHandle, Kind};
 use crate::state::Pause;
 
-pub(super) static COMMANDS: &[CommandSpec] = &[CommandSpec {
-    name: "client",
-    arity: -2,
-    flags: &["loading", "stale"],
-    first_key: 0,
-    last_key: 0,
-    step: 0,
-    handler: client,
-}];
+pub(super) static COMMANDS: &[CommandSpec] = &[spec("client", -2, &["loading", "stale"], (0, 0, 0), client)];
 
 fn lower(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_ascii_lowercase()

@@ -4,20 +4,13 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
-use super::{CommandSpec, Session};
+use super::{spec, CommandSpec, Session};
 use crate::config::params;
 use crate::glob;
 use crate::resp::Reply;
 
-pub(super) static COMMANDS: &[CommandSpec] = &[CommandSpec {
-    name: "config",
-    arity: -2,
-    flags: &["admin", "noscript", "loading", "stale"],
-    first_key: 0,
-    last_key: 0,
-    step: 0,
-    handler: config,
-}];
+pub(super) static COMMANDS: &[CommandSpec] =
+    &[spec("config", -2, &["admin", "noscript", "loading", "stale"], (0, 0, 0), config)];
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -2,51 +2,19 @@
 
 use bytes::Bytes;
 
-use super::{all, lookup, parse_i64, CommandSpec, Session};
+use super::{all, lookup, parse_i64, spec, CommandSpec, Session};
 use crate::resp::{Protocol, Reply};
 
 /// The Redis version clients are told (feature detection in client libraries reads it).
 pub const REDIS_COMPAT_VERSION: &str = "7.2.4";
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
-    CommandSpec { name: "ping", arity: -1, flags: &["fast"], first_key: 0, last_key: 0, step: 0, handler: ping },
-    CommandSpec { name: "echo", arity: 2, flags: &["fast"], first_key: 0, last_key: 0, step: 0, handler: echo },
-    CommandSpec {
-        name: "quit",
-        arity: -1,
-        flags: &["fast", "noscript"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: quit,
-    },
-    CommandSpec {
-        name: "select",
-        arity: 2,
-        flags: &["loading", "stale", "fast"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: select,
-    },
-    CommandSpec {
-        name: "hello",
-        arity: -1,
-        flags: &["noscript", "loading", "stale", "fast", "no_auth"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: hello,
-    },
-    CommandSpec {
-        name: "command",
-        arity: -1,
-        flags: &["loading", "stale"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: command,
-    },
+    spec("ping", -1, &["fast"], (0, 0, 0), ping),
+    spec("echo", 2, &["fast"], (0, 0, 0), echo),
+    spec("quit", -1, &["fast", "noscript"], (0, 0, 0), quit),
+    spec("select", 2, &["loading", "stale", "fast"], (0, 0, 0), select),
+    spec("hello", -1, &["noscript", "loading", "stale", "fast", "no_auth"], (0, 0, 0), hello),
+    spec("command", -1, &["loading", "stale"], (0, 0, 0), command),
     super::spec("reset", 1, &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"], super::NO_KEYS, reset),
 ];
 

@@ -13,6 +13,7 @@ use std::sync::LazyLock;
 
 use bytes::Bytes;
 
+use super::flag;
 use super::redis_meta::REDIS_COMMANDS;
 use super::CommandSpec;
 
@@ -243,10 +244,29 @@ fn categories_from_flags(flags: &[&str]) -> u32 {
     c
 }
 
+/// What the ACL universe and Redis's command table say of a table command (see
+/// [`CommandSpec::known`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Known {
+    /// Its universe entry (a container's own, not a subcommand's).
+    pub acl: &'static AclCommand,
+    /// Redis's description, if Redis has the command.
+    pub redis: Option<&'static RedisCommand>,
+}
+
+impl Known {
+    pub(super) fn of(name: &str) -> Known {
+        Known {
+            acl: acl_command(name).expect("every table command is in the ACL universe"),
+            redis: redis_command(name),
+        }
+    }
+}
+
 /// The universe entry a call runs as: `config|get` for `CONFIG GET …` when the container has
 /// that subcommand, else the command itself.
 pub fn called(spec: &CommandSpec, args: &[Bytes]) -> &'static AclCommand {
-    let top = acl_command(spec.name).expect("every table command is in the ACL universe");
+    let top = spec.known().acl;
     if !top.subcommands.is_empty() {
         if let Some(sub) = args.get(1) {
             let full = format!("{}|{}", spec.name, String::from_utf8_lossy(sub).to_ascii_lowercase());
@@ -280,10 +300,12 @@ pub fn keys(spec: &CommandSpec, args: &[Bytes]) -> Vec<KeyRef> {
 /// error where ACL checks take the keys the other specs found.
 pub fn keys_checked(spec: &CommandSpec, args: &[Bytes], strict: bool) -> Option<Vec<KeyRef>> {
     let mut out = Vec::new();
-    let meta = match redis_command(&called(spec, args).name) {
+    let known = spec.known();
+    let redis = if known.acl.subcommands.is_empty() { known.redis } else { redis_command(&called(spec, args).name) };
+    let meta = match redis {
         Some(m) => m,
         None => {
-            let flags = if spec.flags.contains(&"readonly") { K_RO | K_ACCESS } else { K_RW | K_ACCESS | K_UPDATE };
+            let flags = if spec.has(flag::READONLY) { K_RO | K_ACCESS } else { K_RW | K_ACCESS | K_UPDATE };
             out.extend(spec.key_positions(args.len()).map(|pos| KeyRef { pos, flags }));
             return Some(out);
         }

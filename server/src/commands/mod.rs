@@ -69,9 +69,143 @@ pub struct CommandSpec {
     pub step: i32,
     /// The implementation.
     pub handler: Handler,
+    /// `flags` and the server's own traits of the command as [`flag`] bits, worked out when
+    /// the table is compiled: the gate tests bits on every call, not strings.
+    pub bits: u32,
+}
+
+/// The hasher of the command table's maps, keyed by command names and table entries'
+/// addresses: FNV-1a over a name's few bytes, one multiplication for an address. The tables
+/// are fixed at start, so a client's choice of names can only probe them, never fill one
+/// bucket (SipHash's protection buys nothing here and cost a twentieth of a PING's CPU).
+type TableHasher = std::hash::BuildHasherDefault<FastHasher>;
+
+/// See [`TableHasher`].
+struct FastHasher(u64);
+
+impl Default for FastHasher {
+    fn default() -> Self {
+        FastHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Bits of [`CommandSpec::bits`].
+pub mod flag {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const NO_AUTH: u32 = 1 << 3;
+    pub const NO_MULTI: u32 = 1 << 4;
+    pub const PUBSUB: u32 = 1 << 5;
+    pub const FAST: u32 = 1 << 6;
+    pub const SKIP_MONITOR: u32 = 1 << 7;
+    pub const BLOCKING: u32 = 1 << 8;
+    pub const NOSCRIPT: u32 = 1 << 9;
+    pub const MAY_REPLICATE: u32 = 1 << 10;
+    pub const STALE: u32 = 1 << 11;
+    /// Not a Redis flag: pipelined calls may run as one write group (`exec::write_group`).
+    pub const GROUPABLE: u32 = 1 << 16;
+    /// Not a Redis flag: a groupable command that never runs on a connection's own task
+    /// (`exec::queued`).
+    pub const NOT_ON_TASK: u32 = 1 << 17;
+
+    /// The Redis flags with a bit.
+    pub(super) const NAMES: &[(&str, u32)] = &[
+        ("write", WRITE),
+        ("readonly", READONLY),
+        ("denyoom", DENYOOM),
+        ("no_auth", NO_AUTH),
+        ("no_multi", NO_MULTI),
+        ("pubsub", PUBSUB),
+        ("fast", FAST),
+        ("skip_monitor", SKIP_MONITOR),
+        ("blocking", BLOCKING),
+        ("noscript", NOSCRIPT),
+        ("may_replicate", MAY_REPLICATE),
+        ("stale", STALE),
+    ];
+}
+
+/// `a == b`, at compile time.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether `list` holds `name`, at compile time.
+const fn listed(list: &[&str], name: &str) -> bool {
+    let mut i = 0;
+    while i < list.len() {
+        if same(list[i], name) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The [`flag`] bits of a command named `name` with Redis flags `flags`.
+const fn bits_of(name: &str, flags: &[&str]) -> u32 {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < flag::NAMES.len() {
+        if listed(flags, flag::NAMES[i].0) {
+            bits |= flag::NAMES[i].1;
+        }
+        i += 1;
+    }
+    if listed(crate::exec::write_group::GROUPABLE, name) {
+        bits |= flag::GROUPABLE;
+    }
+    if listed(crate::exec::queued::NOT_HERE, name) {
+        bits |= flag::NOT_ON_TASK;
+    }
+    bits
 }
 
 impl CommandSpec {
+    /// Its ACL universe entry and Redis's description: every call needs them (command stats,
+    /// ACL checks, key specs), so they are looked up by name once per table entry and found
+    /// by the entry's address.
+    pub fn known(&self) -> meta::Known {
+        static KNOWN: LazyLock<HashMap<usize, meta::Known, TableHasher>> = LazyLock::new(|| {
+            TABLE.values().map(|c| (*c as *const CommandSpec as usize, meta::Known::of(c.name))).collect()
+        });
+        KNOWN.get(&(self as *const CommandSpec as usize)).copied().unwrap_or_else(|| meta::Known::of(self.name))
+    }
+
+    /// Whether the command has every bit of `bits` ([`flag`]).
+    #[inline]
+    pub const fn has(&self, bits: u32) -> bool {
+        self.bits & bits == bits
+    }
+
     /// Positions of the key arguments the table declares (`first_key` to `last_key` by
     /// `step`) within a call of `argc` arguments; none when `first_key` is 0 (commands that
     /// locate their keys by a count or a keyword).
@@ -90,7 +224,16 @@ pub(super) const fn spec(
     keys: (i32, i32, i32),
     handler: Handler,
 ) -> CommandSpec {
-    CommandSpec { name, arity, flags, first_key: keys.0, last_key: keys.1, step: keys.2, handler }
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        handler,
+        bits: bits_of(name, flags),
+    }
 }
 
 /// Key positions of a command with one key, the first argument.
@@ -99,7 +242,7 @@ pub(super) const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
 pub(super) const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
 
 /// Every command, by name.
-static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec>> = LazyLock::new(|| {
+static TABLE: LazyLock<HashMap<&'static str, &'static CommandSpec, TableHasher>> = LazyLock::new(|| {
     [
         connection::COMMANDS,
         server::COMMANDS,

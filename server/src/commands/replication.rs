@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::flag;
 use super::{parse_i64, spec, BlockRequest, CommandSpec, Session, NO_KEYS};
 use crate::replication::{primary, LinkState, Upstream};
 use crate::resp::Reply;
@@ -26,13 +27,13 @@ pub(super) static COMMANDS: &[CommandSpec] = &[
 /// (`-NOREPLICAS`), and with `replica-serve-stale-data no` no data commands while the link
 /// to the primary is down (`-MASTERDOWN`).
 pub(crate) fn refusal(s: &Session, spec: &CommandSpec) -> Option<Reply> {
-    let write = spec.flags.contains(&"write");
+    let write = spec.has(flag::WRITE);
     let repl = &s.state.replication;
     if repl.is_replica() {
         if write {
             return Some(Reply::error("READONLY You can't write against a read only replica."));
         }
-        let data = spec.flags.contains(&"readonly") && !spec.flags.contains(&"stale");
+        let data = spec.has(flag::READONLY) && !spec.has(flag::STALE);
         if data
             && repl.link_status().0 != LinkState::Connected
             && s.state.config().get("replica-serve-stale-data") == Some("no")

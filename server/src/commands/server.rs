@@ -8,83 +8,19 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::{engine_error, CommandSpec, Session};
+use super::{engine_error, spec, CommandSpec, Session};
 use crate::resp::Reply;
 use crate::storage::now_ms;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
-    CommandSpec {
-        name: "auth",
-        arity: -2,
-        flags: &["noscript", "loading", "stale", "fast", "no_auth"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: auth,
-    },
-    CommandSpec {
-        name: "time",
-        arity: 1,
-        flags: &["loading", "stale", "fast"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: time,
-    },
-    CommandSpec {
-        name: "shutdown",
-        arity: -1,
-        flags: &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: shutdown,
-    },
-    CommandSpec {
-        name: "save",
-        arity: 1,
-        flags: &["admin", "noscript", "no_async_loading", "no_multi"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: save,
-    },
-    CommandSpec {
-        name: "bgsave",
-        arity: -1,
-        flags: &["admin", "noscript", "no_async_loading"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: bgsave,
-    },
-    CommandSpec {
-        name: "lastsave",
-        arity: 1,
-        flags: &["loading", "stale", "fast"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: lastsave,
-    },
-    CommandSpec {
-        name: "memory",
-        arity: -2,
-        flags: &["readonly"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: memory,
-    },
-    CommandSpec {
-        name: "debug",
-        arity: -2,
-        flags: &["admin", "noscript", "loading", "stale"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: debug,
-    },
+    spec("auth", -2, &["noscript", "loading", "stale", "fast", "no_auth"], (0, 0, 0), auth),
+    spec("time", 1, &["loading", "stale", "fast"], (0, 0, 0), time),
+    spec("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"], (0, 0, 0), shutdown),
+    spec("save", 1, &["admin", "noscript", "no_async_loading", "no_multi"], (0, 0, 0), save),
+    spec("bgsave", -1, &["admin", "noscript", "no_async_loading"], (0, 0, 0), bgsave),
+    spec("lastsave", 1, &["loading", "stale", "fast"], (0, 0, 0), lastsave),
+    spec("memory", -2, &["readonly"], (0, 0, 0), memory),
+    spec("debug", -2, &["admin", "noscript", "loading", "stale"], (0, 0, 0), debug),
 ];
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";

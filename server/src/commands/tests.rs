@@ -408,3 +408,23 @@ fn pfadd_and_pfcount_edit_a_dense_hll_in_place_with_redis_bytes() {
     );
     assert_eq!(run(&mut s, &["PFCOUNT", "x"]), Reply::error("WRONGTYPE Key is not a valid HyperLogLog string value."));
 }
+
+#[test]
+fn flag_bits_and_known_entries_agree_with_the_names() {
+    for c in all() {
+        for &(name, bit) in flag::NAMES {
+            assert_eq!(c.has(bit), c.flags.contains(&name), "{} {name}", c.name);
+        }
+        assert_eq!(c.has(flag::GROUPABLE), crate::exec::write_group::GROUPABLE.contains(&c.name), "{}", c.name);
+        assert_eq!(c.has(flag::NOT_ON_TASK), crate::exec::queued::NOT_HERE.contains(&c.name), "{}", c.name);
+        let known = lookup(c.name.as_bytes()).unwrap().known();
+        assert_eq!(known.acl.name, c.name);
+        assert_eq!(known.redis.map(|r| r.name), meta::redis_command(c.name).map(|r| r.name));
+    }
+    // Every listed name is a command, so no bit is silently missing.
+    for name in crate::exec::write_group::GROUPABLE.iter().chain(crate::exec::queued::NOT_HERE) {
+        assert!(lookup(name.as_bytes()).is_some(), "{name}");
+    }
+    assert!(lookup(b"GeT").unwrap().has(flag::READONLY | flag::FAST));
+    assert!(!lookup(b"get").unwrap().has(flag::READONLY | flag::WRITE));
+}

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::session::Session;
+use crate::commands::flag;
 use crate::commands::{meta, CommandSpec};
 
 /// Lazy expiry, after a command and before its reply: the keys its reads found expired are
@@ -34,14 +35,14 @@ pub(super) fn expire_seen(s: &mut Session) {
 /// after `call()`. A script's own commands are not remembered one by one: if one of them is a
 /// read, the script's declared keys are, once it returns (EVAL_RO and FCALL_RO included).
 pub(super) fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
-    let read = spec.flags.contains(&"readonly");
+    let read = spec.has(flag::READONLY);
     if s.in_script {
         s.tracking_script_read |= read;
         return;
     }
     let script = matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro");
     let remember = if script { std::mem::take(&mut s.tracking_script_read) } else { read };
-    if !remember || spec.flags.contains(&"pubsub") {
+    if !remember || spec.has(flag::PUBSUB) {
         return;
     }
     let keys = meta::keys(spec, args);
@@ -53,7 +54,7 @@ pub(super) fn remember_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes])
 /// after it (a blocked XREADGROUP is then told that its stream or group is gone; other waiters
 /// find nothing and keep waiting).
 pub(super) fn wake_changed_keys(s: &mut Session, spec: &CommandSpec, args: &[Bytes]) {
-    if !spec.flags.contains(&"write") || s.state.blocking.blocked_clients() == 0 {
+    if !spec.has(flag::WRITE) || s.state.blocking.blocked_clients() == 0 {
         return;
     }
     match spec.name {
@@ -83,7 +84,7 @@ pub(super) fn touch_keys(s: &Session, spec: &CommandSpec, args: &[Bytes]) {
         for i in spec.key_positions(args.len()) {
             access.touch(s.db, &args[i]);
         }
-    } else if !spec.flags.contains(&"pubsub") {
+    } else if !spec.has(flag::PUBSUB) {
         // Keys found by the command's key specs (numkeys, STREAMS …).
         for k in meta::keys(spec, args) {
             access.touch(s.db, &args[k.pos]);

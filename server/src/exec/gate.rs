@@ -25,6 +25,7 @@ use super::observe::{observe, stats_id};
 use super::session::{BlockRequest, Session};
 pub(super) use super::set_batch::SetBatch;
 use super::write_group::{groupable, run_group, take_group};
+use crate::commands::flag;
 use crate::commands::{lookup, meta, unknown_command, CommandSpec};
 use crate::resp::{Protocol, Reply};
 use crate::services::command_stats::Stamp;
@@ -85,7 +86,7 @@ pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) -> Result<&'static CommandSpec, Reply> {
     let Some(name) = args.first() else { return Err(Reply::error("ERR empty command")) };
     s.state.commands_processed.fetch_add(1, Ordering::Relaxed);
-    if !s.authenticated && !spec.is_some_and(|c| c.flags.contains(&"no_auth") || c.name == "quit") {
+    if !s.authenticated && !spec.is_some_and(|c| c.has(flag::NO_AUTH) || c.name == "quit") {
         return Err(Reply::error("NOAUTH Authentication required."));
     }
     if s.protocol == Protocol::Resp2
@@ -118,7 +119,7 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
             "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.",
         ));
     }
-    if queuing && spec.flags.contains(&"no_multi") {
+    if queuing && spec.has(flag::NO_MULTI) {
         s.multi_error = true;
         return Err(Reply::error("ERR Command not allowed inside a transaction"));
     }
@@ -128,7 +129,7 @@ fn check(s: &mut Session, args: &[Bytes], spec: Option<&'static CommandSpec>) ->
     }
     // Over `maxmemory`: no command that may grow memory, and (as queuing takes memory too)
     // nothing queued inside MULTI.
-    if (queuing || spec.flags.contains(&"denyoom")) && s.state.out_of_memory() {
+    if (queuing || spec.has(flag::DENYOOM)) && s.state.out_of_memory() {
         s.multi_error |= queuing;
         return Err(Reply::error(OOM));
     }
@@ -180,15 +181,15 @@ pub fn dispatch(s: &mut Session, args: &[Bytes]) -> Reply {
 pub(crate) fn run_command(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes]) -> Reply {
     // A read of several keys sees them all as of one moment.
     let multi_key_read =
-        spec.flags.contains(&"readonly") && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
+        spec.has(flag::READONLY) && args.len() > 2 && (spec.first_key != spec.last_key || spec.first_key == 0);
     let took_snapshot = multi_key_read && s.exec.begin_snapshot(s.state.storage.engine());
-    s.exec.set_notify_flags(s.state.notify_flags(), spec.flags.contains(&"readonly"));
+    s.exec.set_notify_flags(s.state.notify_flags(), spec.has(flag::READONLY));
     if let Some(key) = usize::try_from(spec.first_key).ok().filter(|&k| k > 0).and_then(|k| args.get(k)) {
         s.state.access.prefetch(s.db, key);
     }
     // A write does not overtake another client's blocking command that arrived before it
     // (services/announced.rs). Writes run on executor threads, where waiting is allowed.
-    if s.state.blocking.announced.any() && !s.in_exec && spec.flags.contains(&"write") {
+    if s.state.blocking.announced.any() && !s.in_exec && spec.has(flag::WRITE) {
         let keys: Vec<&Bytes> = spec.key_positions(args.len()).filter_map(|i| args.get(i)).collect();
         s.state.blocking.announced.wait_for_earlier(s.id, s.arrival, s.db, &keys);
     }

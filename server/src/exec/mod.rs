@@ -28,7 +28,7 @@ pub mod pool;
 pub mod queued;
 pub mod session;
 mod set_batch;
-mod write_group;
+pub(crate) mod write_group;
 
 pub(crate) use gate::run_command;
 pub use gate::{dispatch, gate, run_batch, serve_keys, serve_signals, BatchEnd};

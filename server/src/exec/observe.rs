@@ -7,28 +7,18 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::session::Session;
+use crate::commands::flag;
 use crate::commands::{meta, CommandSpec};
 use crate::resp::Reply;
 
 /// The command-stats id (ACL universe id) of a call: its subcommand's for a container
 /// command (`config|get`), else its command's — found without hashing for the latter.
 pub(crate) fn stats_id(spec: &'static CommandSpec, args: &[Bytes]) -> usize {
-    // (table entry address, universe id, is a container), sorted by address.
-    static IDS: std::sync::LazyLock<Vec<(usize, usize, bool)>> = std::sync::LazyLock::new(|| {
-        let mut ids: Vec<(usize, usize, bool)> = crate::commands::all()
-            .into_iter()
-            .filter_map(|c| {
-                let entry = meta::acl_command(c.name)?;
-                Some((c as *const CommandSpec as usize, entry.id, !entry.subcommands.is_empty()))
-            })
-            .collect();
-        ids.sort_unstable();
-        ids
-    });
-    let at = spec as *const CommandSpec as usize;
-    match IDS.binary_search_by_key(&at, |e| e.0) {
-        Ok(i) if !IDS[i].2 => IDS[i].1,
-        _ => meta::called(spec, args).id,
+    let top = spec.known().acl;
+    if top.subcommands.is_empty() {
+        top.id
+    } else {
+        meta::called(spec, args).id
     }
 }
 
@@ -68,10 +58,10 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
             log_slow(s, args, micros);
         }
     }
-    let event = if spec.flags.contains(&"fast") { "fast-command" } else { "command" };
+    let event = if spec.has(flag::FAST) { "fast-command" } else { "command" };
     s.state.latency.sample(event, micros / 1000);
     // `skip_monitor` commands (EVAL, FCALL) feed MONITOR themselves, before what they run.
-    if s.state.pubsub.has_monitors() && !spec.flags.contains(&"skip_monitor") {
+    if s.state.pubsub.has_monitors() && !spec.has(flag::SKIP_MONITOR) {
         crate::commands::introspection::feed_monitors(s, spec, args);
     }
 }

@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use super::gate::{dispatch, panic_message};
 use super::session::Session;
 use super::write_group::groupable;
-use crate::commands::{engine_error, lookup, queued_keys};
+use crate::commands::{engine_error, flag, lookup, queued_keys};
 use crate::resp::Reply;
 use crate::services::notifications::KeyEvent;
 use crate::state::ServerState;
@@ -49,7 +49,7 @@ const MAX_RUN: usize = 64;
 /// here: their walk of the sorted set's front voids them only where a block is not in memory
 /// (ZPOPMIN of one sorted set, 50 clients: P1 about +10 %, P16 unchanged). XADD stays unless it
 /// trims (see [`trims`]): appending reads only the stream's metadata.
-const NOT_HERE: &[&str] = &[
+pub(crate) const NOT_HERE: &[&str] = &[
     "del",
     "linsert",
     "lrem",
@@ -69,7 +69,7 @@ const NOT_HERE: &[&str] = &[
 /// True if `args` may run in a group here.
 fn may_run(s: &Session, args: &[Bytes]) -> bool {
     lookup(&args[0]).is_some_and(|spec| {
-        !NOT_HERE.contains(&spec.name) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
+        !spec.has(flag::NOT_ON_TASK) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
     })
 }
 

@@ -7,13 +7,13 @@ use bytes::{Bytes, BytesMut};
 
 use super::gate::panic_message;
 use super::session::Session;
-use crate::commands::{engine_error, lookup, queued_keys, run_buffered, CommandSpec};
+use crate::commands::{engine_error, flag, lookup, queued_keys, run_buffered, CommandSpec};
 use crate::resp::Reply;
 
 /// Write commands that may join a pipeline's write group: each locks exactly the keys its
 /// command-table entry names, never blocks, and never touches another database. Blind writes
 /// (plain SET, MSET) are left out: they read nothing, so a group only adds its buffer's cost.
-const GROUPABLE: &[&str] = &[
+pub(crate) const GROUPABLE: &[&str] = &[
     "append",
     "decr",
     "decrby",
@@ -84,7 +84,7 @@ const MAX_GROUP: usize = 256;
 /// cheaper batch). Clients of a restricted ACL user run their writes one by one, so a refusal is
 /// logged as a top-level command, never as part of a transaction.
 pub(super) fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    GROUPABLE.contains(&spec.name)
+    spec.has(flag::GROUPABLE)
         && !(spec.name == "set" && args.len() == 3)
         && s.authenticated
         && s.user.unrestricted()

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::query_buffer::{self, QueryBuffer};
+use crate::commands::flag;
 use crate::exec::{run_batch, run_in_memory, BatchEnd, BlockRequest, InMemory, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::services::announced::Announcement;
@@ -307,7 +308,7 @@ fn announce_blocking<'a>(
         if !matches!(args.first().and_then(|n| n.first()).map(u8::to_ascii_lowercase), Some(b'b' | b'x')) {
             continue;
         }
-        let Some(spec) = crate::commands::lookup(&args[0]).filter(|c| c.flags.contains(&"blocking")) else {
+        let Some(spec) = crate::commands::lookup(&args[0]).filter(|c| c.has(flag::BLOCKING)) else {
             continue;
         };
         keys.extend(crate::commands::meta::keys(spec, args).into_iter().map(|k| (session.db, args[k.pos].clone())));

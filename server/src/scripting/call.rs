@@ -22,6 +22,7 @@ use super::api::error_table;
 use super::convert::{lua_to_reply, reply_to_lua};
 use super::noscript::no_script;
 use super::{ScriptFlags, Vm};
+use crate::commands::flag;
 use crate::commands::{engine_error, lookup, queued_keys};
 use crate::exec::Session;
 use crate::resp::{Protocol, Reply};
@@ -346,7 +347,7 @@ impl Run<'_, '_> {
         if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
             return refuse(plain("Wrong number of args calling Redis command from script"));
         }
-        if spec.flags.contains(&"noscript") {
+        if spec.has(flag::NOSCRIPT) {
             return refuse(plain("This Redis command is not allowed from script"));
         }
         if let Err(Reply::Error(denied)) = crate::commands::acl::permit(self.s, spec, argv) {
@@ -359,10 +360,10 @@ impl Run<'_, '_> {
             };
             return refuse(plain(&format!("The user executing the script {what}")));
         }
-        let write = spec.flags.contains(&"write");
+        let write = spec.has(flag::WRITE);
         // Redis's "may replicate" commands (PUBLISH, PFCOUNT) count as writes here, so a
         // read-only script can run during CLIENT PAUSE WRITE.
-        if self.read_only && (write || spec.flags.contains(&"may_replicate")) {
+        if self.read_only && (write || spec.has(flag::MAY_REPLICATE)) {
             return refuse(plain("Write commands are not allowed from read-only scripts."));
         }
         if write && !self.dirty {
@@ -372,7 +373,7 @@ impl Run<'_, '_> {
         }
         // Redis's `scriptVerifyOOM`: over `maxmemory` when the script started, its first write
         // that may grow memory is refused (a later one cannot be: the script cannot stop halfway).
-        if self.oom_at_start && !self.dirty && spec.flags.contains(&"denyoom") {
+        if self.oom_at_start && !self.dirty && spec.has(flag::DENYOOM) {
             return refuse(Reply::error(crate::exec::gate::OOM));
         }
         Ok(spec)
@@ -393,7 +394,7 @@ impl Run<'_, '_> {
                 return refused;
             }
         };
-        let write = spec.flags.contains(&"write");
+        let write = spec.has(flag::WRITE);
         if let Err(busy) = self.lock_keys(spec.name, argv) {
             return busy;
         }

@@ -10,7 +10,7 @@ pub(super) mod relocate;
 use bytes::Bytes;
 
 use super::strings::done_event;
-use super::{engine_error, parse_i64, CommandSpec, Session};
+use super::{engine_error, parse_i64, spec, CommandSpec, Session};
 use crate::resp::Reply;
 use crate::services::notifications::GENERIC;
 use crate::storage::{now_ms, Meta};
@@ -23,116 +23,20 @@ fn get(s: &Session, db: u32, key: &[u8]) -> Result<Option<Meta>, Reply> {
 }
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
-    CommandSpec { name: "del", arity: -2, flags: &["write"], first_key: 1, last_key: -1, step: 1, handler: del },
-    CommandSpec {
-        name: "unlink",
-        arity: -2,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: -1,
-        step: 1,
-        handler: del,
-    },
-    CommandSpec {
-        name: "exists",
-        arity: -2,
-        flags: &["readonly", "fast"],
-        first_key: 1,
-        last_key: -1,
-        step: 1,
-        handler: exists,
-    },
-    CommandSpec {
-        name: "type",
-        arity: 2,
-        flags: &["readonly", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: key_type,
-    },
-    CommandSpec {
-        name: "ttl",
-        arity: 2,
-        flags: &["readonly", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: ttl,
-    },
-    CommandSpec {
-        name: "pttl",
-        arity: 2,
-        flags: &["readonly", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: pttl,
-    },
-    CommandSpec {
-        name: "expire",
-        arity: -3,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: expire,
-    },
-    CommandSpec {
-        name: "pexpire",
-        arity: -3,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: pexpire,
-    },
-    CommandSpec {
-        name: "expireat",
-        arity: -3,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: expireat,
-    },
-    CommandSpec {
-        name: "pexpireat",
-        arity: -3,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: pexpireat,
-    },
-    CommandSpec {
-        name: "persist",
-        arity: 2,
-        flags: &["write", "fast"],
-        first_key: 1,
-        last_key: 1,
-        step: 1,
-        handler: persist,
-    },
-    CommandSpec {
-        name: "dbsize",
-        arity: 1,
-        flags: &["readonly", "fast"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: dbsize,
-    },
-    CommandSpec { name: "flushdb", arity: -1, flags: &["write"], first_key: 0, last_key: 0, step: 0, handler: flushdb },
-    CommandSpec {
-        name: "flushall",
-        arity: -1,
-        flags: &["write"],
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        handler: flushall,
-    },
+    spec("del", -2, &["write"], (1, -1, 1), del),
+    spec("unlink", -2, &["write", "fast"], (1, -1, 1), del),
+    spec("exists", -2, &["readonly", "fast"], (1, -1, 1), exists),
+    spec("type", 2, &["readonly", "fast"], (1, 1, 1), key_type),
+    spec("ttl", 2, &["readonly", "fast"], (1, 1, 1), ttl),
+    spec("pttl", 2, &["readonly", "fast"], (1, 1, 1), pttl),
+    spec("expire", -3, &["write", "fast"], (1, 1, 1), expire),
+    spec("pexpire", -3, &["write", "fast"], (1, 1, 1), pexpire),
+    spec("expireat", -3, &["write", "fast"], (1, 1, 1), expireat),
+    spec("pexpireat", -3, &["write", "fast"], (1, 1, 1), pexpireat),
+    spec("persist", 2, &["write", "fast"], (1, 1, 1), persist),
+    spec("dbsize", 1, &["readonly", "fast"], (0, 0, 0), dbsize),
+    spec("flushdb", -1, &["write"], (0, 0, 0), flushdb),
+    spec("flushall", -1, &["write"], (0, 0, 0), flushall),
 ];
 
 /// A lazily freed key with this many elements (Redis's free effort) has its memory returned
