@@ -428,3 +428,24 @@ fn flag_bits_and_known_entries_agree_with_the_names() {
     assert!(lookup(b"GeT").unwrap().has(flag::READONLY | flag::FAST));
     assert!(!lookup(b"get").unwrap().has(flag::READONLY | flag::WRITE));
 }
+
+#[test]
+fn keyspace_counts_take_each_keys_last_write_in_a_batch() {
+    let (_d, mut s) = session();
+    assert_eq!(run(&mut s, &["MSET", "k1", "a", "k2", "b", "k1", "c"]), Reply::ok());
+    assert_eq!(run(&mut s, &["DBSIZE"]), Reply::Integer(2));
+    assert_eq!(run(&mut s, &["GET", "k1"]), Reply::bulk(&b"c"[..]));
+    for cmd in [&["MULTI"][..], &["SET", "k3", "x"], &["DEL", "k3"], &["SET", "k4", "y", "EX", "100"], &["DEL", "k1"]] {
+        run(&mut s, cmd);
+    }
+    assert!(matches!(run(&mut s, &["EXEC"]), Reply::Array(r) if r.len() == 4));
+    assert_eq!(run(&mut s, &["DBSIZE"]), Reply::Integer(2));
+    // A database emptied inside the batch, then written again.
+    for cmd in [&["MULTI"][..], &["SET", "k5", "x"], &["FLUSHDB"], &["SET", "k6", "y"], &["SET", "k6", "z"]] {
+        run(&mut s, cmd);
+    }
+    assert!(matches!(run(&mut s, &["EXEC"]), Reply::Array(r) if r.len() == 4));
+    assert_eq!(run(&mut s, &["DBSIZE"]), Reply::Integer(1));
+    let info = format!("{:?}", run(&mut s, &["INFO", "keyspace"]));
+    assert!(info.contains("db0:keys=1,expires=0"), "{info}");
+}

@@ -36,6 +36,27 @@ mod basics {
         s.flushall(&cx).unwrap();
         assert_eq!(s.get(&cx, 1, b"a").unwrap(), None);
     }
+
+    #[test]
+    fn counts_follow_each_keys_last_write_in_a_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        s.set_string(&cx, 0, b"old", Bytes::from_static(b"1"), 0).unwrap();
+        let pdb = s.phys(0);
+        let mut b = lsm::WriteBatch::new();
+        // Written then deleted, deleted then written, written twice (the second with a TTL).
+        s.put_into(&mut b, 0, b"gone", &Meta::string(Bytes::from_static(b"x"), 0));
+        b.delete(meta_key(pdb, b"gone"));
+        b.delete(meta_key(pdb, b"old"));
+        s.put_into(&mut b, 0, b"old", &Meta::string(Bytes::from_static(b"2"), 0));
+        s.put_into(&mut b, 0, b"new", &Meta::string(Bytes::from_static(b"3"), 0));
+        s.put_into(&mut b, 0, b"new", &Meta::string(Bytes::from_static(b"4"), now_ms() + 100_000));
+        s.write(&cx, b).unwrap();
+        assert_eq!(s.dbsize(0), 2);
+        assert_eq!(s.keyspace_counts(0).expires, 1);
+        assert_eq!(s.get(&cx, 0, b"gone").unwrap(), None);
+    }
 }
 
 mod random_keys {
