@@ -124,6 +124,9 @@ pub mod flag {
     /// Not a Redis flag: a groupable command that never runs on a connection's own task
     /// (`exec::queued`).
     pub const NOT_ON_TASK: u32 = 1 << 17;
+    /// Not a Redis flag: a read that may run on a connection's own task with memory-only
+    /// engine reads (`exec::in_memory`).
+    pub const MEMORY_READ: u32 = 1 << 18;
 
     /// The Redis flags with a bit.
     pub(super) const NAMES: &[(&str, u32)] = &[
@@ -185,6 +188,9 @@ const fn bits_of(name: &str, flags: &[&str]) -> u32 {
     }
     if listed(crate::exec::queued::NOT_HERE, name) {
         bits |= flag::NOT_ON_TASK;
+    }
+    if listed(crate::exec::in_memory::MEMORY_READS, name) {
+        bits |= flag::MEMORY_READ;
     }
     bits
 }

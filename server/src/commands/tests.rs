@@ -417,12 +417,15 @@ fn flag_bits_and_known_entries_agree_with_the_names() {
         }
         assert_eq!(c.has(flag::GROUPABLE), crate::exec::write_group::GROUPABLE.contains(&c.name), "{}", c.name);
         assert_eq!(c.has(flag::NOT_ON_TASK), crate::exec::queued::NOT_HERE.contains(&c.name), "{}", c.name);
+        assert_eq!(c.has(flag::MEMORY_READ), crate::exec::in_memory::MEMORY_READS.contains(&c.name), "{}", c.name);
         let known = lookup(c.name.as_bytes()).unwrap().known();
         assert_eq!(known.acl.name, c.name);
         assert_eq!(known.redis.map(|r| r.name), meta::redis_command(c.name).map(|r| r.name));
     }
     // Every listed name is a command, so no bit is silently missing.
-    for name in crate::exec::write_group::GROUPABLE.iter().chain(crate::exec::queued::NOT_HERE) {
+    let lists =
+        [crate::exec::write_group::GROUPABLE, crate::exec::queued::NOT_HERE, crate::exec::in_memory::MEMORY_READS];
+    for name in lists.concat() {
         assert!(lookup(name.as_bytes()).is_some(), "{name}");
     }
     assert!(lookup(b"GeT").unwrap().has(flag::READONLY | flag::FAST));

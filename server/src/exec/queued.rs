@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use super::gate::{dispatch, panic_message};
 use super::session::Session;
 use super::write_group::groupable;
-use crate::commands::{engine_error, flag, lookup, queued_keys};
+use crate::commands::{engine_error, flag, lookup, queued_keys, CommandSpec};
 use crate::resp::Reply;
 use crate::services::notifications::KeyEvent;
 use crate::state::ServerState;
@@ -68,9 +68,12 @@ pub(crate) const NOT_HERE: &[&str] = &[
 
 /// True if `args` may run in a group here.
 fn may_run(s: &Session, args: &[Bytes]) -> bool {
-    lookup(&args[0]).is_some_and(|spec| {
-        !spec.has(flag::NOT_ON_TASK) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
-    })
+    lookup(&args[0]).is_some_and(|spec| may_run_spec(s, spec, args))
+}
+
+/// [`may_run`] of a call of `spec`.
+fn may_run_spec(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    !spec.has(flag::NOT_ON_TASK) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
 }
 
 /// True if an XADD may trim (MAXLEN or MINID among its leading options, after a NOMKSTREAM):
@@ -137,8 +140,8 @@ impl PendingWrites {
 /// `combine::eligible`), while no `CLIENT PAUSE` holds writes, no blocking command waits to
 /// go before later writes and no MONITOR would see a voided command twice, on a writable
 /// engine.
-pub(super) fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
-    requests.front().is_some_and(|args| may_run(s, args))
+pub(super) fn eligible(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    may_run_spec(s, spec, args)
         && !s.tracking
         && !s.state.pubsub.has_monitors()
         && !s.state.pause_in_force()
