@@ -34,7 +34,7 @@ pub struct ServerState {
     /// Connected clients, for `CLIENT LIST` / `CLIENT KILL`.
     pub registry: Registry,
     /// Commands processed since start (or `CONFIG RESETSTAT`).
-    pub commands_processed: AtomicU64,
+    pub commands_processed: crate::services::counter::Counter,
     /// Requests run on connections' own tasks (see `exec::run_in_memory`).
     pub in_memory: crate::exec::InMemoryCounters,
     /// Connections accepted since start (or `CONFIG RESETSTAT`).
@@ -46,9 +46,9 @@ pub struct ServerState {
     /// 40 hex characters identifying this run (INFO `run_id`, `master_replid`).
     pub run_id: String,
     /// Reads that found their key.
-    pub keyspace_hits: AtomicU64,
+    pub keyspace_hits: crate::services::counter::Counter,
     /// Reads that did not.
-    pub keyspace_misses: AtomicU64,
+    pub keyspace_misses: crate::services::counter::Counter,
     /// Keys deleted because their TTL passed (lazily or by the active cycle).
     pub expired_keys: AtomicU64,
     /// Values UNLINK and FLUSH… ASYNC freed that Redis would free in the background (INFO
@@ -163,14 +163,14 @@ impl ServerState {
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
             registry: Registry::default(),
-            commands_processed: AtomicU64::new(0),
+            commands_processed: Default::default(),
             in_memory: Default::default(),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             started: Instant::now(),
             run_id: (0..40).map(|_| char::from(b"0123456789abcdef"[rand::random::<u8>() as usize % 16])).collect(),
-            keyspace_hits: AtomicU64::new(0),
-            keyspace_misses: AtomicU64::new(0),
+            keyspace_hits: Default::default(),
+            keyspace_misses: Default::default(),
             expired_keys: AtomicU64::new(0),
             lazyfreed_objects: AtomicU64::new(0),
             lastsave: AtomicU64::new(now_s),
@@ -272,15 +272,12 @@ impl ServerState {
 
     /// `CONFIG RESETSTAT`.
     pub fn reset_stats(&self) {
-        for counter in [
-            &self.commands_processed,
-            &self.connections_received,
-            &self.rejected_connections,
-            &self.keyspace_hits,
-            &self.keyspace_misses,
-            &self.expired_keys,
-            &self.lazyfreed_objects,
-        ] {
+        for counter in [&self.commands_processed, &self.keyspace_hits, &self.keyspace_misses] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        for counter in
+            [&self.connections_received, &self.rejected_connections, &self.expired_keys, &self.lazyfreed_objects]
+        {
             counter.store(0, Ordering::Relaxed);
         }
         self.command_stats.reset();

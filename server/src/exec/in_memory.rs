@@ -4,7 +4,7 @@
 //! ([`mod@super::gate`]), once.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
 
@@ -96,17 +96,17 @@ pub(crate) const MEMORY_READS: &[&str] = &[
 #[derive(Debug, Default)]
 pub struct InMemoryCounters {
     /// Reads answered from memory.
-    pub reads: AtomicU64,
+    pub reads: crate::services::counter::Counter,
     /// Reads voided because they needed the disk (then run on an executor).
-    pub reads_voided: AtomicU64,
+    pub reads_voided: crate::services::counter::Counter,
     /// Batches of plain SETs queued with the engine's async commit.
-    pub set_batches: AtomicU64,
+    pub set_batches: crate::services::counter::Counter,
     /// Batches of plain SETs handed to an executor (busy stripes, counts needing the disk).
-    pub set_batches_handed_off: AtomicU64,
+    pub set_batches_handed_off: crate::services::counter::Counter,
     /// Write groups run on connections' tasks ([`queued`]).
-    pub write_groups: AtomicU64,
+    pub write_groups: crate::services::counter::Counter,
     /// Writes of such groups voided because they needed the disk (then run on an executor).
-    pub writes_voided: AtomicU64,
+    pub writes_voided: crate::services::counter::Counter,
 }
 
 /// What [`run_in_memory`] left for its caller.

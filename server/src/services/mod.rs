@@ -10,6 +10,7 @@ pub mod announced;
 pub mod blocking;
 pub mod clients;
 pub mod command_stats;
+pub mod counter;
 pub mod cursors;
 pub mod expiry_cycle;
 pub mod named_locks;
