@@ -160,7 +160,18 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
             return Reply::Integer(u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()) as i64);
         }
     }
-    let (mut hll, expire_at) = match hll_at(s, &args[1]) {
+    // (A dense one is read whole through its edit, which keeps the segments it read.)
+    let whole = match dense.as_mut() {
+        Some((edit, _)) => {
+            let mut bytes = vec![0u8; DENSE_SIZE];
+            match edit.read(0, &mut bytes) {
+                Ok(()) => Hll::from_bytes(bytes).map(|h| Some((h, 0))).map_err(Reply::from),
+                Err(e) => Err(engine_error(e)),
+            }
+        }
+        None => hll_at(s, &args[1]),
+    };
+    let (mut hll, expire_at) = match whole {
         Ok(Some(found)) => found,
         Ok(None) => return Reply::Integer(0),
         Err(e) => return e,

@@ -281,9 +281,13 @@ impl ExecContext {
                 }
                 t.range_dels.truncate(range_dels);
             }
+            // A transaction that began after the savepoint: none of it was there.
             (None, _) => *txn = None,
-            // A transaction that began after the savepoint: nothing of it was there.
-            (Some(_), None) => *txn = Some(TxnBuffer::default()),
+            // The buffer was handed off or committed since: its writes cannot be taken back.
+            // No command does that (savepoints are taken between the commands of a write
+            // group, which never end its transaction); the group's caller catches this and
+            // answers every command of the group with an error, committing nothing.
+            (Some(_), None) => panic!("a transaction buffer was taken away after its savepoint"),
         }
         self.events.borrow_mut().truncate(savepoint.events);
     }
