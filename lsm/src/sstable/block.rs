@@ -182,6 +182,16 @@ fn decode_entry(entries: &[u8], at: usize) -> Option<(usize, usize, (usize, usiz
     Some((shared as usize, p, (vstart, vend)))
 }
 
+/// Decodes the entry at `at` of `entries` onto `key` (the previous entry's key, or empty at a
+/// restart point), returning its value's range; `None` if it is malformed.
+#[inline]
+fn next_entry(entries: &[u8], at: usize, key: &mut Vec<u8>) -> Option<(usize, usize)> {
+    let (shared, start, value) = decode_entry(entries, at).filter(|e| e.0 <= key.len())?;
+    key.truncate(shared);
+    key.extend_from_slice(&entries[start..value.0]);
+    Some(value)
+}
+
 /// The whole key stored at restart point `i` (restart entries share no prefix).
 #[inline]
 fn restart_key(data: &[u8], restarts_at: usize, i: usize) -> std::result::Result<&[u8], String> {
@@ -225,11 +235,7 @@ pub(super) fn seek_in(
     let mut at = restart_offset(data, restarts_at, restart_before(data, restarts_at, num_restarts, target)?);
     key.clear();
     while at < restarts_at {
-        let (shared, start, value) = decode_entry(entries, at)
-            .filter(|e| e.0 <= key.len())
-            .ok_or_else(|| format!("bad block entry at block offset {at}"))?;
-        key.truncate(shared);
-        key.extend_from_slice(&entries[start..value.0]);
+        let value = next_entry(entries, at, key).ok_or_else(|| format!("bad block entry at block offset {at}"))?;
         if key::compare(key, target) != Ordering::Less {
             return Ok(Some(value));
         }
@@ -278,13 +284,7 @@ impl BlockIter {
             return Ok(false);
         }
         let at = self.current;
-        let parsed = decode_entry(&self.block.data[..end], at).filter(|e| e.0 <= self.key.len()).map(
-            |(shared, start, value)| {
-                self.key.truncate(shared);
-                self.key.extend_from_slice(&self.block.data[start..value.0]);
-                value
-            },
-        );
+        let parsed = next_entry(&self.block.data[..end], at, &mut self.key);
         match parsed {
             Some((vs, ve)) => {
                 self.value = (vs, ve);
