@@ -139,7 +139,7 @@ pub(super) fn scan_elements(
     let from = if position.is_empty() { Bound::Unbounded } else { Bound::Included(&position[..]) };
     let mut out = Vec::new();
     let mut next = 0;
-    for (seen, kv) in view.elements(meta.uid, from).enumerate() {
+    for (seen, kv) in view.entries(meta, from).enumerate() {
         let (field, value) = kv.map_err(engine_error)?;
         if seen == limit {
             next = s.state.cursors.save(field);
@@ -213,7 +213,7 @@ pub(super) fn random_reply(
     }
     let mut pairs = Vec::with_capacity(picks.len());
     for m in picks {
-        match view.element(meta.uid, &m) {
+        match view.entry(meta, &m) {
             Ok(Some(v)) => pairs.push((Reply::Bulk(m), value(v))),
             Ok(None) => return Reply::error("ERR internal error: a picked member has no element record"),
             Err(e) => return engine_error(e),

@@ -166,7 +166,7 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut removed = std::collections::HashSet::new();
     for field in &args[2..] {
         match view.element(meta.uid, field) {
-            Ok(Some(_)) if removed.insert(field) => view.remove_member(&mut b, meta.uid, field),
+            Ok(Some(_)) if removed.insert(field) => view.remove_field(&mut b, meta.uid, field),
             Ok(_) => {}
             Err(e) => return engine_error(e),
         }

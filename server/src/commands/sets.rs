@@ -42,7 +42,7 @@ fn set_at(view: &View, key: &[u8]) -> Result<Option<Meta>, Reply> {
 /// Every member of the set at `key` (empty if absent).
 fn members(view: &View, key: &[u8]) -> Result<BTreeSet<Bytes>, Reply> {
     let Some(meta) = set_at(view, key)? else { return Ok(BTreeSet::new()) };
-    view.elements(meta.uid, Bound::Unbounded)
+    view.members(meta.uid, Bound::Unbounded)
         .map(|kv| kv.map(|(m, _)| m))
         .collect::<lsm::Result<_>>()
         .map_err(engine_error)
@@ -64,7 +64,7 @@ fn sadd(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         let exists = match header.count {
             0 => false,
-            _ => match view.element(meta.uid, m) {
+            _ => match view.member(meta.uid, m) {
                 Ok(v) => v.is_some(),
                 Err(e) => return engine_error(e),
             },
@@ -92,7 +92,7 @@ fn remove_members(
 ) -> Result<usize, Reply> {
     let mut present = BTreeSet::new();
     for m in targets {
-        if !present.contains(m) && view.element(meta.uid, m).map_err(engine_error)?.is_some() {
+        if !present.contains(m) && view.member(meta.uid, m).map_err(engine_error)?.is_some() {
             present.insert(m.clone());
         }
     }
@@ -148,7 +148,7 @@ fn scard(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn is_member(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<bool, Reply> {
     match meta {
-        Some(m) => Ok(view.element(m.uid, member).map_err(engine_error)?.is_some()),
+        Some(m) => Ok(view.member(m.uid, member).map_err(engine_error)?.is_some()),
         None => Ok(false),
     }
 }
@@ -187,7 +187,7 @@ fn smembers(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return Reply::Set(Vec::new()),
         Err(e) => return e,
     };
-    view.elements(meta.uid, Bound::Unbounded)
+    view.members(meta.uid, Bound::Unbounded)
         .map(|kv| kv.map(|(m, _)| Reply::Bulk(m)))
         .collect::<lsm::Result<_>>()
         .map_or_else(engine_error, Reply::Set)

@@ -115,7 +115,7 @@ fn elements(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
     match meta.kind {
         KeyType::List => list_all(view, meta),
         KeyType::Set => view
-            .elements(meta.uid, std::ops::Bound::Unbounded)
+            .members(meta.uid, std::ops::Bound::Unbounded)
             .map(|kv| kv.map(|(m, _)| m).map_err(engine_error))
             .collect(),
         KeyType::ZSet => view.scores(meta, None).map(|kv| kv.map(|(_, m)| m).map_err(engine_error)).collect(),
@@ -170,7 +170,7 @@ fn run(s: &mut Session, args: &[Bytes], read_only: bool) -> Reply {
     }
     let kind = meta.as_ref().map_or(KeyType::List, |m| m.kind);
     // A set has no order of its own to keep: stored (or scripted) output is sorted instead.
-    if o.dont_sort && kind == KeyType::Set && o.store.is_some() {
+    if o.dont_sort && kind == KeyType::Set && (o.store.is_some() || s.in_script) {
         (o.dont_sort, o.alpha, o.by) = (false, true, None);
     }
     let mut items = match &meta {

@@ -1,13 +1,18 @@
-//! Collections on the engine: a metadata record per key, element records per
-//! member under the key's incarnation id, a score index for sorted sets, and a reverse record
-//! from each incarnation id to its key so compaction can tell live elements from orphans.
+//! Collections on the engine: a metadata record per key, a record per element under the key's
+//! incarnation id, a score index for sorted sets, and a reverse record from each incarnation id
+//! to its key so compaction can tell live elements from orphans.
 //!
 //! ```text
 //! element      'E' | db u16 BE | uid u64 BE | field           ->  value
+//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  see below   (picks.rs)
 //! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)   (see scores.rs)
-//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  (empty)   (see picks.rs)
 //! owner        'U' | uid u64 BE                               ->  db u16 BE | user key
 //! ```
+//! Lists (index → value), hashes (field → value) and streams keep element records. A set's or
+//! sorted set's members are their pick records alone, valued empty or with the member's score
+//! ([`super::picks::members_in_picks`]: [`View::member`], [`View::members`]); a hash's fields
+//! have pick records too, valued with their insertion ordinal while the hash is compact.
+//! [`View::entries`] and [`View::entry`] read either kind by the collection's type.
 //! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
 //! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
 //! sets add how many members were removed since the incarnation was written (u64 LE); sorted
@@ -23,7 +28,7 @@ use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::picks::pick_key;
+use super::picks::{members_in_picks, pick_key};
 use super::{decode, expiry_key, meta_key, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
@@ -247,15 +252,30 @@ impl<'a> View<'a> {
             .map(move |kv| kv.map(|(k, v)| (key_tail(&k, skip), v)))
     }
 
-    /// Adds a new member of a set, hash or sorted set: its element record and its pick record.
-    pub fn add_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8], value: &[u8]) {
-        self.add_field(batch, uid, member, value, None);
+    /// Adds removing a field of a hash (its element and pick records).
+    pub fn remove_field(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8]) {
+        batch.delete(element_key(self.pdb, uid, field));
+        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed(), field));
     }
 
-    /// Adds removing a member of a set, hash or sorted set (element and pick records).
-    pub fn remove_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8]) {
-        batch.delete(element_key(self.pdb, uid, member));
-        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed(), member));
+    /// The entries of the collection `meta` from `from` on (a field or member, as a SCAN cursor
+    /// names it): a set's or sorted set's member records in pick order (see `picks.rs`), any
+    /// other collection's element records in field order.
+    pub fn entries(&self, meta: &Meta, from: Bound<&[u8]>) -> ElementIter<'a> {
+        if members_in_picks(meta.kind) {
+            self.members(meta.uid, from)
+        } else {
+            self.elements(meta.uid, from)
+        }
+    }
+
+    /// The value of the entry `field` of the collection `meta` (see [`View::entries`]).
+    pub fn entry(&self, meta: &Meta, field: &[u8]) -> lsm::Result<Option<Bytes>> {
+        if members_in_picks(meta.kind) {
+            self.member(meta.uid, field)
+        } else {
+            self.element(meta.uid, field)
+        }
     }
 
     /// An engine cursor for many short reads, also inside a transaction: lay
@@ -278,6 +298,11 @@ impl<'a> View<'a> {
     /// The outcome of a walk with [`View::cursor`], noted (see [`ExecContext::noted_walk`]).
     pub(super) fn noted_walk<T>(&self, walk: lsm::Result<T>) -> lsm::Result<T> {
         self.cx.noted_walk(walk)
+    }
+
+    /// The record at `key` as this command sees it.
+    pub(super) fn raw_get(&self, key: &[u8]) -> lsm::Result<Option<Bytes>> {
+        self.cx.get(&self.storage.engine, key)
     }
 
     /// Records in `[start, end)` as this command sees them.
@@ -310,7 +335,12 @@ pub(super) fn key_tail(k: &Bytes, from: usize) -> Bytes {
     }
 }
 
-impl ElementIter<'_> {
+impl<'a> ElementIter<'a> {
+    /// The records of `range`, whose keys hold the field from byte `skip` on.
+    pub(super) fn new(range: RawRange<'a>, skip: usize) -> Self {
+        ElementIter { range, skip }
+    }
+
     /// The field part of an element key.
     fn field(&self, k: &Bytes) -> Bytes {
         key_tail(k, self.skip)

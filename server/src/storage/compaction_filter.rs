@@ -106,7 +106,7 @@ mod tests {
             let mut b = lsm::WriteBatch::new();
             let mut meta = v.create(&mut b, key, KeyType::Hash);
             for i in 0..n {
-                v.add_member(&mut b, meta.uid, format!("f{i}").as_bytes(), b"x");
+                v.add_field(&mut b, meta.uid, format!("f{i}").as_bytes(), b"x", None);
             }
             meta.body = crate::storage::Header { count: u64::from(n), ..Default::default() }.body(KeyType::Hash);
             v.put_meta(&mut b, key, &meta);

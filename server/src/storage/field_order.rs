@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(v.in_field_order(&table, sorted, |f| f.as_bytes()).unwrap(), ["a", "b", "c", "table"]);
         // A batch not yet written: "c" removed, "d" added.
         let mut b = lsm::WriteBatch::new();
-        v.remove_member(&mut b, 9, b"c");
+        v.remove_field(&mut b, 9, b"c");
         v.add_field(&mut b, 9, b"d", b"x", Some(3));
         let ordinals = v.field_ordinals(9, Some(&b)).unwrap();
         assert_eq!(ordinals, [(Bytes::from("a"), 1), (Bytes::from("b"), 2), (Bytes::from("d"), 3)]);

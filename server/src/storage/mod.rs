@@ -4,10 +4,10 @@
 //! metadata      'M' | db u16 BE | user key                 ->  type u8 | expire_at_ms u64 LE | uid u64 LE | body
 //! expiry index  'X' | expire_at_ms u64 BE | db u16 BE | key ->  (empty)
 //! db map        "S:dbmap"                                  ->  (logical u16 BE, physical u16 BE)*
-//! layout        "S:layout"                                 ->  version u8 (2) | pick seed u64 LE
+//! layout        "S:layout"                                 ->  version u8 (3) | pick seed u64 LE   (layout.rs)
 //! ```
 //! A string's value is the body, or segments once it grows long by partial writes (see
-//! `strings.rs`). Collections keep elements under `'E' | db | uid | field`, so
+//! `strings.rs`). Collections keep their elements under the key's incarnation id (`collection.rs`), so
 //! deleting or overwriting one is a single metadata write. An expired key is never returned:
 //! reads treat it as absent (lazy expiry), the active cycle deletes keys whose time has come
 //! (found through the expiry index), and compaction drops expired records it meets.
@@ -30,6 +30,7 @@ mod digest;
 mod expiry;
 mod field_order;
 mod key_locks;
+mod layout;
 mod meta;
 mod meta_states;
 mod picks;
@@ -56,6 +57,9 @@ pub use context::{ExecContext, RawRange, Savepoint, Suspended};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
+use layout::layout;
+#[cfg(test)]
+use layout::{LAYOUT_KEY, LAYOUT_VERSION};
 pub use meta::{KeyType, Meta};
 pub use queued_writes::{Befores, QueuedWrite};
 pub use scores::{decode_score, encode_score, ScoreBounds, ScoreIter};
@@ -68,10 +72,6 @@ pub fn now_ms() -> u64 {
 }
 
 const DB_MAP_KEY: &[u8] = b"S:dbmap";
-/// The record naming the key layout of this data and the secret seed of the pick index.
-const LAYOUT_KEY: &[u8] = b"S:layout";
-/// Version 2 added the pick index (`R` records) and removal counts in collection headers.
-const LAYOUT_VERSION: u8 = 2;
 const DATABASES: usize = 1 << 16;
 
 /// The metadata record key of `key` in physical database `pdb`.
@@ -540,33 +540,6 @@ impl Storage {
         self.put_into(&mut b, db, key, &Meta::string(value, expire_at_ms));
         self.write(cx, b)
     }
-}
-
-/// Checks the layout record (writing it into an empty keyspace) and returns the pick seed.
-/// Data written by an older layout is refused with a clear error instead of being misread.
-fn layout(engine: &lsm::Db) -> lsm::Result<u64> {
-    if let Some(raw) = engine.get(LAYOUT_KEY)? {
-        return match (raw.first(), raw.get(1..9)) {
-            (Some(&LAYOUT_VERSION), Some(seed)) => Ok(u64::from_le_bytes(seed.try_into().unwrap_or_default())),
-            _ => Err(lsm::Error::InvalidArgument(format!(
-                "this data uses key layout {}; this shale-server reads layout {LAYOUT_VERSION}",
-                raw.first().map_or_else(|| "(unreadable)".to_string(), u8::to_string)
-            ))),
-        };
-    }
-    if engine.range(b"M".to_vec()..b"N".to_vec()).next().is_some() {
-        return Err(lsm::Error::InvalidArgument(format!(
-            "this data was written by an older shale-server (key layout 1, without the pick index); \
-             this one reads layout {LAYOUT_VERSION}: export the data with the old server and load it here"
-        )));
-    }
-    let seed: u64 = rand::random();
-    let mut record = vec![LAYOUT_VERSION];
-    record.extend_from_slice(&seed.to_le_bytes());
-    let mut b = lsm::WriteBatch::new();
-    b.put(LAYOUT_KEY, record);
-    engine.write(b, &lsm::WriteOptions::synced())?;
-    Ok(seed)
 }
 
 /// The physical databases (first, last) whose metadata a range delete `[start, end)` wipes;

@@ -1,11 +1,16 @@
 //! Random members of sets, hashes and sorted sets without reading the whole collection.
 //!
-//! Every member of those collections also has a *pick record*, keyed by a seeded 64-bit hash
-//! of the member:
+//! Every member of those collections has a *pick record*, keyed by a seeded 64-bit hash of
+//! the member:
 //!
 //! ```text
-//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member  ->  (empty)
+//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member  ->  value
 //! ```
+//!
+//! For sets (value empty) and sorted sets (value: the score) the pick record is the member's
+//! only record: membership is a point read of it, a listing walks them in hash order, and an
+//! add or a removal writes one record ([`members_in_picks`]). A hash's fields live in element
+//! records; their pick records hold a compact hash's insertion ordinals (`field_order.rs`).
 //!
 //! The hash space of a collection of `n` members is cut into `B = ⌈n / 8⌉` equal *buckets*
 //! (bucket `⌊h · B / 2^64⌋` for hash `h`), so a bucket holds at most 8 members on average.
@@ -41,7 +46,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::collection::prefix_end;
-use super::{Header, Meta, View};
+use super::{Header, KeyType, Meta, View};
 
 /// Collections smaller than this are sampled by reading all their pick records.
 const SMALL: u64 = 64;
@@ -73,6 +78,14 @@ pub(super) fn pick_key(pdb: u16, uid: u64, seed: u64, member: &[u8]) -> Vec<u8> 
     k.extend_from_slice(&member_hash(seed, member).to_be_bytes());
     k.extend_from_slice(member);
     k
+}
+
+/// Whether the members of a collection of `kind` live in their pick records: a set's (value
+/// empty) and a sorted set's (value: the score, see `scores.rs`), which have no element records.
+/// A hash keeps its fields in element records and its pick records hold only the insertion
+/// ordinals of a compact hash (`field_order.rs`).
+pub fn members_in_picks(kind: KeyType) -> bool {
+    matches!(kind, KeyType::Set | KeyType::ZSet)
 }
 
 /// Picks from one collection.
@@ -182,7 +195,38 @@ impl Sampler<'_, '_> {
     }
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
+    /// The value of `member` of the set or sorted set incarnation `uid` (see
+    /// [`members_in_picks`]).
+    pub fn member(&self, uid: u64, member: &[u8]) -> lsm::Result<Option<Bytes>> {
+        self.raw_get(&pick_key(self.pdb(), uid, self.storage.pick_seed(), member))
+    }
+
+    /// Adds a member of a set or sorted set with `value` (a new one, or a new value) to `batch`.
+    pub fn add_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8], value: &[u8]) {
+        batch.put(pick_key(self.pdb(), uid, self.storage.pick_seed(), member), value);
+    }
+
+    /// Adds removing `member` of a set or sorted set to `batch`.
+    pub fn remove_member(&self, batch: &mut lsm::WriteBatch, uid: u64, member: &[u8]) {
+        batch.delete(pick_key(self.pdb(), uid, self.storage.pick_seed(), member));
+    }
+
+    /// The `(member, value)` pairs of the set or sorted set incarnation `uid` in pick order
+    /// (the order of their seeded hashes: no order a client can rely on, like Redis's hash
+    /// tables), from `from` on.
+    pub fn members(&self, uid: u64, from: Bound<&[u8]>) -> super::collection::ElementIter<'a> {
+        let prefix = pick_prefix(self.pdb(), uid);
+        let seed = self.storage.pick_seed();
+        let start = match from {
+            Bound::Included(m) => Bound::Included(pick_key(self.pdb(), uid, seed, m)),
+            Bound::Excluded(m) => Bound::Excluded(pick_key(self.pdb(), uid, seed, m)),
+            Bound::Unbounded => Bound::Included(prefix.clone()),
+        };
+        let skip = prefix.len() + 8;
+        super::collection::ElementIter::new(self.raw_range(start, Bound::Excluded(prefix_end(&prefix))), skip)
+    }
+
     fn sampler(&self, meta: &Meta) -> Sampler<'_, '_> {
         Sampler { view: self, prefix: pick_prefix(self.pdb(), meta.uid), count: Header::of(meta).count, cursor: None }
     }

@@ -5,22 +5,28 @@
 use std::ops::Bound;
 
 use super::collection::element_key;
+use super::picks::{members_in_picks, pick_prefix};
 use super::{decode_score, Header, KeyType, Meta, View};
 
 impl View<'_> {
     /// Adds to `batch` a copy of the collection `meta` at `key` under a fresh incarnation id
-    /// (element, score-index and pick records, as they will be once `batch` is applied) and
+    /// (element or member, score-index and pick records, as they will be once `batch` is applied) and
     /// returns the new metadata, with no removals counted and unbounded scores. Called when
     /// [`Header::needs_rebuild`]: the old incarnation's records, tombstones included, are never
     /// read again and compaction drops them as orphans.
     pub fn rebuild_into(&self, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta) -> lsm::Result<Meta> {
         use lsm::key::ValueKind;
-        let old_prefix = element_key(self.pdb(), meta.uid, b"");
+        // A set's or sorted set's members are in its pick records, after the member's hash.
+        let in_picks = members_in_picks(meta.kind);
+        let (old_prefix, skip) = match in_picks {
+            true => (pick_prefix(self.pdb(), meta.uid), 8),
+            false => (element_key(self.pdb(), meta.uid, b""), 0),
+        };
         // What this batch already does to the old incarnation's elements.
         let mut pending: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = std::collections::BTreeMap::new();
         for entry in batch.iter() {
             let entry = entry?;
-            if let Some(field) = entry.key.strip_prefix(&old_prefix[..]) {
+            if let Some(field) = entry.key.strip_prefix(&old_prefix[..]).and_then(|rest| rest.get(skip..)) {
                 match entry.kind {
                     ValueKind::Put => pending.insert(field.to_vec(), Some(entry.value.to_vec())),
                     ValueKind::Delete => pending.insert(field.to_vec(), None),
@@ -29,7 +35,7 @@ impl View<'_> {
             }
         }
         let mut live = Vec::new();
-        for kv in self.elements(meta.uid, Bound::Unbounded) {
+        for kv in self.entries(meta, Bound::Unbounded) {
             let (field, value) = kv?;
             match pending.remove(&field[..]) {
                 Some(Some(v)) => live.push((field.to_vec(), v)),
@@ -48,7 +54,8 @@ impl View<'_> {
         for (field, value) in &live {
             match &ordinals {
                 Some(o) => self.add_field(batch, uid, field, value, super::field_order::ordinal_of(o, field)),
-                None => self.add_member(batch, uid, field, value),
+                None if in_picks => self.add_member(batch, uid, field, value),
+                None => self.add_field(batch, uid, field, value, None),
             }
             if meta.kind == KeyType::ZSet {
                 self.put_score(batch, uid, decode_score(value), field);

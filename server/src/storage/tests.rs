@@ -158,6 +158,62 @@ mod layout {
     }
 
     #[test]
+    fn layout_2_data_is_upgraded_members_move_into_pick_records() {
+        use std::ops::Bound;
+
+        use super::super::collection::element_key;
+        use super::super::picks::pick_key;
+        let dir = tempfile::tempdir().unwrap();
+        let seed = 77u64;
+        {
+            // What a layout-2 server wrote: every member of a set, sorted set or hash has an
+            // element record (holding its value) and an empty pick record.
+            let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+            let mut layout = vec![2u8];
+            layout.extend_from_slice(&seed.to_le_bytes());
+            db.put(LAYOUT_KEY, layout).unwrap();
+            let mut b = lsm::WriteBatch::new();
+            for (key, kind, uid, members) in [
+                (&b"s"[..], KeyType::Set, 7u64, vec![(&b"a"[..], Vec::new()), (b"b", Vec::new())]),
+                (b"z", KeyType::ZSet, 8, vec![(b"m", encode_score(1.5).to_vec())]),
+                (b"h", KeyType::Hash, 9, vec![(b"f", b"v".to_vec())]),
+            ] {
+                let body = Header { count: members.len() as u64, ..Header::default() }.body(kind);
+                b.put(meta_key(0, key), Meta { kind, expire_at_ms: 0, uid, body }.encode());
+                for (m, v) in &members {
+                    b.put(element_key(0, uid, m), v);
+                    b.put(pick_key(0, uid, seed, m), b"");
+                }
+            }
+            // Many members, so the upgrade writes several batches.
+            for i in 0..10_000u32 {
+                b.put(element_key(0, 7, format!("n{i}").as_bytes()), b"");
+            }
+            db.write(b, &lsm::WriteOptions::default()).unwrap();
+        }
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        assert_eq!(s.pick_seed(), seed);
+        assert_eq!(s.engine().get(LAYOUT_KEY).unwrap().unwrap()[0], LAYOUT_VERSION);
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        let set: Vec<Bytes> = v.members(7, Bound::Unbounded).map(|kv| kv.unwrap().0).collect();
+        assert_eq!(set.len(), 10_002);
+        assert_eq!(v.member(7, b"a").unwrap().as_deref(), Some(&b""[..]));
+        assert_eq!(v.member(8, b"m").unwrap().map(|s| decode_score(&s)), Some(1.5));
+        for uid in [7, 8] {
+            assert_eq!(v.elements(uid, Bound::Unbounded).count(), 0, "element records of {uid} are gone");
+        }
+        // A hash keeps its element records and its pick records (ordinals).
+        assert_eq!(v.element(9, b"f").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(s.engine().get(pick_key(0, 9, seed, b"f")).unwrap().as_deref(), Some(&b""[..]));
+        drop(s);
+        // Opened again: nothing left to upgrade, the same data.
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let v = s.view(&cx, 0);
+        assert_eq!(v.members(7, Bound::Unbounded).count(), 10_002);
+    }
+
+    #[test]
     fn an_empty_keyspace_gets_a_layout_and_keeps_its_seed() {
         let dir = tempfile::tempdir().unwrap();
         let seed = {

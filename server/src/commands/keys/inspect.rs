@@ -133,7 +133,7 @@ fn collection_encoding(s: &Session, meta: &crate::storage::Meta) -> Result<&'sta
         if count > limit {
             return Ok(Vec::new());
         }
-        view.elements(meta.uid, std::ops::Bound::Unbounded).collect::<lsm::Result<_>>().map_err(engine_error)
+        view.entries(meta, std::ops::Bound::Unbounded).collect::<lsm::Result<_>>().map_err(engine_error)
     };
     Ok(match meta.kind {
         KeyType::String if meta.is_segmented() => "raw",

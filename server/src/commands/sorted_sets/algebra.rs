@@ -81,7 +81,7 @@ fn load(view: &View, key: &[u8]) -> Result<Option<BTreeMap<Bytes, f64>>, Reply> 
         _ => return Err(Reply::error(WRONGTYPE)),
     };
     let mut out = BTreeMap::new();
-    for kv in view.elements(meta.uid, Bound::Unbounded) {
+    for kv in view.entries(&meta, Bound::Unbounded) {
         let (m, v) = kv.map_err(engine_error)?;
         let sc = score_of(&v);
         out.insert(m, sc);

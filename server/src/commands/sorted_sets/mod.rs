@@ -92,14 +92,14 @@ impl<'a> ZWrite<'a> {
         if self.header.count == 0 {
             return Ok(None);
         }
-        Ok(self.view.element(self.meta.uid, member).map_err(engine_error)?.map(|v| decode_score(&v)))
+        Ok(self.view.member(self.meta.uid, member).map_err(engine_error)?.map(|v| decode_score(&v)))
     }
 
     /// Sets `member` to `score` (`old` is its current score, if any).
     pub fn set(&mut self, member: &[u8], score: f64, old: Option<f64>) {
         if let Some(o) = old {
             self.view.delete_score(&mut self.batch, self.meta.uid, o, member);
-            self.view.put_element(&mut self.batch, self.meta.uid, member, &encode_score(score));
+            self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
         } else {
             self.header.count += 1;
             self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
@@ -287,7 +287,7 @@ fn zcard(s: &mut Session, args: &[Bytes]) -> Reply {
 
 fn score_of(view: &View, meta: &Option<Meta>, member: &[u8]) -> Result<Option<f64>, Reply> {
     match meta {
-        Some(m) => Ok(view.element(m.uid, member).map_err(engine_error)?.map(|v| decode_score(&v))),
+        Some(m) => Ok(view.member(m.uid, member).map_err(engine_error)?.map(|v| decode_score(&v))),
         None => Ok(None),
     }
 }
