@@ -215,7 +215,7 @@ pub(super) fn random_reply(
     for m in picks {
         match view.entry(meta, &m) {
             Ok(Some(v)) => pairs.push((Reply::Bulk(m), value(v))),
-            Ok(None) => return Reply::error("ERR internal error: a picked member has no element record"),
+            Ok(None) => return Reply::error("ERR internal error: a picked member has no record"),
             Err(e) => return engine_error(e),
         }
     }

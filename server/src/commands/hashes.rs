@@ -1,7 +1,8 @@
 //! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HDEL, HEXISTS, HLEN, HSTRLEN, HKEYS, HVALS,
-//! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is an element record; a
-//! compact hash (one Redis keeps as a listpack) also numbers its fields as they are added, and
-//! the commands that list fields follow those numbers (`storage/field_order.rs`).
+//! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is one record (its pick
+//! record, `storage/picks.rs`); a compact hash (one Redis keeps as a listpack) also numbers its
+//! fields as they are added, and the commands that list fields follow those numbers
+//! (`storage/field_order.rs`).
 
 use bytes::Bytes;
 
@@ -68,17 +69,18 @@ fn set_fields(s: &Session, key: &[u8], pairs: &[Bytes], only_new: bool) -> Resul
     // Existing fields this command sets (their writes in `b` are not visible to `view`).
     let mut rewritten: std::collections::HashSet<&Bytes> = std::collections::HashSet::new();
     for pair in pairs.chunks_exact(2) {
-        let current = if header.count > 0 { view.element(meta.uid, &pair[0]).map_err(engine_error)? } else { None };
+        let current =
+            if header.count > 0 { view.field_with_ordinal(meta.uid, &pair[0]).map_err(engine_error)? } else { None };
         if current.is_some() && only_new {
             continue;
         }
-        if let Some(current) = current {
+        if let Some((ordinal, current)) = current {
             // A value set to what it is already is not written again (a hash of counters or a
             // cache refreshed with the same data would otherwise fill the memtable with copies);
             // the hash is still modified as far as WATCH and tracking go, as in Redis: its
-            // metadata is written below.
+            // metadata is written below. A field keeps its ordinal.
             if current != pair[1] || rewritten.contains(&pair[0]) {
-                view.put_element(&mut b, meta.uid, &pair[0], &pair[1]);
+                view.add_field(&mut b, meta.uid, &pair[0], &pair[1], ordinal);
                 rewritten.insert(&pair[0]);
             }
         } else {
@@ -121,7 +123,7 @@ fn hsetnx(s: &mut Session, args: &[Bytes]) -> Reply {
 fn field_value(s: &Session, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
     match hash(&view, key)? {
-        Some(meta) => view.element(meta.uid, field).map_err(engine_error),
+        Some(meta) => view.field(meta.uid, field).map_err(engine_error),
         None => Ok(None),
     }
 }
@@ -142,7 +144,7 @@ fn hmget(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut out = Vec::with_capacity(args.len() - 2);
     for field in &args[2..] {
         let v = match &meta {
-            Some(m) => match view.element(m.uid, field) {
+            Some(m) => match view.field(m.uid, field) {
                 Ok(v) => v,
                 Err(e) => return engine_error(e),
             },
@@ -165,7 +167,7 @@ fn hdel(s: &mut Session, args: &[Bytes]) -> Reply {
     let mut b = lsm::WriteBatch::new();
     let mut removed = std::collections::HashSet::new();
     for field in &args[2..] {
-        match view.element(meta.uid, field) {
+        match view.field(meta.uid, field) {
             Ok(Some(_)) if removed.insert(field) => view.remove_field(&mut b, meta.uid, field),
             Ok(_) => {}
             Err(e) => return engine_error(e),
@@ -246,11 +248,12 @@ fn update_field(
         Err(e) => return e,
     };
     let mut header = Header::of(&meta);
-    let current = if header.count == 0 {
-        None
+    let (ordinal, current) = if header.count == 0 {
+        (None, None)
     } else {
-        match view.element(meta.uid, field) {
-            Ok(v) => v,
+        match view.field_with_ordinal(meta.uid, field) {
+            Ok(Some((ordinal, v))) => (ordinal, Some(v)),
+            Ok(None) => (None, None),
             Err(e) => return engine_error(e),
         }
     };
@@ -265,7 +268,7 @@ fn update_field(
         header.count += 1;
         view.add_field(&mut b, meta.uid, field, &value, take_ordinal(&mut next));
     } else {
-        view.put_element(&mut b, meta.uid, field, &value);
+        view.add_field(&mut b, meta.uid, field, &value, ordinal);
     }
     let next = next.filter(|_| header.count <= limits.entries);
     store(&view, &mut b, key, &with_order(&meta, &header, next), header);

@@ -1,6 +1,6 @@
 //! Sets: SADD, SREM, SCARD, SISMEMBER, SMISMEMBER, SMEMBERS, SMOVE, SPOP, SRANDMEMBER, SINTER,
-//! SINTERCARD, SINTERSTORE, SUNION, SUNIONSTORE, SDIFF, SDIFFSTORE, SSCAN. Each member is an
-//! element record with an empty value.
+//! SINTERCARD, SINTERSTORE, SUNION, SUNIONSTORE, SDIFF, SDIFFSTORE, SSCAN. Each member is one
+//! record with an empty value: its pick record (`storage/picks.rs`).
 
 use std::collections::BTreeSet;
 use std::ops::Bound;

@@ -87,7 +87,7 @@ fn lookup(s: &Session, view: &View, pattern: &[u8], element: &Bytes) -> Result<O
     key.extend_from_slice(postfix);
     let Some(meta) = s.state.storage.get(&s.exec, s.db, &key).map_err(engine_error)? else { return Ok(None) };
     match (field, meta.kind) {
-        (Some(f), KeyType::Hash) => view.element(meta.uid, f).map_err(engine_error),
+        (Some(f), KeyType::Hash) => view.field(meta.uid, f).map_err(engine_error),
         (None, KeyType::String) => Ok(string_at(s, &key)?.map(|m| m.body)),
         _ => Ok(None),
     }

@@ -8,10 +8,10 @@
 //! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)   (see scores.rs)
 //! owner        'U' | uid u64 BE                               ->  db u16 BE | user key
 //! ```
-//! Lists (index → value), hashes (field → value) and streams keep element records. A set's or
-//! sorted set's members are their pick records alone, valued empty or with the member's score
-//! ([`super::picks::members_in_picks`]: [`View::member`], [`View::members`]); a hash's fields
-//! have pick records too, valued with their insertion ordinal while the hash is compact.
+//! Lists (index → value) and streams keep element records. A set's, hash's or sorted set's
+//! members are their pick records alone, valued empty, with the field's value (after a compact
+//! hash's insertion ordinal, `field_order.rs`) or with the member's score
+//! ([`super::picks::members_in_picks`]: [`View::member`], [`View::members`], [`View::field`]).
 //! [`View::entries`] and [`View::entry`] read either kind by the collection's type.
 //! A collection's metadata body starts with its element count (u64 LE). Lists add the index of
 //! their first element and the index after their last (u64 LE each). Sets, hashes and sorted
@@ -28,7 +28,7 @@ use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::picks::{members_in_picks, pick_key};
+use super::picks::members_in_picks;
 use super::{decode, expiry_key, meta_key, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
@@ -198,7 +198,11 @@ impl<'a> View<'a> {
             Bound::Unbounded => Bound::Included(prefix.clone()),
         };
         let end = prefix_end(&prefix);
-        ElementIter { range: self.cx.range(&self.storage.engine, start, Bound::Excluded(end)), skip: prefix.len() }
+        ElementIter {
+            range: self.cx.range(&self.storage.engine, start, Bound::Excluded(end)),
+            skip: prefix.len(),
+            hash_fields: false,
+        }
     }
 
     /// Elements of `uid` with fields in `[from, to)`, from either end.
@@ -208,6 +212,7 @@ impl<'a> View<'a> {
         ElementIter {
             range: self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)),
             skip: prefix_len,
+            hash_fields: false,
         }
     }
 
@@ -252,26 +257,22 @@ impl<'a> View<'a> {
             .map(move |kv| kv.map(|(k, v)| (key_tail(&k, skip), v)))
     }
 
-    /// Adds removing a field of a hash (its element and pick records).
-    pub fn remove_field(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8]) {
-        batch.delete(element_key(self.pdb, uid, field));
-        batch.delete(pick_key(self.pdb, uid, self.storage.pick_seed(), field));
-    }
-
     /// The entries of the collection `meta` from `from` on (a field or member, as a SCAN cursor
     /// names it): a set's or sorted set's member records in pick order (see `picks.rs`), any
     /// other collection's element records in field order.
     pub fn entries(&self, meta: &Meta, from: Bound<&[u8]>) -> ElementIter<'a> {
-        if members_in_picks(meta.kind) {
-            self.members(meta.uid, from)
-        } else {
-            self.elements(meta.uid, from)
+        match meta.kind {
+            KeyType::Hash => ElementIter { hash_fields: true, ..self.members(meta.uid, from) },
+            kind if members_in_picks(kind) => self.members(meta.uid, from),
+            _ => self.elements(meta.uid, from),
         }
     }
 
     /// The value of the entry `field` of the collection `meta` (see [`View::entries`]).
     pub fn entry(&self, meta: &Meta, field: &[u8]) -> lsm::Result<Option<Bytes>> {
-        if members_in_picks(meta.kind) {
+        if meta.kind == KeyType::Hash {
+            self.field(meta.uid, field)
+        } else if members_in_picks(meta.kind) {
             self.member(meta.uid, field)
         } else {
             self.element(meta.uid, field)
@@ -315,6 +316,8 @@ impl<'a> View<'a> {
 pub struct ElementIter<'a> {
     range: RawRange<'a>,
     skip: usize,
+    /// A hash's field records: values are decoded (`field_order.rs`).
+    hash_fields: bool,
 }
 
 impl std::fmt::Debug for ElementIter<'_> {
@@ -338,12 +341,18 @@ pub(super) fn key_tail(k: &Bytes, from: usize) -> Bytes {
 impl<'a> ElementIter<'a> {
     /// The records of `range`, whose keys hold the field from byte `skip` on.
     pub(super) fn new(range: RawRange<'a>, skip: usize) -> Self {
-        ElementIter { range, skip }
+        ElementIter { range, skip, hash_fields: false }
     }
 
     /// The field part of an element key.
     fn field(&self, k: &Bytes) -> Bytes {
         key_tail(k, self.skip)
+    }
+
+    /// A record's `(field, value)`.
+    fn pair(&self, (k, v): (Bytes, Bytes)) -> (Bytes, Bytes) {
+        let value = if self.hash_fields { super::field_order::decode_field(&v).1 } else { v };
+        (self.field(&k), value)
     }
 }
 
@@ -351,13 +360,13 @@ impl Iterator for ElementIter<'_> {
     type Item = lsm::Result<(Bytes, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        Some(self.range.next()?.map(|(k, v)| (self.field(&k), v)))
+        Some(self.range.next()?.map(|kv| self.pair(kv)))
     }
 }
 
 impl DoubleEndedIterator for ElementIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        Some(self.range.next_back()?.map(|(k, v)| (self.field(&k), v)))
+        Some(self.range.next_back()?.map(|kv| self.pair(kv)))
     }
 }
 

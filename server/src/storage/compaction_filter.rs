@@ -126,10 +126,10 @@ mod tests {
         s.set_string(&cx, 0, b"overwritten", Bytes::from_static(b"now a string"), 0).unwrap();
         s.engine().compact_range::<&[u8], _>(..).unwrap();
         let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
-        // kept: meta + owner + 100 elements + 100 pick records; renamed: meta + owner + 10 + 10;
-        // overwritten: its string meta; and the layout record.
-        assert_eq!(entries, 202 + 22 + 1 + 1);
-        assert_eq!(v.elements(kept.uid, std::ops::Bound::Unbounded).count(), 100);
-        assert_eq!(v.elements(renamed.uid, std::ops::Bound::Unbounded).count(), 10);
+        // kept: meta + owner + 100 fields; renamed: meta + owner + 10 fields; overwritten: its
+        // string meta; and the layout record.
+        assert_eq!(entries, 102 + 12 + 1 + 1);
+        assert_eq!(v.members(kept.uid, std::ops::Bound::Unbounded).count(), 100);
+        assert_eq!(v.members(renamed.uid, std::ops::Bound::Unbounded).count(), 10);
     }
 }

@@ -49,7 +49,7 @@ impl Storage {
                         // Members are kept in the order of a hash seeded per server: sorted
                         // first, so the same set digests the same everywhere.
                         let mut members: Vec<(Bytes, Bytes)> =
-                            self.view(cx, db).members(meta.uid, Bound::Unbounded).collect::<lsm::Result<_>>()?;
+                            self.view(cx, db).entries(meta, Bound::Unbounded).collect::<lsm::Result<_>>()?;
                         members.sort_unstable();
                         for (m, v) in &members {
                             digest_entry(&mut h, Some(m), v);

@@ -6,27 +6,29 @@
 //! place, a deleted and re-added field goes last). The first write that passes a limit
 //! converts the hash to a hash table for good, whose order is unspecified.
 //!
-//! Shale's element records are sorted by field. A *compact* hash (one Redis would keep as a
-//! listpack) numbers its fields as they are added: the number, its *ordinal*, is the value of
-//! the field's pick record (which every hash field has anyway, see `picks.rs`), and the next
-//! one to hand out is a third word in the hash's metadata body:
+//! A hash's fields are its pick records (`picks.rs`), in the order of their seeded hashes. A
+//! *compact* hash (one Redis would keep as a listpack) numbers its fields as they are added:
+//! the number, its *ordinal*, is kept in the field's record before its value, and the next one
+//! to hand out is a third word in the hash's metadata body:
 //!
 //! ```text
 //! hash metadata body   count u64 LE | removed u64 LE | [next ordinal u64 LE]
-//! pick record value    ordinal u64 BE            (compact hashes; empty otherwise)
+//! field record value   0 | value                      (a hash table's field)
+//!                      1 | ordinal u64 BE | value     (a compact hash's field)
 //! ```
 //!
 //! The word is there exactly while the hash is compact (OBJECT ENCODING `listpack`), so a body
-//! without it is a hash table, whose pick records' values mean nothing. Keeping the order thus
-//! costs no record and no read on a write; the commands that list a compact hash read its pick
-//! records beside its elements (at most `hash-max-listpack-entries` of each).
+//! without it is a hash table, whose fields' ordinals (those written while it was compact)
+//! mean nothing; converting one writes nothing but its metadata. Keeping the order thus costs
+//! no record and no read on a write, and the commands that list a compact hash sort what they
+//! read (at most `hash-max-listpack-entries` fields) by ordinal.
 
 use std::collections::HashMap;
 use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::collection::{element_key, prefix_end};
+use super::collection::prefix_end;
 use super::picks::{pick_key, pick_prefix};
 use super::{Header, KeyType, Meta, View};
 
@@ -82,21 +84,58 @@ pub(super) fn ordinal_of(ordinals: &[(Bytes, u64)], field: &[u8]) -> Option<u64>
     ordinals.binary_search_by(|(f, _)| f[..].cmp(field)).ok().map(|i| ordinals[i].1)
 }
 
-/// The ordinal a pick record's value holds (`None`: not a compact hash's).
-fn ordinal(value: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(value.try_into().ok()?))
+/// The value of a hash field's record: `0 | value`, or `1 | ordinal u64 BE | value` for a
+/// field of a compact hash (see the module docs).
+pub(super) fn encode_field(ordinal: Option<u64>, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + value.len());
+    match ordinal {
+        Some(n) => {
+            out.push(1);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        None => out.push(0),
+    }
+    out.extend_from_slice(value);
+    out
+}
+
+/// The ordinal a hash field's record holds, if any (see [`encode_field`]).
+fn ordinal(raw: &[u8]) -> Option<u64> {
+    match raw.first() {
+        Some(1) => Some(u64::from_be_bytes(raw.get(1..9)?.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// The ordinal and the value of a hash field's record (see [`encode_field`]).
+pub(super) fn decode_field(raw: &Bytes) -> (Option<u64>, Bytes) {
+    match ordinal(raw) {
+        Some(n) => (Some(n), raw.slice(9..)),
+        None => (None, raw.slice(raw.len().min(1)..)),
+    }
 }
 
 impl View<'_> {
-    /// Adds a new field of a hash: its element record and its pick record, which holds the
-    /// field's `ordinal` when the hash is compact.
+    /// Adds setting a field of a hash (a new one, or a new value) to `batch`, with the field's
+    /// `ordinal` while the hash is compact.
     pub fn add_field(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8], value: &[u8], ordinal: Option<u64>) {
-        batch.put(element_key(self.pdb(), uid, field), value);
-        let pick = pick_key(self.pdb(), uid, self.storage.pick_seed(), field);
-        match ordinal {
-            Some(n) => batch.put(pick, n.to_be_bytes()),
-            None => batch.put(pick, b""),
-        };
+        batch.put(pick_key(self.pdb(), uid, self.storage.pick_seed(), field), encode_field(ordinal, value));
+    }
+
+    /// Adds removing a field of a hash to `batch`.
+    pub fn remove_field(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8]) {
+        self.remove_member(batch, uid, field);
+    }
+
+    /// The value of `field` of the hash incarnation `uid`.
+    pub fn field(&self, uid: u64, field: &[u8]) -> lsm::Result<Option<Bytes>> {
+        Ok(self.member(uid, field)?.map(|raw| decode_field(&raw).1))
+    }
+
+    /// The ordinal (if the field was added to a compact hash) and the value of `field` of the
+    /// hash incarnation `uid`.
+    pub fn field_with_ordinal(&self, uid: u64, field: &[u8]) -> lsm::Result<Option<(Option<u64>, Bytes)>> {
+        Ok(self.member(uid, field)?.map(|raw| decode_field(&raw)))
     }
 
     /// The ordinals of incarnation `uid`'s fields, from their pick records, with what `batch`
@@ -131,55 +170,20 @@ impl View<'_> {
         Ok(out)
     }
 
-    /// Every (field, value) of the hash `meta`: a compact hash's in insertion order, read
-    /// with one engine cursor for its elements and its pick records where it can (two range
-    /// reads of a small hash cost about what one costs, most of it being the cursor's set-up).
+    /// Every (field, value) of the hash `meta`: a compact hash's in insertion order (one walk
+    /// of its records, which hold the ordinals).
     pub fn hash_fields(&self, meta: &Meta) -> lsm::Result<Vec<(Bytes, Bytes)>> {
-        let cursor = next_ordinal(meta).and_then(|_| self.cursor());
-        let Some(mut it) = cursor else {
-            let all = self.elements(meta.uid, Bound::Unbounded).collect::<lsm::Result<Vec<_>>>()?;
-            return self.in_field_order(meta, all, |(f, _)| f);
-        };
-        let mut read = |prefix: Vec<u8>, item: &mut dyn FnMut(&[u8], &lsm::DbIterator)| -> lsm::Result<()> {
-            it.set_bounds(Bound::Included(prefix.clone()), Bound::Excluded(prefix_end(&prefix)));
-            it.seek(&prefix)?;
-            while it.valid() {
-                item(&it.key()[prefix.len()..], &it);
-                it.next()?;
-            }
-            it.status()
-        };
-        let mut fields = Vec::with_capacity(usize::try_from(Header::of(meta).count).unwrap_or(0));
-        let walked = read(element_key(self.pdb(), meta.uid, b""), &mut |field, it| {
-            fields.push((Bytes::copy_from_slice(field), it.value_bytes()));
-        });
-        self.noted_walk(walked)?;
-        let mut ranks = vec![u64::MAX; fields.len()];
-        // The pick records come in (hash, field) order: sort the fields the same way and walk
-        // both together, comparing hashes (a binary search by field per record cost more).
-        let seed = self.storage.pick_seed();
-        let mut by_hash: Vec<(u64, usize)> =
-            fields.iter().enumerate().map(|(i, (f, _))| (super::picks::member_hash(seed, f), i)).collect();
-        by_hash.sort_unstable();
-        let mut at = 0;
-        let walked = read(pick_prefix(self.pdb(), meta.uid), &mut |rest, it| {
-            let (Some(hash), Some(field), Some(n)) = (rest.get(..8), rest.get(8..), ordinal(it.value())) else {
-                return;
-            };
-            let hash = u64::from_be_bytes(hash.try_into().unwrap_or_default());
-            while by_hash.get(at).is_some_and(|&(h, _)| h < hash) {
-                at += 1;
-            }
-            let mut same_hash = by_hash[at..].iter().take_while(|&&(h, _)| h == hash);
-            if let Some(&(_, i)) = same_hash.find(|&&(_, i)| fields[i].0 == field) {
-                ranks[i] = n;
-            }
-        });
-        self.noted_walk(walked)?;
-        let mut keyed: Vec<((u64, usize), (Bytes, Bytes))> =
-            fields.into_iter().enumerate().map(|(i, kv)| ((ranks[i], i), kv)).collect();
-        keyed.sort_unstable_by_key(|(k, _)| *k);
-        Ok(keyed.into_iter().map(|(_, kv)| kv).collect())
+        let compact = next_ordinal(meta).is_some();
+        let mut fields = Vec::with_capacity(usize::try_from(Header::of(meta).count).unwrap_or(0).min(1 << 16));
+        for (i, kv) in self.members(meta.uid, Bound::Unbounded).enumerate() {
+            let (field, raw) = kv?;
+            let (n, value) = decode_field(&raw);
+            fields.push(((n.filter(|_| compact).unwrap_or(u64::MAX), i), (field, value)));
+        }
+        if compact {
+            fields.sort_unstable_by_key(|(k, _)| *k);
+        }
+        Ok(fields.into_iter().map(|(_, kv)| kv).collect())
     }
 
     /// `items` of the hash `meta` in insertion order if it is compact, else as they are. An

@@ -9,18 +9,26 @@
 //! - Layout 2 added the pick index (`R` records) and removal counts in collection headers.
 //! - Layout 3 keeps a set's and a sorted set's members in their pick records alone (a member's
 //!   value, the score of a sorted set's, moves into the pick record; the element records go).
-//!   Data of layout 2 is upgraded in place when it is opened ([`upgrade_from_2`]).
+//! - Layout 4 does the same for hashes: a field's record holds a compact hash's ordinal (which
+//!   was the pick record's whole value) and the field's value (see `field_order.rs`).
+//!
+//! Data of layouts 2 and 3 is upgraded in place when it is opened ([`upgrade_from_2`],
+//! [`upgrade_from_3`]).
 //!
 //! Data of any other layout is refused, never misread.
 
 use super::collection::prefix_end;
-use super::picks::{members_in_picks, pick_key};
-use super::{decode, element_prefix};
+use super::field_order::encode_field;
+use super::picks::pick_key;
+use super::{decode, element_prefix, KeyType};
 
 /// The record naming the key layout of this data and the secret seed of the pick index.
 pub(super) const LAYOUT_KEY: &[u8] = b"S:layout";
 /// The layout this server writes (see the module docs).
-pub(super) const LAYOUT_VERSION: u8 = 3;
+pub(super) const LAYOUT_VERSION: u8 = 4;
+
+/// Where an upgrade records how far it got in the collection it was copying.
+const PROGRESS_KEY: &[u8] = b"S:upgrade-progress";
 
 /// Records an upgrade writes per batch.
 const UPGRADE_BATCH: u32 = 4096;
@@ -33,7 +41,10 @@ pub(super) fn layout(engine: &lsm::Db) -> lsm::Result<u64> {
         let seed = raw.get(1..9).map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()));
         return match (raw.first(), seed) {
             (Some(&LAYOUT_VERSION), Some(seed)) => Ok(seed),
-            (Some(&2), Some(seed)) => upgrade_from_2(engine, seed).map(|()| seed),
+            (Some(&2), Some(seed)) => {
+                upgrade_from_2(engine, seed).and_then(|()| upgrade_from_3(engine, seed)).map(|()| seed)
+            }
+            (Some(&3), Some(seed)) => upgrade_from_3(engine, seed).map(|()| seed),
             _ => Err(lsm::Error::InvalidArgument(format!(
                 "this data uses key layout {}; this shale-server reads layout {LAYOUT_VERSION}",
                 raw.first().map_or_else(|| "(unreadable)".to_string(), u8::to_string)
@@ -48,48 +59,90 @@ pub(super) fn layout(engine: &lsm::Db) -> lsm::Result<u64> {
     }
     let seed: u64 = rand::random();
     let mut b = lsm::WriteBatch::new();
-    b.put(LAYOUT_KEY, record(seed));
+    b.put(LAYOUT_KEY, record(LAYOUT_VERSION, seed));
     engine.write(b, &lsm::WriteOptions::synced())?;
     Ok(seed)
 }
 
-/// The layout record of this layout with `seed`.
-fn record(seed: u64) -> Vec<u8> {
-    let mut record = vec![LAYOUT_VERSION];
+/// The layout record of layout `version` with `seed`.
+fn record(version: u8, seed: u64) -> Vec<u8> {
+    let mut record = vec![version];
     record.extend_from_slice(&seed.to_le_bytes());
     record
 }
 
-/// Moves every set's and sorted set's members from their element records into their pick
-/// records (layout 2 → 3), then writes the new layout record, synced. Batches are written as
-/// they fill; an upgrade cut short (a crash) leaves the layout record at 2 and is run again at
-/// the next open: a collection's element records are deleted only in or after the batch that
-/// holds the last of its copies, and copying a member again writes the same record.
+/// Layout 2 → 3: moves every set's and sorted set's members from their element records into
+/// their pick records (see [`move_members`]).
 fn upgrade_from_2(engine: &lsm::Db, seed: u64) -> lsm::Result<()> {
+    move_members(engine, seed, 3, &[KeyType::Set, KeyType::ZSet], |_, value| Ok(value.to_vec()))
+}
+
+/// Layout 3 → 4: moves every hash's fields from their element records into their pick records,
+/// each after the ordinal its pick record held (see [`move_members`]).
+fn upgrade_from_3(engine: &lsm::Db, seed: u64) -> lsm::Result<()> {
+    move_members(engine, seed, 4, &[KeyType::Hash], |pick, value| {
+        let ordinal = engine.get(pick)?.and_then(|v| <[u8; 8]>::try_from(&v[..]).ok()).map(u64::from_be_bytes);
+        Ok(encode_field(ordinal, value))
+    })
+}
+
+/// Rewrites the element records of every collection of `kinds` as pick records valued
+/// `value(pick key, element value)` (which may read the pick record as the old layout left
+/// it), deletes the element records, then writes layout record `version`, synced.
+///
+/// Batches are written as they fill. An upgrade cut short (a crash) leaves the old layout
+/// record and runs again at the next open, where it must not rewrite a member twice (its pick
+/// record then holds the new value): a collection's element records are deleted in the batch
+/// after its last copy, and every batch written in the middle of a collection records how far
+/// it got ([`PROGRESS_KEY`]: the collection's uid and the last field copied), so a rerun
+/// skips the fields up to there. Batches commit whole and in order.
+fn move_members(
+    engine: &lsm::Db,
+    seed: u64,
+    version: u8,
+    kinds: &[KeyType],
+    value: impl Fn(&[u8], &[u8]) -> lsm::Result<Vec<u8>>,
+) -> lsm::Result<()> {
     let mut b = lsm::WriteBatch::new();
     let (mut collections, mut members) = (0u64, 0u64);
+    // (uid, last field copied) of an earlier run cut short.
+    let done = engine
+        .get(PROGRESS_KEY)?
+        .filter(|p| p.len() >= 8)
+        .map(|p| (u64::from_be_bytes(p[..8].try_into().unwrap_or_default()), p.slice(8..)));
     for kv in engine.range(b"M".to_vec()..b"N".to_vec()) {
         let (key, raw) = kv?;
         let Some(pdb) = key.get(1..3).map(|d| u16::from_be_bytes([d[0], d[1]])) else { continue };
         let meta = decode(raw)?;
-        if !members_in_picks(meta.kind) {
+        if !kinds.contains(&meta.kind) {
             continue;
         }
         let prefix = element_prefix(b'E', pdb, meta.uid);
         let end = prefix_end(&prefix);
+        let copied = done.as_ref().filter(|(uid, _)| *uid == meta.uid).map(|(_, field)| field);
         for kv in engine.range(prefix.clone()..end.clone()) {
-            let (k, value) = kv?;
-            b.put(pick_key(pdb, meta.uid, seed, &k[prefix.len()..]), value);
+            let (k, v) = kv?;
+            let field = &k[prefix.len()..];
+            if copied.is_some_and(|last| field <= &last[..]) {
+                continue;
+            }
+            let pick = pick_key(pdb, meta.uid, seed, field);
+            let new = value(&pick, &v)?;
+            b.put(pick, new);
             members += 1;
             if b.len() >= UPGRADE_BATCH {
+                let mut progress = meta.uid.to_be_bytes().to_vec();
+                progress.extend_from_slice(field);
+                b.put(PROGRESS_KEY, progress);
                 engine.write(std::mem::take(&mut b), &lsm::WriteOptions::default())?;
             }
         }
         b.delete_range(prefix, end);
         collections += 1;
     }
-    b.put(LAYOUT_KEY, record(seed));
+    b.delete(PROGRESS_KEY);
+    b.put(LAYOUT_KEY, record(version, seed));
     engine.write(b, &lsm::WriteOptions::synced())?;
-    tracing::info!(target: "shale::storage", collections, members, "key layout upgraded from 2 to 3: set and sorted-set members moved into their pick records");
+    tracing::info!(target: "shale::storage", version, collections, members, "key layout upgraded: members moved into their pick records");
     Ok(())
 }

@@ -7,10 +7,10 @@
 //! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member  ->  value
 //! ```
 //!
-//! For sets (value empty) and sorted sets (value: the score) the pick record is the member's
-//! only record: membership is a point read of it, a listing walks them in hash order, and an
-//! add or a removal writes one record ([`members_in_picks`]). A hash's fields live in element
-//! records; their pick records hold a compact hash's insertion ordinals (`field_order.rs`).
+//! The pick record is the member's only record (a set's valued empty, a sorted set's with the
+//! score, a hash's with the field's value after a compact hash's insertion ordinal, see
+//! `field_order.rs`): membership is a point read of it, a listing walks them in hash order,
+//! and an add or a removal writes one record ([`members_in_picks`]).
 //!
 //! The hash space of a collection of `n` members is cut into `B = ⌈n / 8⌉` equal *buckets*
 //! (bucket `⌊h · B / 2^64⌋` for hash `h`), so a bucket holds at most 8 members on average.
@@ -80,12 +80,12 @@ pub(super) fn pick_key(pdb: u16, uid: u64, seed: u64, member: &[u8]) -> Vec<u8> 
     k
 }
 
-/// Whether the members of a collection of `kind` live in their pick records: a set's (value
-/// empty) and a sorted set's (value: the score, see `scores.rs`), which have no element records.
-/// A hash keeps its fields in element records and its pick records hold only the insertion
-/// ordinals of a compact hash (`field_order.rs`).
+/// Whether the members of a collection of `kind` live in their pick records, with no element
+/// records: a set's (value empty), a sorted set's (value: the score, see `scores.rs`) and a
+/// hash's (value: the field's value, after a compact hash's insertion ordinal, see
+/// `field_order.rs`).
 pub fn members_in_picks(kind: KeyType) -> bool {
-    matches!(kind, KeyType::Set | KeyType::ZSet)
+    matches!(kind, KeyType::Set | KeyType::ZSet | KeyType::Hash)
 }
 
 /// Picks from one collection.

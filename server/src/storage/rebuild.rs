@@ -10,13 +10,13 @@ use super::{decode_score, Header, KeyType, Meta, View};
 
 impl View<'_> {
     /// Adds to `batch` a copy of the collection `meta` at `key` under a fresh incarnation id
-    /// (element or member, score-index and pick records, as they will be once `batch` is applied) and
+    /// (member and score-index records, as they will be once `batch` is applied) and
     /// returns the new metadata, with no removals counted and unbounded scores. Called when
     /// [`Header::needs_rebuild`]: the old incarnation's records, tombstones included, are never
     /// read again and compaction drops them as orphans.
     pub fn rebuild_into(&self, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta) -> lsm::Result<Meta> {
         use lsm::key::ValueKind;
-        // A set's or sorted set's members are in its pick records, after the member's hash.
+        // A set's, sorted set's or hash's members are its pick records, after the member's hash.
         let in_picks = members_in_picks(meta.kind);
         let (old_prefix, skip) = match in_picks {
             true => (pick_prefix(self.pdb(), meta.uid), 8),
@@ -28,6 +28,11 @@ impl View<'_> {
             let entry = entry?;
             if let Some(field) = entry.key.strip_prefix(&old_prefix[..]).and_then(|rest| rest.get(skip..)) {
                 match entry.kind {
+                    // (A hash's field record holds an ordinal before the value.)
+                    ValueKind::Put if meta.kind == KeyType::Hash => {
+                        let raw = bytes::Bytes::copy_from_slice(entry.value);
+                        pending.insert(field.to_vec(), Some(super::field_order::decode_field(&raw).1.to_vec()))
+                    }
                     ValueKind::Put => pending.insert(field.to_vec(), Some(entry.value.to_vec())),
                     ValueKind::Delete => pending.insert(field.to_vec(), None),
                     ValueKind::RangeDelete => continue,
@@ -54,8 +59,9 @@ impl View<'_> {
         for (field, value) in &live {
             match &ordinals {
                 Some(o) => self.add_field(batch, uid, field, value, super::field_order::ordinal_of(o, field)),
+                None if meta.kind == KeyType::Hash => self.add_field(batch, uid, field, value, None),
                 None if in_picks => self.add_member(batch, uid, field, value),
-                None => self.add_field(batch, uid, field, value, None),
+                None => self.put_element(batch, uid, field, value),
             }
             if meta.kind == KeyType::ZSet {
                 self.put_score(batch, uid, decode_score(value), field);

@@ -203,14 +203,69 @@ mod layout {
         for uid in [7, 8] {
             assert_eq!(v.elements(uid, Bound::Unbounded).count(), 0, "element records of {uid} are gone");
         }
-        // A hash keeps its element records and its pick records (ordinals).
-        assert_eq!(v.element(9, b"f").unwrap().as_deref(), Some(&b"v"[..]));
-        assert_eq!(s.engine().get(pick_key(0, 9, seed, b"f")).unwrap().as_deref(), Some(&b""[..]));
+        // A hash's field record holds its value (and no ordinal: its pick record had none).
+        assert_eq!(v.field_with_ordinal(9, b"f").unwrap(), Some((None, Bytes::from_static(b"v"))));
+        assert_eq!(v.elements(9, Bound::Unbounded).count(), 0);
         drop(s);
         // Opened again: nothing left to upgrade, the same data.
         let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
         let v = s.view(&cx, 0);
         assert_eq!(v.members(7, Bound::Unbounded).count(), 10_002);
+    }
+
+    #[test]
+    fn an_upgrade_cut_short_resumes_without_copying_a_field_twice() {
+        use std::ops::Bound;
+
+        use super::super::collection::element_key;
+        use super::super::field_order::encode_field;
+        use super::super::picks::pick_key;
+        let dir = tempfile::tempdir().unwrap();
+        let seed = 5u64;
+        let field = |i: u32| format!("f{i:05}").into_bytes();
+        let n = 10_000u32;
+        {
+            // Layout 3, as an upgrade to 4 left it when it stopped after its first batch: the
+            // hash's fields up to f04095 rewritten (and the progress record saying so), the
+            // rest still element records beside pick records holding their ordinals.
+            let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+            let mut layout = vec![3u8];
+            layout.extend_from_slice(&seed.to_le_bytes());
+            db.put(LAYOUT_KEY, layout).unwrap();
+            let mut b = lsm::WriteBatch::new();
+            let header = Header { count: u64::from(n), ..Header::default() };
+            let table = Meta { kind: KeyType::Hash, expire_at_ms: 0, uid: 9, body: header.body(KeyType::Hash) };
+            b.put(meta_key(0, b"h"), with_order(&table, &header, Some(u64::from(n))).encode());
+            for i in 0..n {
+                let (f, ordinal) = (field(i), u64::from(n - i));
+                b.put(element_key(0, 9, &f), format!("v{i}"));
+                if i < 4096 {
+                    b.put(pick_key(0, 9, seed, &f), encode_field(Some(ordinal), format!("v{i}").as_bytes()));
+                } else {
+                    b.put(pick_key(0, 9, seed, &f), ordinal.to_be_bytes());
+                }
+            }
+            let mut progress = 9u64.to_be_bytes().to_vec();
+            progress.extend_from_slice(&field(4095));
+            b.put(b"S:upgrade-progress", progress);
+            db.write(b, &lsm::WriteOptions::default()).unwrap();
+        }
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        assert_eq!(s.engine().get(LAYOUT_KEY).unwrap().unwrap()[0], LAYOUT_VERSION);
+        assert_eq!(s.engine().get(b"S:upgrade-progress").unwrap(), None);
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        for i in (0..n).step_by(97).chain([4095, 4096, n - 1]) {
+            let got = v.field_with_ordinal(9, &field(i)).unwrap();
+            assert_eq!(got, Some((Some(u64::from(n - i)), Bytes::from(format!("v{i}")))), "field {i}");
+        }
+        assert_eq!(v.elements(9, Bound::Unbounded).count(), 0);
+        // A compact hash lists its fields in ordinal order: the reverse of their names here.
+        let meta = v.get(b"h").unwrap().unwrap();
+        let fields = v.hash_fields(&meta).unwrap();
+        assert_eq!(fields.len(), n as usize);
+        assert_eq!(fields[0].0, Bytes::from(field(n - 1)));
+        assert_eq!(fields[n as usize - 1].0, Bytes::from(field(0)));
     }
 
     #[test]

@@ -174,9 +174,16 @@ mod tests {
             let Value::Hash(read) = v.read_value(&meta).unwrap() else { panic!("{key}: not a hash") };
             let compact = crate::storage::next_ordinal(&meta).is_some();
             assert_eq!(compact, key == "fits", "{key}");
-            let mut sorted = fields.clone();
-            sorted.sort();
-            assert_eq!(read, if compact { fields } else { sorted }, "{key}");
+            // A compact hash comes back in its order; a hash table's order is the pick order.
+            let sorted = |mut f: Vec<(Bytes, Bytes)>| {
+                f.sort();
+                f
+            };
+            if compact {
+                assert_eq!(read, fields, "{key}");
+            } else {
+                assert_eq!(sorted(read), sorted(fields), "{key}");
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Moving whole keys: RENAME, RENAMENX, COPY, MOVE, SWAPDB.
 //!
-//! A key's data is its metadata record plus, for collections, element records under its
-//! incarnation id, so RENAME within a database moves one record; COPY and MOVE also copy the
+//! A key's data is its metadata record plus, for collections, element, pick and score-index
+//! records under its incarnation id, so RENAME within a database moves one record; COPY and MOVE also copy the
 //! elements (a new incarnation for COPY) in the same batch.
 
 use bytes::Bytes;

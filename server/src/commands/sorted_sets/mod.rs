@@ -1,6 +1,7 @@
-//! Sorted sets. Each member is an element record holding its order-preserving score, plus a
-//! score-index record `(score, member)`, so ranges by score and rank walk the index in order
-//! and ranges by member walk the element records. Ranges and parsing are in `range`, the
+//! Sorted sets. Each member is a record holding its order-preserving score (its pick record,
+//! `storage/picks.rs`, which ZSCORE and ZADD read), plus a score-index record
+//! `(score, member)`, so ranges by score, rank and (among equal scores) member walk the index
+//! in order. Ranges and parsing are in `range`, the
 //! multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms) in `algebra`.
 
 mod algebra;
