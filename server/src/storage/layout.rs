@@ -33,14 +33,20 @@ const PROGRESS_KEY: &[u8] = b"S:upgrade-progress";
 /// Records an upgrade writes per batch.
 const UPGRADE_BATCH: u32 = 4096;
 
-/// Checks the layout record (writing it into an empty keyspace, upgrading data of layout 2) and
-/// returns the pick seed. Data written by another layout is refused with a clear error instead
-/// of being misread.
-pub(super) fn layout(engine: &lsm::Db) -> lsm::Result<u64> {
+/// Checks the layout record (writing it into an empty keyspace; with `upgrade`, upgrading data
+/// of layouts 2 and 3) and returns the pick seed. Data written by another layout is refused
+/// with a clear error instead of being misread. A replica's copy of its primary's data is not
+/// upgraded: the primary's later writes, shipped as they are, would follow the old layout.
+pub(super) fn layout(engine: &lsm::Db, upgrade: bool) -> lsm::Result<u64> {
     if let Some(raw) = engine.get(LAYOUT_KEY)? {
         let seed = raw.get(1..9).map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()));
         return match (raw.first(), seed) {
             (Some(&LAYOUT_VERSION), Some(seed)) => Ok(seed),
+            (Some(&(2 | 3)), Some(_)) if !upgrade => Err(lsm::Error::InvalidArgument(format!(
+                "the primary's data uses key layout {}; this replica reads layout {LAYOUT_VERSION}: run the same \
+                 shale-server version on both",
+                raw[0]
+            ))),
             (Some(&2), Some(seed)) => {
                 upgrade_from_2(engine, seed).and_then(|()| upgrade_from_3(engine, seed)).map(|()| seed)
             }

@@ -169,7 +169,7 @@ impl Storage {
                 counts
             }
         };
-        let pick_seed = AtomicU64::new(layout(&engine)?);
+        let pick_seed = AtomicU64::new(layout(&engine, true)?);
         let next_uid = AtomicU64::new(engine.latest_sequence() + 1);
         let storage = Storage {
             engine,

@@ -58,7 +58,7 @@ impl Storage {
     fn reload(&self) -> lsm::Result<()> {
         self.meta_states.clear();
         self.load_map(self.engine.get(DB_MAP_KEY)?.as_deref())?;
-        self.pick_seed.store(layout(&self.engine)?, Ordering::Relaxed);
+        self.pick_seed.store(layout(&self.engine, false)?, Ordering::Relaxed);
         self.counts.assign(&super::KeyspaceCounts::recount(&self.engine)?);
         self.next_uid.fetch_max(self.engine.latest_sequence() + 1, Ordering::Relaxed);
         self.watches.touch_databases(&(0..=u16::MAX).collect::<Vec<_>>());

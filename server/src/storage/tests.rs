@@ -269,6 +269,18 @@ mod layout {
     }
 
     #[test]
+    fn a_replica_refuses_an_older_layout_instead_of_upgrading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
+        db.put(LAYOUT_KEY, [3u8, 1, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let err = super::super::layout(&db, false).unwrap_err().to_string();
+        assert!(err.contains("key layout 3") && err.contains("replica"), "{err}");
+        assert_eq!(db.get(LAYOUT_KEY).unwrap().unwrap()[0], 3, "nothing was rewritten");
+        assert_eq!(super::super::layout(&db, true).unwrap(), 1);
+        assert_eq!(db.get(LAYOUT_KEY).unwrap().unwrap()[0], LAYOUT_VERSION);
+    }
+
+    #[test]
     fn an_empty_keyspace_gets_a_layout_and_keeps_its_seed() {
         let dir = tempfile::tempdir().unwrap();
         let seed = {
