@@ -258,8 +258,9 @@ impl<'a> View<'a> {
     }
 
     /// The entries of the collection `meta` from `from` on (a field or member, as a SCAN cursor
-    /// names it): a set's or sorted set's member records in pick order (see `picks.rs`), any
-    /// other collection's element records in field order.
+    /// names it): a set's, hash's or sorted set's member records in pick order (see `picks.rs`;
+    /// a hash's values decoded, see `field_order.rs`), a list's or stream's element records in
+    /// field order.
     pub fn entries(&self, meta: &Meta, from: Bound<&[u8]>) -> ElementIter<'a> {
         match meta.kind {
             KeyType::Hash => ElementIter { hash_fields: true, ..self.members(meta.uid, from) },

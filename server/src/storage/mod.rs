@@ -4,7 +4,7 @@
 //! metadata      'M' | db u16 BE | user key                 ->  type u8 | expire_at_ms u64 LE | uid u64 LE | body
 //! expiry index  'X' | expire_at_ms u64 BE | db u16 BE | key ->  (empty)
 //! db map        "S:dbmap"                                  ->  (logical u16 BE, physical u16 BE)*
-//! layout        "S:layout"                                 ->  version u8 (3) | pick seed u64 LE   (layout.rs)
+//! layout        "S:layout"                                 ->  version u8 (4) | pick seed u64 LE   (layout.rs)
 //! ```
 //! A string's value is the body, or segments once it grows long by partial writes (see
 //! `strings.rs`). Collections keep their elements under the key's incarnation id (`collection.rs`), so
