@@ -123,8 +123,8 @@ pub(super) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs
 /// compact encodings (so clients see the same pages).
 pub(super) const SMALL_SCAN: u64 = 128;
 
-/// One page of a SCAN-style walk over a collection's elements: `(next cursor, elements)`.
-/// `map` turns an element record into what the reply shows (None: skip, e.g. a MATCH miss).
+/// One page of a SCAN-style walk over a collection's elements (in pick order: see
+/// `storage/picks.rs`): `(next cursor, elements)`, a cursor naming the field to go on from.
 pub(super) fn scan_elements(
     s: &Session,
     view: &View,

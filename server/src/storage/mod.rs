@@ -500,8 +500,8 @@ impl Storage {
         self.next_uid.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Adds copies of every element record of incarnation `uid` in `from` (a collection's
-    /// `E` and `Z` records) to `batch`, as incarnation `new_uid` of database `to`. Strings have
+    /// Adds copies of every record of incarnation `uid` in `from` (a collection's `E`, `Z` and
+    /// `R` records: the pick seed is the server's, so member keys stay valid) to `batch`, as incarnation `new_uid` of database `to`. Strings have
     /// none. Used by COPY and MOVE.
     pub fn copy_elements_into(
         &self,
