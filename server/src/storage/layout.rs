@@ -71,7 +71,7 @@ pub(super) fn layout(engine: &lsm::Db, upgrade: bool) -> lsm::Result<u64> {
 }
 
 /// The layout record of layout `version` with `seed`.
-fn record(version: u8, seed: u64) -> Vec<u8> {
+pub(super) fn record(version: u8, seed: u64) -> Vec<u8> {
     let mut record = vec![version];
     record.extend_from_slice(&seed.to_le_bytes());
     record

@@ -59,7 +59,7 @@ pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};
 use layout::layout;
 #[cfg(test)]
-use layout::{LAYOUT_KEY, LAYOUT_VERSION};
+use layout::{record as layout_record, LAYOUT_KEY, LAYOUT_VERSION};
 pub use meta::{KeyType, Meta};
 pub use queued_writes::{Befores, QueuedWrite};
 pub use scores::{decode_score, encode_score, ScoreBounds, ScoreIter};

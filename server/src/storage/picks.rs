@@ -306,9 +306,7 @@ mod tests {
     /// A storage whose pick seed is fixed, holding a set of `n` members `m0…`.
     fn set_of(dir: &std::path::Path, n: usize) -> (Storage, ExecContext, Meta) {
         let db = lsm::Db::open(dir, lsm::Options::default()).unwrap();
-        let mut layout = vec![super::super::LAYOUT_VERSION];
-        layout.extend_from_slice(&42u64.to_le_bytes());
-        db.put(super::super::LAYOUT_KEY, layout).unwrap();
+        db.put(super::super::LAYOUT_KEY, super::super::layout_record(super::super::LAYOUT_VERSION, 42)).unwrap();
         let s = Storage::new(db).unwrap();
         let cx = ExecContext::new();
         let meta = {

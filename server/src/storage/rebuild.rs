@@ -4,7 +4,6 @@
 
 use std::ops::Bound;
 
-use super::collection::element_key;
 use super::picks::{members_in_picks, pick_prefix};
 use super::{decode_score, Header, KeyType, Meta, View};
 
@@ -16,17 +15,17 @@ impl View<'_> {
     /// read again and compaction drops them as orphans.
     pub fn rebuild_into(&self, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta) -> lsm::Result<Meta> {
         use lsm::key::ValueKind;
-        // A set's, sorted set's or hash's members are its pick records, after the member's hash.
-        let in_picks = members_in_picks(meta.kind);
-        let (old_prefix, skip) = match in_picks {
-            true => (pick_prefix(self.pdb(), meta.uid), 8),
-            false => (element_key(self.pdb(), meta.uid, b""), 0),
-        };
+        // Only sets, hashes and sorted sets count removals; their members are their pick
+        // records, after the member's hash.
+        if !members_in_picks(meta.kind) {
+            return Err(lsm::Error::InvalidArgument(format!("a {:?} is not rebuilt", meta.kind)));
+        }
+        let old_prefix = pick_prefix(self.pdb(), meta.uid);
         // What this batch already does to the old incarnation's elements.
         let mut pending: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = std::collections::BTreeMap::new();
         for entry in batch.iter() {
             let entry = entry?;
-            if let Some(field) = entry.key.strip_prefix(&old_prefix[..]).and_then(|rest| rest.get(skip..)) {
+            if let Some(field) = entry.key.strip_prefix(&old_prefix[..]).and_then(|rest| rest.get(8..)) {
                 match entry.kind {
                     // (A hash's field record holds an ordinal before the value.)
                     ValueKind::Put if meta.kind == KeyType::Hash => {
@@ -60,8 +59,7 @@ impl View<'_> {
             match &ordinals {
                 Some(o) => self.add_field(batch, uid, field, value, super::field_order::ordinal_of(o, field)),
                 None if meta.kind == KeyType::Hash => self.add_field(batch, uid, field, value, None),
-                None if in_picks => self.add_member(batch, uid, field, value),
-                None => self.put_element(batch, uid, field, value),
+                None => self.add_member(batch, uid, field, value),
             }
             if meta.kind == KeyType::ZSet {
                 self.put_score(batch, uid, decode_score(value), field);

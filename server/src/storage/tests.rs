@@ -169,9 +169,7 @@ mod layout {
             // What a layout-2 server wrote: every member of a set, sorted set or hash has an
             // element record (holding its value) and an empty pick record.
             let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
-            let mut layout = vec![2u8];
-            layout.extend_from_slice(&seed.to_le_bytes());
-            db.put(LAYOUT_KEY, layout).unwrap();
+            db.put(LAYOUT_KEY, layout_record(2, seed)).unwrap();
             let mut b = lsm::WriteBatch::new();
             for (key, kind, uid, members) in [
                 (&b"s"[..], KeyType::Set, 7u64, vec![(&b"a"[..], Vec::new()), (b"b", Vec::new())]),
@@ -229,9 +227,7 @@ mod layout {
             // hash's fields up to f04095 rewritten (and the progress record saying so), the
             // rest still element records beside pick records holding their ordinals.
             let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
-            let mut layout = vec![3u8];
-            layout.extend_from_slice(&seed.to_le_bytes());
-            db.put(LAYOUT_KEY, layout).unwrap();
+            db.put(LAYOUT_KEY, layout_record(3, seed)).unwrap();
             let mut b = lsm::WriteBatch::new();
             let header = Header { count: u64::from(n), ..Header::default() };
             let table = Meta { kind: KeyType::Hash, expire_at_ms: 0, uid: 9, body: header.body(KeyType::Hash) };
@@ -272,7 +268,7 @@ mod layout {
     fn a_replica_refuses_an_older_layout_instead_of_upgrading_it() {
         let dir = tempfile::tempdir().unwrap();
         let db = lsm::Db::open(dir.path(), lsm::Options::default()).unwrap();
-        db.put(LAYOUT_KEY, [3u8, 1, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        db.put(LAYOUT_KEY, layout_record(3, 1)).unwrap();
         let err = super::super::layout(&db, false).unwrap_err().to_string();
         assert!(err.contains("key layout 3") && err.contains("replica"), "{err}");
         assert_eq!(db.get(LAYOUT_KEY).unwrap().unwrap()[0], 3, "nothing was rewritten");

@@ -1,8 +1,8 @@
 //! Moving whole keys: RENAME, RENAMENX, COPY, MOVE, SWAPDB.
 //!
 //! A key's data is its metadata record plus, for collections, element, pick and score-index
-//! records under its incarnation id, so RENAME within a database moves one record; COPY and MOVE also copy the
-//! elements (a new incarnation for COPY) in the same batch.
+//! records under its incarnation id, so RENAME within a database moves one record; COPY and
+//! MOVE also copy the elements (a new incarnation for COPY) in the same batch.
 
 use bytes::Bytes;
 

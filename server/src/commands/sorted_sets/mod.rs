@@ -1,8 +1,8 @@
 //! Sorted sets. Each member is a record holding its order-preserving score (its pick record,
-//! `storage/picks.rs`, which ZSCORE and ZADD read), plus a score-index record
-//! `(score, member)`, so ranges by score, rank and (among equal scores) member walk the index
-//! in order. Ranges and parsing are in `range`, the
-//! multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms) in `algebra`.
+//! `storage/picks.rs`, which ZSCORE and ZADD read), plus a score-index record `(score, member)`,
+//! so ranges by score, rank and (among equal scores) member walk the index in order. Ranges and
+//! parsing are in `range`, the multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms)
+//! in `algebra`.
 
 mod algebra;
 pub(super) mod geo;
@@ -98,13 +98,11 @@ impl<'a> ZWrite<'a> {
 
     /// Sets `member` to `score` (`old` is its current score, if any).
     pub fn set(&mut self, member: &[u8], score: f64, old: Option<f64>) {
-        if let Some(o) = old {
-            self.view.delete_score(&mut self.batch, self.meta.uid, o, member);
-            self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
-        } else {
-            self.header.count += 1;
-            self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
+        match old {
+            Some(o) => self.view.delete_score(&mut self.batch, self.meta.uid, o, member),
+            None => self.header.count += 1,
         }
+        self.view.add_member(&mut self.batch, self.meta.uid, member, &encode_score(score));
         self.view.put_score(&mut self.batch, self.meta.uid, score, member);
         self.bounds.include(score, member);
     }
