@@ -1,0 +1,294 @@
+use std::sync::Arc;
+
+use super::*;
+
+use crate::exec::gate::tests::{request, session, session_in};
+use crate::exec::gate::{dispatch, run_batch, BatchEnd};
+
+#[test]
+fn reads_run_in_memory_until_one_needs_the_disk_which_stays_queued_for_an_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = session_in(dir.path());
+        for i in 0..2000 {
+            let key = format!("k{i}");
+            dispatch(&mut s, &request(&[b"set", key.as_bytes(), b"v"]));
+        }
+        s.state.storage.engine().flush().unwrap();
+    }
+    // Reopened: the keys are in a table none of whose blocks has been read.
+    let mut s = session_in(dir.path());
+    dispatch(&mut s, &request(&[b"set", b"fresh", b"new"]));
+    let state = Arc::clone(&s.state);
+    let processed = || state.commands_processed.load(Ordering::Relaxed);
+    let before = processed();
+    let mut queue: VecDeque<Vec<Bytes>> =
+        [request(&[b"ping"]), request(&[b"get", b"fresh"]), request(&[b"get", b"k7"]), request(&[b"get", b"k8"])]
+            .into();
+    let mut out = BytesMut::new();
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n", "PING and the memtable read ran");
+    assert_eq!(queue.len(), 2, "the read that needs the disk (and all after it) stays queued");
+    assert_eq!(processed(), before + 2, "the voided attempt is not counted");
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&out[..], b"+PONG\r\n$3\r\nnew\r\n$1\r\nv\r\n$1\r\nv\r\n");
+    assert_eq!(processed(), before + 4);
+    // The block is cached now: the same reads run in memory (GETBIT and GETRANGE of a
+    // short string too); a random pick, which takes a raw cursor, does not.
+    out.clear();
+    queue.extend([
+        request(&[b"get", b"k7"]),
+        request(&[b"getbit", b"k7", b"1"]),
+        request(&[b"getrange", b"k7", b"0", b"-1"]),
+        request(&[b"srandmember", b"k7"]),
+        request(&[b"get", b"k7"]),
+    ]);
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert_eq!((&out[..], queue.len()), (&b"$1\r\nv\r\n:1\r\n$1\r\nv\r\n"[..], 2));
+    // A bit of a long (segmented) string is one point read too; a range over several of
+    // its segments is a memory-only range, which here reaches the table on disk (none of
+    // whose blocks around it were read) and is voided.
+    queue.clear();
+    for offset in [b"8".as_slice(), b"70000"] {
+        dispatch(&mut s, &request(&[b"setbit", b"bits", offset, b"1"]));
+    }
+    out.clear();
+    queue.extend([
+        request(&[b"getbit", b"bits", b"70000"]),
+        request(&[b"getbit", b"bits", b"9"]),
+        request(&[b"getrange", b"bits", b"1", b"1"]),
+        request(&[b"getrange", b"bits", b"0", b"-1"]),
+    ]);
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert_eq!((&out[..], queue.len()), (&b":1\r\n:0\r\n$1\r\n\x80\r\n"[..], 1));
+    assert!(s.exec.is_clear());
+}
+
+#[test]
+fn range_reads_run_in_memory_until_one_needs_a_block_memory_does_not_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = session_in(dir.path());
+        for i in 0..2000 {
+            let item = format!("item-{i:04}-{}", "x".repeat(40));
+            dispatch(&mut s, &request(&[b"rpush", b"list", item.as_bytes()]));
+        }
+        dispatch(&mut s, &request(&[b"hset", b"h", b"a", b"1", b"b", b"2"]));
+        s.state.storage.engine().flush().unwrap();
+    }
+    // Reopened: nothing of the table is cached.
+    let mut s = session_in(dir.path());
+    let state = Arc::clone(&s.state);
+    let voided = || state.in_memory.reads_voided.load(Ordering::Relaxed);
+    let mut out = BytesMut::new();
+    let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"lrange", b"list", b"0", b"2"])].into();
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert_eq!((out.len(), queue.len(), voided()), (0, 1, 1), "the list's blocks are on disk: void");
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    let first = out.split().freeze();
+    assert!(first.starts_with(b"*3\r\n$50\r\nitem-0000-"), "{first:?}");
+    // The blocks it read are cached now: the same LRANGE and an HGETALL whose records
+    // they hold run here; the whole list, which needs blocks not read yet, is voided again.
+    queue.extend([
+        request(&[b"lrange", b"list", b"0", b"2"]),
+        request(&[b"hgetall", b"h"]),
+        request(&[b"lrange", b"list", b"0", b"-1"]),
+    ]);
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert_eq!(queue.len(), 1, "the full LRANGE stays queued");
+    assert_eq!(voided(), 2);
+    assert!(out.starts_with(&first) && out.ends_with(b"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n"));
+    out.clear();
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert!(out.starts_with(b"*2000\r\n"));
+    // Every block was read by it: now it runs here.
+    out.clear();
+    queue.push_back(request(&[b"lrange", b"list", b"0", b"-1"]));
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert!(queue.is_empty() && out.starts_with(b"*2000\r\n") && voided() == 2);
+    assert!(s.exec.is_clear());
+}
+
+#[test]
+fn read_modify_writes_run_in_memory_as_a_group_until_one_needs_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = session_in(dir.path());
+        for i in 0..2000 {
+            let (key, field) = (format!("n{i}"), format!("f{i}"));
+            dispatch(&mut s, &request(&[b"set", key.as_bytes(), b"10"]));
+            dispatch(&mut s, &request(&[b"hset", b"big", field.as_bytes(), b"5"]));
+        }
+        s.state.storage.engine().flush().unwrap();
+    }
+    // Reopened: every record is in a table none of whose blocks has been read. A write
+    // brings the hash's metadata into memory; its fields stay on disk.
+    let mut s = session_in(dir.path());
+    dispatch(&mut s, &request(&[b"hset", b"big", b"new", b"1"]));
+    // Keys in the memtable: a lookup finds them there, whatever the tables' blooms say
+    // (a new key's absence can need a table's block: a bloom false positive).
+    dispatch(&mut s, &request(&[b"set", b"fresh", b"0"]));
+    dispatch(&mut s, &request(&[b"set", b"other", b"0"]));
+    // A field only the disk holds: its memory-only HGET voids. Most fields qualify, but a
+    // field's record sits at a seeded hash of its name, so a few share a block that was
+    // read already (the last one, holding the layout record that opening the database
+    // reads; or the one the HSET above read).
+    let on_disk = (0..2000)
+        .map(|i| format!("f{i}"))
+        .find(|field| {
+            let mut probe: VecDeque<Vec<Bytes>> = [request(&[b"hget", b"big", field.as_bytes()])].into();
+            run_here(&mut s, &mut probe, &mut BytesMut::new());
+            probe.len() == 1
+        })
+        .expect("fields on disk");
+    let state = Arc::clone(&s.state);
+    let processed = || state.commands_processed.load(Ordering::Relaxed);
+    let groups = || state.in_memory.write_groups.load(Ordering::Relaxed);
+    let voided = || state.in_memory.writes_voided.load(Ordering::Relaxed);
+    let before = processed();
+    let mut queue: VecDeque<Vec<Bytes>> = [
+        request(&[b"incr", b"fresh"]),
+        request(&[b"incr", b"other"]),
+        request(&[b"hincrby", b"big", on_disk.as_bytes(), b"1"]), // its field needs the disk: void
+        request(&[b"incr", b"fresh"]),
+    ]
+    .into();
+    let mut out = BytesMut::new();
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!(&out[..], b":1\r\n:1\r\n", "the two commands before the void");
+    assert_eq!((queue.len(), groups(), voided()), (2, 1, 1));
+    assert_eq!(processed(), before + 2, "the voided attempt is not counted");
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&out[..], b":1\r\n:1\r\n:6\r\n:2\r\n");
+    assert_eq!(processed(), before + 4);
+    // A run ends before a key whose metadata needs the disk: no attempt, no void.
+    out.clear();
+    queue.extend([request(&[b"incr", b"fresh"]), request(&[b"incr", b"n7"])]);
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!((&out[..], queue.len(), groups(), voided()), (&b":3\r\n"[..], 1, 2, 1));
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&out[..], b":3\r\n:11\r\n");
+    // Nothing was written twice; the counts are exact.
+    assert_eq!(
+        dispatch(&mut s, &request(&[b"hget", b"big", on_disk.as_bytes()])),
+        Reply::Bulk(Bytes::from_static(b"6"))
+    );
+    assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(2003), "n0..n1999, big, fresh, other");
+    let Reply::Verbatim(stats) = dispatch(&mut s, &request(&[b"info", b"commandstats"])) else { panic!() };
+    let stats = String::from_utf8_lossy(&stats);
+    assert!(stats.contains("cmdstat_incr:calls=5,") && stats.contains("cmdstat_hincrby:calls=1,"), "{stats}");
+    // ZPOPMIN reads the sorted set's front from memory here; a write that deletes a range
+    // goes straight to an executor, and so does what follows.
+    out.clear();
+    queue.extend([
+        request(&[b"zadd", b"z", b"1", b"a", b"2", b"b"]),
+        request(&[b"zpopmin", b"z"]),
+        request(&[b"zremrangebyrank", b"z", b"0", b"0"]),
+        request(&[b"incr", b"fresh"]),
+    ]);
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!((&out[..], queue.len(), groups()), (&b":2\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n"[..], 2, 3));
+    // XADD appends here (it reads only the stream's metadata); one that trims does not.
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    out.clear();
+    queue.extend([
+        request(&[b"xadd", b"st", b"1-1", b"f", b"v"]),
+        request(&[b"xadd", b"st", b"NOMKSTREAM", b"2-1", b"f", b"v"]),
+        request(&[b"xadd", b"st", b"maxlen", b"1", b"3-1", b"f", b"v"]),
+    ]);
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!((&out[..], queue.len(), groups()), (&b"$3\r\n1-1\r\n$3\r\n2-1\r\n"[..], 1, 4));
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(dispatch(&mut s, &request(&[b"xlen", b"st"])), Reply::Integer(1));
+    assert!(s.exec.is_clear());
+}
+
+/// Drives `run_in_memory` as a connection does, committing queued SETs on this thread.
+fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &mut BytesMut) {
+    loop {
+        match run_in_memory(s, queue, out, 1 << 20) {
+            InMemory::Stopped(_) => return,
+            InMemory::Sets(mut sets) => {
+                let committed = sets.commit.take().map_or(Ok(()), futures_block_on);
+                sets.finish(s, committed, out);
+            }
+            InMemory::Writes(mut writes) => {
+                let committed = writes.commit.take().map_or(Ok(()), futures_block_on);
+                let voided = writes.voided;
+                if writes.finish(s, committed, out) {
+                    crate::exec::serve_signals(s);
+                }
+                if voided {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Polls `f` to completion on this thread.
+fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+#[test]
+fn pipelined_sets_commit_in_memory_with_exact_counts_and_replies_in_order() {
+    let (_d, mut s) = session();
+    dispatch(&mut s, &request(&[b"set", b"old", b"1"]));
+    let mut queue: VecDeque<Vec<Bytes>> = [
+        request(&[b"set", b"old", b"2"]),
+        request(&[b"set", b"new", b"1"]),
+        request(&[b"set", b"new", b"2"]),
+        request(&[b"set", b"x", b"1", b"nx"]), // not a plain SET: a write group of its own
+        request(&[b"get", b"new"]),
+    ]
+    .into();
+    let mut out = BytesMut::new();
+    let state = Arc::clone(&s.state);
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!(&out[..], b"+OK\r\n+OK\r\n+OK\r\n+OK\r\n$1\r\n2\r\n", "all ran in memory, in order");
+    assert!(queue.is_empty());
+    assert_eq!(state.in_memory.set_batches.load(Ordering::Relaxed), 1, "the three plain SETs");
+    assert_eq!(state.in_memory.write_groups.load(Ordering::Relaxed), 1, "the SET NX");
+    assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(3), "old, new, x");
+    // A read-modify-write right after sees the queued write (its stripe waits for it).
+    queue.extend([request(&[b"set", b"n", b"41"])]);
+    out.clear();
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!(dispatch(&mut s, &request(&[b"incr", b"n"])), Reply::Integer(42));
+    assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(4));
+    // A lone MSET is a blind write here too (a key given twice keeps its last value,
+    // counted once); one in a pipeline, or with a missing value, runs its handler.
+    out.clear();
+    let queued = || state.in_memory.set_batches.load(Ordering::Relaxed);
+    let before = queued();
+    for req in [
+        request(&[b"mset", b"m1", b"a", b"m2", b"b", b"m1", b"c"]),
+        request(&[b"set", b"m2", b"d"]),
+        request(&[b"mset", b"m3", b"e", b"old", b"3"]),
+    ] {
+        queue.push_back(req);
+        run_here(&mut s, &mut queue, &mut out);
+    }
+    assert_eq!((&out[..], queue.len()), (&b"+OK\r\n+OK\r\n+OK\r\n"[..], 0));
+    assert_eq!(queued(), before + 3, "the lone MSETs and the SET were queued from memory");
+    queue.extend([request(&[b"mset", b"m4", b"x", b"m5"]), request(&[b"mset", b"m6", b"y"])]);
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!(queue.len(), 2, "a pipeline of MSETs goes to an executor");
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&out[..], b"+OK\r\n+OK\r\n+OK\r\n-ERR wrong number of arguments for 'mset' command\r\n+OK\r\n");
+    assert_eq!(dispatch(&mut s, &request(&[b"dbsize"])), Reply::Integer(8), "m1, m2, m3, m6 are new");
+    for (key, value) in [(&b"m1"[..], &b"c"[..]), (b"m2", b"d"), (b"m3", b"e"), (b"old", b"3"), (b"m6", b"y")] {
+        assert_eq!(dispatch(&mut s, &request(&[b"get", key])), Reply::Bulk(Bytes::copy_from_slice(value)));
+    }
+    let Reply::Verbatim(stats) = dispatch(&mut s, &request(&[b"info", b"commandstats"])) else { panic!() };
+    let stats = String::from_utf8_lossy(&stats);
+    assert!(stats.contains("cmdstat_mset:calls=4,"), "{stats}");
+    // A SET the gate refuses keeps its place among the replies.
+    dispatch(&mut s, &request(&[b"config", b"set", b"min-replicas-to-write", b"1"]));
+    queue.extend([request(&[b"set", b"a", b"1"]), request(&[b"ping"])]);
+    out.clear();
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!(&out[..], b"-NOREPLICAS Not enough good replicas to write.\r\n+PONG\r\n");
+    assert!(s.exec.is_clear());
+}
