@@ -50,6 +50,8 @@ pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: 
     if header.needs_rebuild() {
         match view.rebuild_into(batch, key, &updated) {
             Ok(fresh) => return view.put_meta(batch, key, &fresh),
+            // A memory-only attempt, voided: the command runs again where it may rewrite.
+            Err(lsm::Error::WouldBlock) => {}
             // The rewrite only saves later reads work; the batch is right without it.
             Err(e) => tracing::warn!(target: "shale::storage", error = %e, "could not rewrite a collection"),
         }

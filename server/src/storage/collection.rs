@@ -286,6 +286,12 @@ impl<'a> View<'a> {
         self.cx.engine_cursor(&self.storage.engine)
     }
 
+    /// Voids a memory-only attempt of the running command (it runs again on an executor
+    /// thread); true if it was one (see [`ExecContext::void_memory_only`]).
+    pub(super) fn void_memory_only(&self) -> bool {
+        self.cx.void_memory_only()
+    }
+
     /// The running transaction's writes in `[start, end)` (`None` outside one).
     pub(super) fn buffered_in(&self, start: &[u8], end: &[u8]) -> Option<super::context::Overlay> {
         self.cx.buffered_in(start, end)

@@ -421,10 +421,14 @@ impl ExecContext {
     /// A command tried in memory-only mode that takes a raw engine cursor runs again on an
     /// executor thread whatever its walk found (the cursor reads memory only, but its errors
     /// are not always the command's reply); [`ExecContext::range`] notes its misses instead.
-    fn void_memory_only(&self) {
-        if self.memory_only.get() {
+    /// Work too long for a connection's thread (rewriting a whole collection) voids it the
+    /// same way. True if the context was in memory-only mode.
+    pub(super) fn void_memory_only(&self) -> bool {
+        let memory_only = self.memory_only.get();
+        if memory_only {
             self.missed.set(true);
         }
+        memory_only
     }
 
     /// `engine.range(start..end)` as this command sees it. In memory-only mode it reads memory

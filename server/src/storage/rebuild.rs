@@ -20,6 +20,11 @@ impl View<'_> {
         if !members_in_picks(meta.kind) {
             return Err(lsm::Error::InvalidArgument(format!("a {:?} is not rebuilt", meta.kind)));
         }
+        // A rewrite copies every member, far too long for a connection's thread: a memory-only
+        // attempt is voided, and the command runs again on an executor thread, which rewrites.
+        if self.void_memory_only() {
+            return Err(lsm::Error::WouldBlock);
+        }
         let old_prefix = pick_prefix(self.pdb(), meta.uid);
         // What this batch already does to the old incarnation's elements.
         let mut pending: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = std::collections::BTreeMap::new();

@@ -292,3 +292,38 @@ fn pipelined_sets_commit_in_memory_with_exact_counts_and_replies_in_order() {
     assert_eq!(&out[..], b"-NOREPLICAS Not enough good replicas to write.\r\n+PONG\r\n");
     assert!(s.exec.is_clear());
 }
+
+#[test]
+fn a_write_that_rewrites_its_collection_is_voided_and_rewrites_on_an_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session_in(dir.path());
+    let members: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    let mut sadd: Vec<&[u8]> = vec![b"sadd", b"s"];
+    sadd.extend(members.iter().map(|m| m.as_bytes()));
+    dispatch(&mut s, &request(&sadd));
+    // 176 removals leave the set under the rewrite threshold (removals > 2 × members + 128);
+    // the 177th rewrites it under a fresh incarnation.
+    for m in &members[..176] {
+        assert_eq!(dispatch(&mut s, &request(&[b"srem", b"s", m.as_bytes()])), Reply::Integer(1));
+    }
+    let uid = |s: &Session| s.state.storage.view(&s.exec, 0).get(b"s").unwrap().unwrap().uid;
+    let first = uid(&s);
+    let state = Arc::clone(&s.state);
+    let voided = || state.in_memory.writes_voided.load(Ordering::Relaxed);
+    let before = voided();
+    let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"srem", b"s", b"m176"]), request(&[b"scard", b"s"])].into();
+    let mut out = BytesMut::new();
+    run_here(&mut s, &mut queue, &mut out);
+    assert_eq!((&out[..], queue.len(), voided()), (&b""[..], 2, before + 1), "the rewrite does not run here");
+    assert_eq!(uid(&s), first);
+    assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&out[..], b":1\r\n:23\r\n");
+    assert_ne!(uid(&s), first, "rewritten on the executor");
+    let Reply::Set(left) = dispatch(&mut s, &request(&[b"smembers", b"s"])) else { panic!() };
+    let mut left: Vec<Bytes> = left.into_iter().map(|r| if let Reply::Bulk(b) = r { b } else { panic!() }).collect();
+    left.sort();
+    let mut expected: Vec<Bytes> = members[177..].iter().map(|m| Bytes::from(m.clone())).collect();
+    expected.sort();
+    assert_eq!(left, expected);
+    assert!(s.exec.is_clear());
+}
