@@ -238,6 +238,9 @@ impl<'a> View<'a> {
             it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
             it.seek(&start)?;
             while it.valid() && out.len() < n {
+                if !self.step() {
+                    return Err(lsm::Error::WouldBlock);
+                }
                 out.push(it.value_bytes());
                 it.next()?;
             }
@@ -301,6 +304,12 @@ impl<'a> View<'a> {
     /// through [`ExecContext::noted_walk`]).
     pub(super) fn cursor(&self) -> Option<lsm::DbIterator> {
         self.cx.cursor(&self.storage.engine)
+    }
+
+    /// Counts a record a walk with [`View::cursor`] steps over: false once a memory-only
+    /// attempt has stepped over too many (it is void then, see [`ExecContext::step`]).
+    pub(super) fn step(&self) -> bool {
+        self.cx.step()
     }
 
     /// The outcome of a walk with [`View::cursor`], noted (see [`ExecContext::noted_walk`]).

@@ -108,6 +108,10 @@ impl Suspended {
     }
 }
 
+/// How many records the range reads of one memory-only attempt (a read, or a group of
+/// read-modify-writes) may step over: about a millisecond of a connection's thread.
+pub const MEMORY_ONLY_STEPS: usize = 4096;
+
 /// One command's execution state (see the module docs).
 #[derive(Debug, Default)]
 pub struct ExecContext {
@@ -118,6 +122,8 @@ pub struct ExecContext {
     memory_only: Cell<bool>,
     /// A memory-only read could not be answered from memory since the mode was set.
     missed: Cell<bool>,
+    /// Records memory-only range reads may still step over before the command is voided.
+    memory_steps: Cell<usize>,
     /// The notification classes in force for this command (0: record nothing).
     notify_flags: Cell<u32>,
     /// The running command is read-only: its lookups' misses are `keymiss` events.
@@ -175,6 +181,27 @@ impl ExecContext {
     pub fn begin_memory_only(&self) {
         self.memory_only.set(true);
         self.missed.set(false);
+        self.memory_steps.set(MEMORY_ONLY_STEPS);
+    }
+
+    /// Counts one record a range read steps over: false (and the command is void) once a
+    /// memory-only attempt has stepped over [`MEMORY_ONLY_STEPS`] of them, so a long range
+    /// (SMEMBERS of a large set that memory holds whole) runs on an executor thread rather
+    /// than keep a connection's thread, and every connection it serves, for milliseconds.
+    pub(super) fn step(&self) -> bool {
+        if !self.memory_only.get() {
+            return true;
+        }
+        match self.memory_steps.get() {
+            0 => {
+                self.missed.set(true);
+                false
+            }
+            n => {
+                self.memory_steps.set(n - 1);
+                true
+            }
+        }
     }
 
     /// True if the command running in memory-only mode needed the disk (its outcome is void).
@@ -438,12 +465,12 @@ impl ExecContext {
             Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
             None => engine.range((start.clone(), end.clone())),
         };
-        let missed = self.memory_only.get().then_some(&self.missed);
+        let memory_only = self.memory_only.get().then_some(self);
         if self.txn.borrow().is_none() {
-            return RawRange { source: RangeSource::Engine(inner), missed };
+            return RawRange { source: RangeSource::Engine(inner), memory_only };
         }
         let merged = MergedRange { engine: inner, txn: &self.txn, low: start, high: end, front: None, back: None };
-        RawRange { source: RangeSource::Merged(Box::new(merged)), missed }
+        RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only }
     }
 }
 

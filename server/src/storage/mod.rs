@@ -53,7 +53,7 @@ pub use blind_writes::{BlindWrite, CountChanges};
 pub(crate) use collection::prefix_end;
 pub use collection::{ElementIter, Header, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
-pub use context::{ExecContext, RawRange, Savepoint, Suspended};
+pub use context::{ExecContext, RawRange, Savepoint, Suspended, MEMORY_ONLY_STEPS};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use field_order::{next_ordinal, with_order, ListpackLimits};
 pub use key_locks::{KeyLocks, LockGuard};

@@ -167,6 +167,9 @@ impl<'a> View<'a> {
                 it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
                 it.seek(&start)?;
                 while it.valid() {
+                    if !self.step() {
+                        return Err(lsm::Error::WouldBlock);
+                    }
                     let k = it.key();
                     if !visit(
                         decode_score(&k[skip..skip + 8]),

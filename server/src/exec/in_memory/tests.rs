@@ -327,3 +327,46 @@ fn a_write_that_rewrites_its_collection_is_voided_and_rewrites_on_an_executor() 
     assert_eq!(left, expected);
     assert!(s.exec.is_clear());
 }
+
+#[test]
+fn a_range_longer_than_a_memory_only_attempt_may_step_runs_on_an_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session_in(dir.path());
+    let n = crate::storage::MEMORY_ONLY_STEPS + 1;
+    let members: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+    let mut sadd: Vec<&[u8]> = vec![b"sadd", b"big"];
+    sadd.extend(members.iter().map(|m| m.as_bytes()));
+    dispatch(&mut s, &request(&sadd));
+    let (mut zadd, mut rpush): (Vec<&[u8]>, Vec<&[u8]>) = (vec![b"zadd", b"z"], vec![b"rpush", b"l"]);
+    for m in &members {
+        zadd.extend([b"1".as_slice(), m.as_bytes()]);
+        rpush.push(m.as_bytes());
+    }
+    dispatch(&mut s, &request(&zadd));
+    dispatch(&mut s, &request(&rpush));
+    dispatch(&mut s, &request(&[b"sadd", b"small", b"a"]));
+    // Everything is in the memtable: only the length of a read decides where it runs.
+    let state = Arc::clone(&s.state);
+    let voided = || state.in_memory.reads_voided.load(Ordering::Relaxed);
+    for long in [
+        request(&[b"smembers", b"big"]),
+        request(&[b"zrange", b"z", b"0", b"-1"]),
+        request(&[b"zrangebyscore", b"z", b"-inf", b"+inf"]),
+        request(&[b"lrange", b"l", b"0", b"-1"]),
+    ] {
+        let before = voided();
+        let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"smembers", b"small"]), long.clone()].into();
+        let mut out = BytesMut::new();
+        assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+        assert_eq!((&out[..], queue.len(), voided()), (&b"*1\r\n$1\r\na\r\n"[..], 1, before + 1), "{long:?}");
+        out.clear();
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 24), BatchEnd::Drained));
+        assert!(out.starts_with(format!("*{n}\r\n").as_bytes()), "{long:?} answered whole on the executor");
+    }
+    // A range within the limit runs here.
+    let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"lrange", b"l", b"0", b"99"])].into();
+    let mut out = BytesMut::new();
+    assert!(matches!(run_in_memory(&mut s, &mut queue, &mut out, 1 << 20), InMemory::Stopped(false)));
+    assert!(queue.is_empty() && out.starts_with(b"*100\r\n"));
+    assert!(s.exec.is_clear());
+}

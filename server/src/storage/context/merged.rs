@@ -169,11 +169,12 @@ impl DoubleEndedIterator for MergedRange<'_> {
 
 /// A range over the engine, merged with the running transaction's writes when there is one.
 /// A memory-only command's range notes a read that needed the disk (the engine's
-/// `WouldBlock`), which voids the command however it handles the error.
+/// `WouldBlock`), which voids the command however it handles the error; so does a range that
+/// returns more records than a memory-only attempt may ([`super::MEMORY_ONLY_STEPS`]).
 pub struct RawRange<'a> {
     pub(in crate::storage) source: RangeSource<'a>,
-    /// The command's "a memory-only read missed" flag, while it runs memory-only.
-    pub(in crate::storage) missed: Option<&'a std::cell::Cell<bool>>,
+    /// The command's context, while it runs memory-only.
+    pub(in crate::storage) memory_only: Option<&'a super::ExecContext>,
 }
 
 /// Where a [`RawRange`] reads.
@@ -194,8 +195,11 @@ impl std::fmt::Debug for RawRange<'_> {
 
 impl RawRange<'_> {
     fn noted(&self, item: Option<lsm::Result<(Bytes, Bytes)>>) -> Option<lsm::Result<(Bytes, Bytes)>> {
-        if let (Some(missed), Some(Err(lsm::Error::WouldBlock))) = (self.missed, &item) {
-            missed.set(true);
+        let Some(cx) = self.memory_only else { return item };
+        match &item {
+            Some(Err(lsm::Error::WouldBlock)) => cx.missed.set(true),
+            Some(Ok(_)) if !cx.step() => return Some(Err(lsm::Error::WouldBlock)),
+            _ => {}
         }
         item
     }
