@@ -227,6 +227,9 @@ impl<'a> View<'a> {
     pub fn values_from(&self, uid: u64, from: &[u8], n: usize) -> lsm::Result<Vec<Bytes>> {
         let start = element_key(self.pdb, uid, from);
         let end = prefix_end(&element_key(self.pdb, uid, b""));
+        if !self.cx.may_step(n) {
+            return Err(lsm::Error::WouldBlock);
+        }
         let mut out = Vec::with_capacity(n.min(1 << 16));
         let Some(mut it) = self.cursor() else {
             for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {

@@ -204,6 +204,17 @@ impl ExecContext {
         }
     }
 
+    /// Whether a walk of `n` records fits what a memory-only attempt may still step over
+    /// (always, outside memory-only mode); if not, the command is void at once rather than
+    /// after stepping over as many as it may (see [`ExecContext::step`]).
+    pub(super) fn may_step(&self, n: usize) -> bool {
+        if self.memory_only.get() && n > self.memory_steps.get() {
+            self.missed.set(true);
+            return false;
+        }
+        true
+    }
+
     /// True if the command running in memory-only mode needed the disk (its outcome is void).
     pub fn voided(&self) -> bool {
         self.memory_only.get() && self.missed.get()
