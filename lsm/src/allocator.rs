@@ -1,5 +1,12 @@
 //! Handing freed memory back to the OS, for [`Options::memory_release`](crate::Options::memory_release).
 
+/// Bytes the engines of this process hold outside the allocator, in anonymous mappings of their
+/// own: memtables' value chunks, point indexes and bloom filters, which are unmapped (given
+/// back to the OS at once) when a memtable is dropped.
+pub fn mapped_bytes() -> usize {
+    crate::pages::mapped_bytes()
+}
+
 /// Returns every jemalloc arena's freed pages to the OS (`arena.<MALLCTL_ARENAS_ALL>.purge`,
 /// what Redis's `MEMORY PURGE` does). jemalloc otherwise keeps them for seconds; glibc's malloc
 /// returns large frees by itself and needs nothing of the kind. Only with the `jemalloc`

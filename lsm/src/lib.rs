@@ -44,6 +44,7 @@ pub mod key;
 pub mod manifest;
 pub mod memtable;
 mod options;
+mod pages;
 pub mod range_del;
 pub mod repair;
 mod snapshot;

@@ -13,12 +13,18 @@
 //!
 //! Bytes are copied into a chunk once, before the record that points at them is inserted into
 //! the skip list (whose link publishes them), and never written again; a chunk is freed only
-//! when the arena is, after the list. Chunks are raw allocations, never borrowed as a whole,
-//! so the writer copying into one part of a chunk never aliases a reader's slice of another.
+//! when the arena is, after the list. Chunks are written through raw pointers, never borrowed
+//! as a whole, so the writer copying into one part of a chunk never aliases a reader's slice of
+//! another.
+//!
+//! A chunk is an anonymous mapping of its own ([`crate::pages`]), made resident in one call: a
+//! dropped memtable's values go back to the OS at once, whichever allocator the program uses
+//! (a value under 64 KiB that gets its own chunk comes from the allocator).
 
-use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 use std::sync::Mutex;
+
+use crate::pages::Pages;
 
 /// Bytes of a regular chunk.
 const CHUNK: usize = 256 * 1024;
@@ -26,15 +32,9 @@ const CHUNK: usize = 256 * 1024;
 /// sixteenth of it.
 const LARGE: usize = CHUNK / 16;
 
-/// One allocation of the arena.
-struct Chunk {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
 /// Where the next small value goes.
 struct State {
-    chunks: Vec<Chunk>,
+    chunks: Vec<Pages<u8>>,
     /// The free part of the newest regular chunk.
     next: *mut u8,
     left: usize,
@@ -77,13 +77,12 @@ impl Arena {
         }
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (dst, charge) = if n > LARGE {
-            (s.new_chunk(n).as_ptr(), n)
+            (s.new_chunk(n, false), n)
         } else {
             let mut charge = n;
             if s.left < n {
                 charge += s.left;
-                let c = s.new_chunk(CHUNK);
-                s.next = c.as_ptr();
+                s.next = s.new_chunk(CHUNK, true);
                 s.left = CHUNK;
             }
             let dst = s.next;
@@ -102,27 +101,19 @@ impl Arena {
     /// Bytes of memory the arena holds.
     #[cfg(test)]
     pub(super) fn allocated(&self) -> usize {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).chunks.iter().map(|c| c.len).sum()
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).chunks.iter().map(|c| c.bytes()).sum()
     }
 }
 
 impl State {
-    fn new_chunk(&mut self, len: usize) -> NonNull<u8> {
-        let layout = Layout::array::<u8>(len).expect("a chunk's length fits in isize");
-        // SAFETY: `len > 0` (values are non-empty, CHUNK is not zero).
-        let ptr = NonNull::new(unsafe { alloc::alloc(layout) }).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        self.chunks.push(Chunk { ptr, len });
+    /// A new chunk of `len` bytes, kept until the arena is dropped. A regular chunk is
+    /// `populate`d: it is about to be filled from end to end, so its pages are made resident in
+    /// one call rather than one fault each.
+    fn new_chunk(&mut self, len: usize, populate: bool) -> *mut u8 {
+        let chunk = Pages::zeroed(len, populate);
+        let ptr = chunk.as_ptr();
+        self.chunks.push(chunk);
         ptr
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        let s = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for c in s.chunks.drain(..) {
-            // SAFETY: allocated in `new_chunk` with this layout, freed once.
-            unsafe { alloc::dealloc(c.ptr.as_ptr(), Layout::array::<u8>(c.len).expect("allocated with it")) };
-        }
     }
 }
 

@@ -22,6 +22,9 @@
 //! sequence number is answered without descending the list, which only older snapshots and
 //! keys the index has no slot for still need. Both are sized from the write buffer when the
 //! memtable is made, about a seventh of it, and count against it: entries fill the rest.
+//! They and the value chunks are anonymous mappings ([`crate::pages`]), zeroed by the kernel
+//! and resident only once touched, and unmapped when the memtable is dropped; only the skip
+//! list's nodes come from the allocator.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Record;
 use crate::key;
+use crate::pages::Pages;
 
 /// Slots a probe visits before it gives up (the key then lives in the list alone).
 const MAX_PROBES: usize = 32;
@@ -95,7 +96,7 @@ fn may_match(slot: usize, tag: usize) -> bool {
 
 /// The newest version of each user key (see the module docs).
 pub(super) struct PointIndex {
-    slots: Box<[AtomicUsize]>,
+    slots: Pages<AtomicUsize>,
     mask: usize,
 }
 
@@ -109,7 +110,7 @@ impl PointIndex {
     /// An index sized for a memtable of `capacity` bytes.
     pub(super) fn new(capacity: usize) -> PointIndex {
         let n = Self::slots_for(capacity);
-        PointIndex { slots: (0..n).map(|_| AtomicUsize::new(0)).collect(), mask: n - 1 }
+        PointIndex { slots: Pages::zeroed(n, false), mask: n - 1 }
     }
 
     fn slots_for(capacity: usize) -> usize {

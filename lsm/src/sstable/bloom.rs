@@ -212,7 +212,7 @@ impl<I: Iterator<Item = u64>> ExactSizeIterator for HashesIter<I> {}
 /// the table filter, with bits in atomic words.
 #[derive(Debug)]
 pub struct AtomicBloom {
-    words: Box<[std::sync::atomic::AtomicU64]>,
+    words: crate::pages::Pages<std::sync::atomic::AtomicU64>,
     num_lines: u32,
     probes: u32,
 }
@@ -221,7 +221,7 @@ impl AtomicBloom {
     /// A filter for about `keys` keys at `bits_per_key`.
     pub fn new(keys: usize, bits_per_key: u32) -> Self {
         let num_lines = lines_for(keys, bits_per_key);
-        let words = (0..num_lines as usize * 8).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        let words = crate::pages::Pages::zeroed(num_lines as usize * 8, false);
         AtomicBloom { words, num_lines, probes: num_probes(bits_per_key) }
     }
 
