@@ -62,10 +62,12 @@ impl DbBench {
     pub fn options(flags: &Flags) -> Result<Options> {
         let compression: Compression = flags.compression.parse()?;
         let opts = Options::default();
-        // jemalloc keeps freed pages for seconds before returning them; a flushed memtable's
-        // tens of MB go back at once, as glibc's malloc (RocksDB's db_bench) returns them.
+        // Neither allocator returns a flushed memtable's or a finished compaction's memory to the
+        // OS soon by itself (see lsm::allocator); RSS should show what the engine holds.
         #[cfg(feature = "jemalloc")]
         let opts = opts.memory_release(std::sync::Arc::new(lsm::allocator::purge));
+        #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
+        let opts = opts.memory_release(std::sync::Arc::new(lsm::allocator::trim));
         Ok(opts
             .compression(compression)
             .block_cache_size(flags.cache_size)

@@ -1,6 +1,8 @@
 //! The process's memory, as every benchmark reports it: resident set (split into anonymous
 //! memory and mapped files), its peak so far, and the engine's own accounting of memtables,
-//! block cache and open tables' indexes and filters.
+//! block cache and open tables' indexes and filters, and what the allocator counts as allocated
+//! (the rest of the anonymous memory, beyond the engine's own mappings, is what the allocator
+//! holds free or loses to fragmentation).
 
 use serde::Serialize;
 
@@ -22,6 +24,12 @@ pub struct Memory {
     pub block_cache_mb: Option<f64>,
     /// The open tables' decoded indexes and bloom filters.
     pub tables_mb: Option<f64>,
+    /// Bytes allocated and not freed, as the global allocator counts them (`None`: it does not
+    /// say).
+    pub allocated_mb: Option<f64>,
+    /// The engine's own anonymous mappings (memtables' value chunks, point indexes, blooms),
+    /// which are outside the allocator.
+    pub mapped_mb: f64,
 }
 
 impl Memory {
@@ -30,6 +38,8 @@ impl Memory {
     pub fn measure(db: Option<&lsm::Db>) -> Memory {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let mut m = parse_status(&status);
+        m.allocated_mb = allocated_bytes().map(|b| mib(b as u64));
+        m.mapped_mb = mib(lsm::allocator::mapped_bytes() as u64);
         if let Some(db) = db {
             let cache = db.stats().block_cache_bytes;
             m.block_cache_mb = Some(mib(cache as u64));
@@ -51,8 +61,21 @@ impl Memory {
         if let Some(tables) = self.tables_mb {
             s.push_str(&format!(", table indexes and filters {tables:.1} MB"));
         }
+        if let Some(allocated) = self.allocated_mb {
+            s.push_str(&format!("; allocated {allocated:.1} MB + mapped by the engine {:.1} MB", self.mapped_mb));
+        }
         s
     }
+}
+
+/// What this program's global allocator counts as allocated.
+fn allocated_bytes() -> Option<usize> {
+    #[cfg(feature = "jemalloc")]
+    return lsm::allocator::jemalloc_allocated();
+    #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
+    return Some(lsm::allocator::glibc_allocated());
+    #[allow(unreachable_code)]
+    None
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -76,6 +99,8 @@ fn parse_status(status: &str) -> Memory {
         memtables_mb: None,
         block_cache_mb: None,
         tables_mb: None,
+        allocated_mb: None,
+        mapped_mb: 0.0,
     }
 }
 

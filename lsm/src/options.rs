@@ -406,9 +406,9 @@ impl Options {
 
     /// Runs `release` on the flush thread each time a flushed memtable's memory has been freed
     /// (a memtable still read by an open iterator is freed later), and on a compaction thread
-    /// each time a compaction has finished: for an allocator that keeps freed pages, a place to
-    /// hand them back to the OS, e.g. jemalloc's `arena.<all>.purge`.
-    /// glibc's malloc returns large frees by itself and needs nothing here.
+    /// each time a compaction has finished: a place to hand the allocator's freed pages back to
+    /// the OS: [`crate::allocator`] has hooks for jemalloc and glibc's malloc, neither of which
+    /// does it soon by itself.
     pub fn memory_release(mut self, release: Arc<dyn Fn() + Send + Sync>) -> Self {
         self.memory_release = Some(ReleaseHook(release));
         self

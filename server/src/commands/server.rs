@@ -200,12 +200,14 @@ fn malloc_stats() -> Vec<u8> {
     out
 }
 
-/// Hands the allocator's freed pages back to the OS (Redis's `MEMORY PURGE`); the engine also
-/// runs it after each memtable flush. Nothing to do for the system allocator, which returns
-/// large frees by itself.
+/// Hands the allocator's freed pages back to the OS (Redis's `MEMORY PURGE`): jemalloc's purge,
+/// or glibc's `malloc_trim` without the `jemalloc` feature (see `lsm::allocator`). The engine
+/// also runs it after each memtable flush and compaction.
 pub fn purge_allocator() {
     #[cfg(feature = "jemalloc")]
     lsm::allocator::purge();
+    #[cfg(all(target_env = "gnu", not(feature = "jemalloc")))]
+    lsm::allocator::trim();
 }
 
 #[cfg(not(feature = "jemalloc"))]
