@@ -412,8 +412,11 @@ impl DbInner {
             seq += u64::from(p.batch.len());
             w.log.add_record(p.batch.as_bytes());
         }
-        let wal_path = filename::wal_path(&self.dir, w.log.number());
-        if let Err(e) = crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalWrite, &wal_path) {
+        // Only a fault injector (tests) needs the WAL's path: no allocation per group otherwise.
+        let faults = self.opts().faults.clone();
+        let wal_number = w.log.number();
+        let wal_path = || filename::wal_path(&self.dir, wal_number);
+        if let Err(e) = faults.as_ref().map_or(Ok(()), |f| f.check(crate::fault::IoOp::WalWrite, &wal_path())) {
             w.log.discard_pending();
             return Err(self.poison_retryable(e.into()));
         }
@@ -428,15 +431,19 @@ impl DbInner {
         }
         self.active_wal.size.store(w.log.size(), Ordering::Release);
         if sync {
-            let synced = crate::fault::check(&self.opts().faults, crate::fault::IoOp::WalSync, &wal_path)
+            let synced = faults
+                .as_ref()
+                .map_or(Ok(()), |f| f.check(crate::fault::IoOp::WalSync, &wal_path()))
                 .and_then(|()| w.log.sync());
             if let Err(e) = synced {
                 return Err(self.poison(e.into()));
             }
         }
-        let mem = Arc::clone(&self.super_version().mem);
+        // The active memtable cannot change while the WAL lock is held (rotation takes it), so a
+        // borrowed super version will do: no reference count to bump per group.
+        let sv = self.borrow_super_version();
         for p in group.iter() {
-            mem.apply(&p.batch)?;
+            sv.mem.apply(&p.batch)?;
         }
         w.last_seq = seq;
         self.visible_seq.store(seq, Ordering::Release);
@@ -457,7 +464,7 @@ impl DbInner {
                 break Err(e);
             }
             let (mem_size, mem_empty, imm_count, l0) = {
-                let sv = self.super_version();
+                let sv = self.borrow_super_version();
                 (sv.mem.memory_usage(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
             };
             if compacting
