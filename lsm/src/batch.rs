@@ -47,6 +47,14 @@ impl WriteBatch {
         WriteBatch { rep: vec![0; HEADER_LEN] }
     }
 
+    /// An empty batch with room for `bytes` of encoded updates (RocksDB's `reserved_bytes`;
+    /// see [`WriteBatch::size_in_bytes`]): filling it up to that size allocates nothing more.
+    pub fn with_capacity(bytes: usize) -> Self {
+        let mut rep = Vec::with_capacity(bytes.max(HEADER_LEN));
+        rep.resize(HEADER_LEN, 0);
+        WriteBatch { rep }
+    }
+
     /// Adds a put of `key` → `value`.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
         self.push(ValueKind::Put, key.as_ref(), value.as_ref())
@@ -235,6 +243,17 @@ mod tests {
 
     fn keys_of(b: &WriteBatch) -> Vec<String> {
         b.iter().map(|e| String::from_utf8(e.unwrap().key.to_vec()).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_batch_made_with_capacity_is_an_empty_batch_that_fills_without_growing() {
+        let mut b = WriteBatch::with_capacity(64);
+        assert_eq!((b.len(), b.as_bytes()), (0, WriteBatch::new().as_bytes()));
+        let room = b.rep.capacity();
+        b.put("key", [7u8; 40]);
+        assert_eq!((b.len(), b.rep.capacity()), (1, room), "{} bytes", b.size_in_bytes());
+        assert_eq!(keys_of(&b), ["key"]);
+        assert_eq!(WriteBatch::with_capacity(0).as_bytes(), WriteBatch::new().as_bytes());
     }
 
     #[test]
