@@ -27,8 +27,8 @@ pub struct Memory {
     /// Bytes allocated and not freed, as the global allocator counts them (`None`: it does not
     /// say).
     pub allocated_mb: Option<f64>,
-    /// The engine's own anonymous mappings (memtables' value chunks, point indexes, blooms),
-    /// which are outside the allocator.
+    /// The size of the engine's own anonymous mappings (memtables' value chunks, point indexes,
+    /// blooms), which are outside the allocator; a page of them is resident once touched.
     pub mapped_mb: f64,
 }
 

@@ -412,11 +412,11 @@ impl DbInner {
             seq += u64::from(p.batch.len());
             w.log.add_record(p.batch.as_bytes());
         }
-        // Only a fault injector (tests) needs the WAL's path: no allocation per group otherwise.
+        // Only a fault injector (tests) reads the WAL's path: no allocation per group otherwise.
         let faults = self.opts().faults.clone();
-        let wal_number = w.log.number();
-        let wal_path = || filename::wal_path(&self.dir, wal_number);
-        if let Err(e) = faults.as_ref().map_or(Ok(()), |f| f.check(crate::fault::IoOp::WalWrite, &wal_path())) {
+        let wal_path =
+            if faults.is_some() { filename::wal_path(&self.dir, w.log.number()) } else { std::path::PathBuf::new() };
+        if let Err(e) = crate::fault::check(&faults, crate::fault::IoOp::WalWrite, &wal_path) {
             w.log.discard_pending();
             return Err(self.poison_retryable(e.into()));
         }
@@ -431,10 +431,8 @@ impl DbInner {
         }
         self.active_wal.size.store(w.log.size(), Ordering::Release);
         if sync {
-            let synced = faults
-                .as_ref()
-                .map_or(Ok(()), |f| f.check(crate::fault::IoOp::WalSync, &wal_path()))
-                .and_then(|()| w.log.sync());
+            let synced =
+                crate::fault::check(&faults, crate::fault::IoOp::WalSync, &wal_path).and_then(|()| w.log.sync());
             if let Err(e) = synced {
                 return Err(self.poison(e.into()));
             }
