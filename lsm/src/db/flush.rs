@@ -86,9 +86,14 @@ impl DbInner {
                     bg = self.bg_cv.wait(bg).unwrap_or_else(|e| e.into_inner());
                 }
             }
-            let Some(imm) = self.super_version().imm.last().cloned() else {
+            let sv = self.super_version();
+            // A memtable was frozen, so the active one is new: make its lookup structures'
+            // pages resident before the writer reaches them (see `Memtable::prefault`).
+            sv.mem.prefault();
+            let Some(imm) = sv.imm.last().cloned() else {
                 continue;
             };
+            drop(sv);
             let flushed = self.flush_memtable(&imm);
             drop(imm);
             match flushed {

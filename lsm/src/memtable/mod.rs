@@ -124,6 +124,8 @@ pub struct Memtable {
     range_del_count: AtomicUsize,
     /// What point lookups ask before the list (none in a memtable made without a capacity).
     lookups: Option<Lookups>,
+    /// Set by the first [`Memtable::prefault`].
+    prefaulted: std::sync::atomic::AtomicBool,
 }
 
 /// A memtable's aids to point lookups, both sized from its capacity and both keyed by the same
@@ -193,6 +195,7 @@ impl Memtable {
             range_dels: RwLock::new(MemTombstones::default()),
             range_del_count: AtomicUsize::new(0),
             lookups,
+            prefaulted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -249,6 +252,22 @@ impl Memtable {
     /// Largest sequence number inserted.
     pub fn largest_seq(&self) -> u64 {
         self.largest_seq.load(Ordering::Relaxed)
+    }
+
+    /// Makes the pages of the bloom filter and the point index resident now, once per memtable.
+    /// The flush thread calls it for the memtable a rotation just made active, so the writer
+    /// filling it meets no page fault there: a point-index slot is read before it is written,
+    /// so a page first touched by the writer faults twice, the second time with a TLB flush
+    /// across CPUs (together 8 % of a random fill's time at 10 M entries). Left alone, the
+    /// pages still become resident as writes reach them; a full memtable has touched them all.
+    pub fn prefault(&self) {
+        if self.prefaulted.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(l) = &self.lookups {
+            l.bloom.populate();
+            l.index.populate();
+        }
     }
 
     /// Inserts one record (for a range delete, `user_key..value` is the range).

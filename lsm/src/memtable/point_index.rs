@@ -127,6 +127,12 @@ impl PointIndex {
         self.slots.len() * std::mem::size_of::<AtomicUsize>()
     }
 
+    /// Makes the slots' pages resident now: [`PointIndex::note`] reads a slot before it writes
+    /// it (see [`crate::pages::Pages::populate`]).
+    pub(super) fn populate(&self) -> bool {
+        self.slots.populate()
+    }
+
     fn first_slot(&self, hash: u64) -> usize {
         // The bloom filter takes the low half of the hash for its line: mix in the high half.
         ((hash >> 32) ^ hash.rotate_left(7)) as usize & self.mask

@@ -235,6 +235,11 @@ impl AtomicBloom {
         self.words.len() * 8
     }
 
+    /// Makes the filter's pages resident now (see [`crate::pages::Pages::populate`]).
+    pub(crate) fn populate(&self) -> bool {
+        self.words.populate()
+    }
+
     /// Adds the key whose hash is `h`.
     #[inline]
     pub fn add(&self, h: u64) {
