@@ -55,6 +55,10 @@ pub(crate) struct SuperVersion {
 struct WalState {
     log: LogWriter,
     last_seq: u64,
+    /// The active memtable, the super version's `mem`: it changes only under this lock (a
+    /// rotation, a replica starting a new history), so the write leader applies its group here
+    /// without loading the super version.
+    mem: Arc<Memtable>,
 }
 
 /// Which WAL is active and how much of it is written (see [`ActiveWal::written`]).
@@ -112,6 +116,10 @@ pub(crate) struct DbInner {
     /// count written), cursors take a reference; `sv_change` serializes changes.
     sv: ArcSwap<SuperVersion>,
     sv_change: Mutex<()>,
+    /// The current super version's frozen memtables and L0 tables, counted when it is set:
+    /// the write leader checks them every group without loading the super version.
+    imm_count: AtomicUsize,
+    l0_files: AtomicUsize,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
     /// The commit thread sleeps here while nothing is queued.
@@ -530,6 +538,8 @@ impl DbInner {
     fn set_super_version(&self, f: impl FnOnce(&SuperVersion) -> SuperVersion) {
         let _change = self.sv_change.lock().unwrap_or_else(|e| e.into_inner());
         let next = f(&self.sv.load());
+        self.imm_count.store(next.imm.len(), Ordering::Release);
+        self.l0_files.store(next.version.num_files(0), Ordering::Release);
         self.sv.store(Arc::new(next));
     }
 

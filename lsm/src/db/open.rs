@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use super::flush::build_table;
@@ -112,6 +112,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         replayed_wals = wals.len(),
         "database open"
     );
+    let active = Arc::new(Memtable::with_budget(wal_number, opts.write_buffer_size));
+    let l0_files = version.num_files(0);
     let inner = Arc::new(DbInner {
         dir: dir.to_path_buf(),
         sync_mode: std::sync::atomic::AtomicU8::new(opts.sync_mode as u8),
@@ -121,19 +123,17 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         failed_groups: AtomicU64::new(0),
         next_waiter: AtomicU64::new(0),
         versions: Mutex::new(versions),
-        sv: arc_swap::ArcSwap::from_pointee(SuperVersion {
-            mem: Arc::new(Memtable::with_budget(wal_number, opts.write_buffer_size)),
-            imm: Vec::new(),
-            version,
-        }),
+        sv: arc_swap::ArcSwap::from_pointee(SuperVersion { mem: Arc::clone(&active), imm: Vec::new(), version }),
         sv_change: Mutex::new(()),
+        imm_count: AtomicUsize::new(0),
+        l0_files: AtomicUsize::new(l0_files),
         queue: Mutex::default(),
         queue_cv: Condvar::new(),
         commit_cv: Condvar::new(),
         commit_deferred: AtomicBool::new(false),
         wal_file: Mutex::new(log.file()),
         active_wal: super::ActiveWal { number: AtomicU64::new(log.number()), size: AtomicU64::new(log.size()) },
-        wal: Mutex::new(WalState { log, last_seq }),
+        wal: Mutex::new(WalState { log, last_seq, mem: active }),
         bg: Mutex::new(BgState::default()),
         bg_cv: Condvar::new(),
         visible_seq: AtomicU64::new(last_seq),

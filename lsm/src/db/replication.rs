@@ -257,11 +257,8 @@ impl DbInner {
         self.active_wal.switch(number, 0);
         w.last_seq = seq;
         let version = vs.current();
-        self.set_super_version(|_| super::SuperVersion {
-            mem: Arc::new(crate::memtable::Memtable::with_budget(number, self.opts().write_buffer_size)),
-            imm: Vec::new(),
-            version,
-        });
+        w.mem = Arc::new(crate::memtable::Memtable::with_budget(number, self.opts().write_buffer_size));
+        self.set_super_version(|_| super::SuperVersion { mem: Arc::clone(&w.mem), imm: Vec::new(), version });
         self.visible_seq.store(seq, Ordering::Release);
         drop(vs);
         lock(&self.retained_wals).clear();

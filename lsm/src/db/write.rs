@@ -437,11 +437,8 @@ impl DbInner {
                 return Err(self.poison(e.into()));
             }
         }
-        // The active memtable cannot change while the WAL lock is held (rotation takes it), so a
-        // borrowed super version will do: no reference count to bump per group.
-        let sv = self.borrow_super_version();
         for p in group.iter() {
-            sv.mem.apply(&p.batch)?;
+            w.mem.apply(&p.batch)?;
         }
         w.last_seq = seq;
         self.visible_seq.store(seq, Ordering::Release);
@@ -461,10 +458,8 @@ impl DbInner {
             if let Err(e) = self.check_writable() {
                 break Err(e);
             }
-            let (mem_size, mem_empty, imm_count, l0) = {
-                let sv = self.borrow_super_version();
-                (sv.mem.memory_usage(), sv.mem.is_empty(), sv.imm.len(), sv.version.num_files(0))
-            };
+            let (mem_size, mem_empty) = (w.mem.memory_usage(), w.mem.is_empty());
+            let (imm_count, l0) = (self.imm_count.load(Ordering::Acquire), self.l0_files.load(Ordering::Acquire));
             if compacting
                 && l0 >= opts.level0_slowdown_writes_trigger
                 && l0 < opts.level0_stop_writes_trigger
@@ -546,15 +541,12 @@ impl DbInner {
         *lock(&self.wal_file) = log.file();
         w.log = log;
         self.active_wal.switch(number, 0);
+        w.mem = Arc::new(Memtable::with_budget(number, self.opts().write_buffer_size));
         self.set_super_version(|sv| {
             let mut imm = Vec::with_capacity(sv.imm.len() + 1);
             imm.push(Arc::clone(&sv.mem));
             imm.extend(sv.imm.iter().cloned());
-            super::SuperVersion {
-                mem: Arc::new(Memtable::with_budget(number, self.opts().write_buffer_size)),
-                imm,
-                version: Arc::clone(&sv.version),
-            }
+            super::SuperVersion { mem: Arc::clone(&w.mem), imm, version: Arc::clone(&sv.version) }
         });
         tracing::debug!(target: "lsm::wal", wal = number, "memtable frozen, new WAL started");
         self.signal_work();
