@@ -84,11 +84,22 @@ impl BlockBuilder {
             out.extend_from_slice(&r.to_le_bytes());
         }
         out.extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
-        self.restarts = vec![0];
+        self.restarts.clear();
+        self.restarts.push(0);
         self.counter = 0;
         self.entries = 0;
         self.last_key.clear();
         out
+    }
+
+    /// Hands back the buffer a [`BlockBuilder::finish`] returned, once its bytes are written:
+    /// the next block is built in it, without growing a new buffer from nothing (about ten
+    /// reallocations for a 4 KiB block).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.buf.is_empty() && self.buf.capacity() < buf.capacity() {
+            buf.clear();
+            self.buf = buf;
+        }
     }
 }
 
@@ -386,6 +397,29 @@ mod tests {
         }
         let origin = BlockOrigin { file: Arc::from(Path::new("test.sst")), offset: 0 };
         (Block::new(Bytes::from(b.finish()), origin).unwrap(), entries)
+    }
+
+    #[test]
+    fn a_recycled_buffer_builds_the_next_block_from_nothing_old() {
+        let mut b = BlockBuilder::new(4);
+        for i in 0..100 {
+            b.add(&make_internal_key(format!("a{i:03}").as_bytes(), 1, ValueKind::Put), b"first");
+        }
+        let first = b.finish();
+        let (ptr, cap) = (first.as_ptr(), first.capacity());
+        b.recycle(first);
+        let only = make_internal_key(b"b", 1, ValueKind::Put);
+        b.add(&only, b"second");
+        let second = b.finish();
+        assert_eq!((second.as_ptr(), second.capacity()), (ptr, cap), "the same buffer, reused");
+        let origin = BlockOrigin { file: Arc::from(Path::new("test.sst")), offset: 0 };
+        let block = Block::new(Bytes::from(second), origin).unwrap();
+        let mut it = block.iter();
+        it.seek_to_first().unwrap();
+        assert!(it.valid());
+        assert_eq!((it.key(), it.value()), (&only[..], &b"second"[..]));
+        it.next().unwrap();
+        assert!(!it.valid(), "nothing of the first block is left");
     }
 
     #[test]

@@ -248,6 +248,7 @@ impl<W: Write> TableBuilder<W> {
         if let Some(sink) = self.block_sink.as_ref().filter(|s| s.uncompressed || codec != Compression::None) {
             sink.cache.insert(sink.number, handle.offset, bytes::Bytes::copy_from_slice(&raw));
         }
+        self.data.recycle(raw);
         self.props.num_data_blocks += 1;
         self.props.data_size += handle.size + super::format::BLOCK_TRAILER_LEN as u64;
         self.pending_index = Some(handle);
@@ -257,8 +258,7 @@ impl<W: Write> TableBuilder<W> {
     /// Writes one block and its trailer; returns where it is and the codec it was stored with.
     fn write_block(&mut self, raw: &[u8], codec: Compression) -> Result<(BlockHandle, Compression)> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let used = compress_block(raw, codec, self.opts.zstd_level, &mut scratch)?;
-        let contents: &[u8] = if used == Compression::None { raw } else { &scratch };
+        let (used, contents) = compress_block(raw, codec, self.opts.zstd_level, &mut scratch)?;
         let handle = BlockHandle { offset: self.offset, size: contents.len() as u64 };
         self.w.write_all(contents)?;
         self.w.write_all(&block_trailer(used, contents))?;

@@ -104,34 +104,41 @@ impl Footer {
     }
 }
 
-/// Compresses `raw` with `codec`; returns the bytes to store and the codec actually used
-/// (raw is kept when compression saves less than 12.5 %).
-pub fn compress_block(raw: &[u8], codec: Compression, zstd_level: i32, scratch: &mut Vec<u8>) -> Result<Compression> {
-    scratch.clear();
-    let ok = match codec {
-        Compression::None => false,
+/// Compresses `raw` with `codec`; returns the codec actually used and the bytes to store
+/// (`raw` itself when compression saves less than 12.5 %). `scratch` is a buffer the caller
+/// keeps from block to block: it only ever grows, so compressing a block neither allocates
+/// nor zeroes the output space again.
+pub fn compress_block<'a>(
+    raw: &'a [u8],
+    codec: Compression,
+    zstd_level: i32,
+    scratch: &'a mut Vec<u8>,
+) -> Result<(Compression, &'a [u8])> {
+    let n = match codec {
+        Compression::None => None,
         #[cfg(feature = "snappy")]
         Compression::Snappy => {
-            scratch.resize(snap::raw::max_compress_len(raw.len()), 0);
+            let need = snap::raw::max_compress_len(raw.len());
+            if scratch.len() < need {
+                scratch.resize(need, 0);
+            }
             let n = snap::raw::Encoder::new()
                 .compress(raw, scratch)
                 .map_err(|e| Error::InvalidArgument(format!("snappy: {e}")))?;
-            scratch.truncate(n);
-            true
+            Some(n)
         }
         #[cfg(feature = "zstd")]
         Compression::Zstd => {
             *scratch = zstd_codec::compress(raw, zstd_level)?;
-            true
+            Some(scratch.len())
         }
         #[allow(unreachable_patterns)]
         other => return Err(unavailable(other)),
     };
     let _ = zstd_level;
-    if ok && scratch.len() < raw.len() - raw.len() / 8 {
-        Ok(codec)
-    } else {
-        Ok(Compression::None)
+    match n {
+        Some(n) if n < raw.len() - raw.len() / 8 => Ok((codec, &scratch[..n])),
+        _ => Ok((Compression::None, raw)),
     }
 }
 
@@ -377,9 +384,8 @@ mod tests {
         }
         for codec in codecs {
             let mut scratch = Vec::new();
-            let used = compress_block(&raw, codec, 3, &mut scratch).unwrap();
+            let (used, stored) = compress_block(&raw, codec, 3, &mut scratch).unwrap();
             assert_eq!(used, codec, "repetitive data compresses");
-            let stored: &[u8] = if used == Compression::None { &raw } else { &scratch };
             let mut file = vec![0u8; 3];
             file.extend_from_slice(stored);
             file.extend_from_slice(&block_trailer(used, stored));
@@ -395,6 +401,19 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "snappy")]
+    fn a_reused_scratch_buffer_gives_each_block_its_own_bytes() {
+        let mut scratch = Vec::new();
+        let big: Vec<u8> = (0..8000).map(|i| (i % 7) as u8).collect();
+        let small: Vec<u8> = (0..900).map(|i| (i % 5) as u8 + 100).collect();
+        for raw in [&big, &small, &big] {
+            let (used, stored) = compress_block(raw, Compression::Snappy, 3, &mut scratch).unwrap();
+            assert_eq!(used, Compression::Snappy);
+            assert_eq!(&snap::raw::Decoder::new().decompress_vec(stored).unwrap(), raw);
+        }
+    }
+
+    #[test]
     fn incompressible_blocks_are_stored_raw() {
         let mut seed = 42u64;
         let raw: Vec<u8> = (0..4096)
@@ -405,7 +424,8 @@ mod tests {
             .collect();
         let mut scratch = Vec::new();
         if cfg!(feature = "snappy") {
-            assert_eq!(compress_block(&raw, Compression::Snappy, 3, &mut scratch).unwrap(), Compression::None);
+            let (used, stored) = compress_block(&raw, Compression::Snappy, 3, &mut scratch).unwrap();
+            assert_eq!((used, stored), (Compression::None, &raw[..]));
         }
     }
 
