@@ -167,6 +167,22 @@ impl InternalKey {
         }
     }
 
+    /// The internal key of `user_key` at `seq` of `kind`, encoded straight into place (the
+    /// memtable's insert: no intermediate buffer).
+    #[inline]
+    pub fn from_parts(user_key: &[u8], seq: u64, kind: ValueKind) -> Self {
+        let n = user_key.len();
+        let trailer = pack_trailer(seq, kind).to_le_bytes();
+        if n + TRAILER_LEN <= INLINE_KEY {
+            let mut inline = [0u8; INLINE_KEY];
+            inline[..n].copy_from_slice(user_key);
+            inline[n..n + TRAILER_LEN].copy_from_slice(&trailer);
+            InternalKey(KeyRepr::Inline { len: (n + TRAILER_LEN) as u8, bytes: inline })
+        } else {
+            InternalKey(KeyRepr::Heap(make_internal_key(user_key, seq, kind).into()))
+        }
+    }
+
     /// The encoded key.
     #[inline]
     pub fn as_bytes(&self) -> &[u8] {
@@ -334,6 +350,10 @@ mod tests {
         }
         let short = InternalKey::new(&ik("k", 1));
         let long = InternalKey::new(&ik(&"x".repeat(100), 1));
+        for user in ["", "k", &"y".repeat(INLINE_KEY - TRAILER_LEN), &"z".repeat(INLINE_KEY - TRAILER_LEN + 1)] {
+            let parts = InternalKey::from_parts(user.as_bytes(), 77, ValueKind::Delete);
+            assert_eq!(parts.as_bytes(), &make_internal_key(user.as_bytes(), 77, ValueKind::Delete)[..]);
+        }
         assert_eq!(short.as_bytes(), ik("k", 1).as_slice());
         assert_eq!(long.as_bytes().len(), 108);
         assert!(short < long);

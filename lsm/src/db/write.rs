@@ -541,7 +541,8 @@ impl DbInner {
         *lock(&self.wal_file) = log.file();
         w.log = log;
         self.active_wal.switch(number, 0);
-        w.mem = Arc::new(Memtable::with_budget(number, self.opts().write_buffer_size));
+        // Its lookups are sized for entries like the frozen memtable's.
+        w.mem = Arc::new(Memtable::with_budget_after(number, self.opts().write_buffer_size, w.mem.entry_bytes()));
         self.set_super_version(|sv| {
             let mut imm = Vec::with_capacity(sv.imm.len() + 1);
             imm.push(Arc::clone(&sv.mem));

@@ -20,8 +20,10 @@
 //! Point lookups ask a bloom filter of the user keys first (an absent key skips everything),
 //! then the [`point_index`], a hash table of each key's newest version: a lookup at the latest
 //! sequence number is answered without descending the list, which only older snapshots and
-//! keys the index has no slot for still need. Both are sized from the write buffer when the
-//! memtable is made, about a seventh of it, and count against it: entries fill the rest.
+//! keys the index has no slot for still need. Both are sized when the memtable is made and
+//! count against the write buffer: entries fill the rest. The first memtable sizes them for
+//! the smallest entries (about a seventh of the buffer); each later one for entries the size
+//! of its predecessor's (see [`Memtable::with_budget_after`]).
 //! They and the value chunks are anonymous mappings ([`crate::pages`]), zeroed by the kernel
 //! and resident only once touched, and unmapped when the memtable is dropped; only the skip
 //! list's nodes come from the allocator.
@@ -128,6 +130,20 @@ pub struct Memtable {
     prefaulted: std::sync::atomic::AtomicBool,
 }
 
+/// How large a memtable's bloom filter (in keys) and point index (in slots) are made.
+#[derive(Debug, Clone, Copy)]
+struct LookupSizes {
+    bloom_keys: usize,
+    index_slots: usize,
+}
+
+impl LookupSizes {
+    /// For `capacity` bytes of the smallest entries: what a memtable with no history gets.
+    fn for_capacity(capacity: usize) -> LookupSizes {
+        LookupSizes { bloom_keys: capacity / BLOOM_BYTES_PER_KEY, index_slots: PointIndex::slots_for(capacity) }
+    }
+}
+
 /// A memtable's aids to point lookups, both sized from its capacity and both keyed by the same
 /// hash of the user key.
 #[derive(Debug)]
@@ -182,9 +198,13 @@ impl Memtable {
     /// An empty memtable with a bloom filter and a point index sized for `capacity` bytes of
     /// entries (0: neither).
     pub fn with_capacity(wal_number: u64, capacity: usize) -> Self {
-        let lookups = (capacity > 0).then(|| Lookups {
-            bloom: AtomicBloom::new(capacity / BLOOM_BYTES_PER_KEY, BLOOM_BITS_PER_KEY),
-            index: PointIndex::new(capacity),
+        Self::with_lookups(wal_number, (capacity > 0).then(|| LookupSizes::for_capacity(capacity)))
+    }
+
+    fn with_lookups(wal_number: u64, sizes: Option<LookupSizes>) -> Self {
+        let lookups = sizes.map(|s| Lookups {
+            bloom: AtomicBloom::new(s.bloom_keys, BLOOM_BITS_PER_KEY),
+            index: PointIndex::with_slots(s.index_slots),
         });
         Memtable {
             map: SkipList::new(crossbeam_epoch::default_collector().clone()),
@@ -207,6 +227,45 @@ impl Memtable {
         let lookups = Self::memory_for(budget) - budget;
         let capacity = if lookups * 4 > budget { 0 } else { budget - lookups };
         Self::with_capacity(wal_number, capacity)
+    }
+
+    /// Like [`Memtable::with_budget`], for a memtable that follows one whose entries took
+    /// `entry_bytes` each on average (see [`Memtable::entry_bytes`]): the lookups are sized
+    /// for the entries the budget then holds, with a quarter to spare, and never larger than
+    /// [`Memtable::with_budget`] makes them. With 16-byte keys and 100-byte values a 64 MiB
+    /// budget holds ~300,000 entries, whose lookups then take ~4.6 MB instead of ~9.2: the
+    /// entries get the difference, and a process with a full memtable holds that much less.
+    /// Entries smaller than foreseen only make the lookups fuller: a key the index has no
+    /// slot for is found in the list, and a fuller bloom filter answers "maybe" more often;
+    /// the lookups are never made smaller than a quarter of the default, so that costs speed
+    /// within bounds.
+    pub fn with_budget_after(wal_number: u64, budget: usize, entry_bytes: Option<usize>) -> Self {
+        let Some(entry_bytes) = entry_bytes.filter(|&b| b > 0) else {
+            return Self::with_budget(wal_number, budget);
+        };
+        let default = Self::with_budget_sizes(budget);
+        let keys = budget / entry_bytes;
+        let keys = keys.saturating_add(keys / 4);
+        // Never below a quarter of the default either: after a run of large values, a memtable
+        // of small ones is slower to read (fuller lookups) but not by a cliff.
+        let sizes = default.map(|d| LookupSizes {
+            bloom_keys: keys.clamp(d.bloom_keys / 4, d.bloom_keys),
+            index_slots: PointIndex::slots_for_keys(keys).clamp(d.index_slots / 4, d.index_slots),
+        });
+        Self::with_lookups(wal_number, sizes)
+    }
+
+    /// The lookups [`Memtable::with_budget`] gives a memtable (`None`: the budget is too small).
+    fn with_budget_sizes(budget: usize) -> Option<LookupSizes> {
+        let lookups = Self::memory_for(budget) - budget;
+        (lookups * 4 <= budget).then(|| LookupSizes::for_capacity(budget - lookups))
+    }
+
+    /// Average bytes an entry takes (what [`Memtable::approximate_size`] counts), or `None`
+    /// before a thousand entries: the hint [`Memtable::with_budget_after`] takes.
+    pub fn entry_bytes(&self) -> Option<usize> {
+        let n = self.len();
+        (n >= 1000).then(|| self.approximate_size() / n)
     }
 
     /// Bytes a memtable made with `capacity` holds once full: the entries, the bloom filter
@@ -282,15 +341,7 @@ impl Memtable {
             self.largest_seq.fetch_max(seq, Ordering::Relaxed);
             return;
         }
-        let mut buf = [0u8; 64];
-        let ikey = if user_key.len() + key::TRAILER_LEN <= buf.len() {
-            let n = user_key.len();
-            buf[..n].copy_from_slice(user_key);
-            buf[n..n + key::TRAILER_LEN].copy_from_slice(&key::pack_trailer(seq, kind).to_le_bytes());
-            InternalKey::new(&buf[..n + key::TRAILER_LEN])
-        } else {
-            InternalKey::new(&key::make_internal_key(user_key, seq, kind))
-        };
+        let ikey = InternalKey::from_parts(user_key, seq, kind);
         let (value, arena_bytes) = ArenaSlice::copy_into(&self.arena, value);
         self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, arena_bytes), Ordering::Relaxed);
         let hash = self.lookups.as_ref().map(|l| {

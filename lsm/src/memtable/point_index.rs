@@ -107,14 +107,21 @@ impl std::fmt::Debug for PointIndex {
 }
 
 impl PointIndex {
-    /// An index sized for a memtable of `capacity` bytes.
-    pub(super) fn new(capacity: usize) -> PointIndex {
-        let n = Self::slots_for(capacity);
+    /// An index of `n` slots (a power of two, see [`PointIndex::slots_for`]).
+    pub(super) fn with_slots(n: usize) -> PointIndex {
+        assert!(n.is_power_of_two(), "{n} slots");
         PointIndex { slots: Pages::zeroed(n, false), mask: n - 1 }
     }
 
-    fn slots_for(capacity: usize) -> usize {
-        (capacity / BYTES_PER_SLOT).next_power_of_two().max(1024)
+    /// Slots for a memtable of `capacity` bytes of the smallest entries.
+    pub(super) fn slots_for(capacity: usize) -> usize {
+        Self::slots_for_keys(capacity / BYTES_PER_SLOT)
+    }
+
+    /// Slots for `keys` user keys: the next power of two, so the index is between half full
+    /// and full when they all arrive (callers ask for a quarter more keys than they expect).
+    pub(super) fn slots_for_keys(keys: usize) -> usize {
+        keys.next_power_of_two().max(1024)
     }
 
     /// Bytes the slots of an index for a memtable of `capacity` bytes take.
@@ -234,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_tag_uses_hash_bits_the_slot_position_does_not() {
-        let index = PointIndex::new(64 << 20);
+        let index = PointIndex::with_slots(PointIndex::slots_for(64 << 20));
         let hash = 0x0123_4567_89ab_cdefu64;
         let other = hash ^ 0xffff_0000; // only bits 16–31 differ
         assert_eq!(index.first_slot(hash), index.first_slot(other));

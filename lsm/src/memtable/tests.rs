@@ -224,3 +224,58 @@ fn values_of_every_size_read_back_and_are_charged_their_length() {
         assert_eq!(&v[..], &value(i)[..], "a value read out outlives the memtable");
     }
 }
+
+/// Fills `m` with 16-byte keys and 100-byte values until it reaches `budget`; returns how many.
+fn fill_to(m: &Memtable, budget: usize) -> u64 {
+    let value = [7u8; 100];
+    let mut i = 0u64;
+    while m.memory_usage() < budget {
+        m.insert(i + 1, ValueKind::Put, format!("key{i:013}").as_bytes(), &value);
+        i += 1;
+    }
+    i
+}
+
+#[test]
+fn lookups_sized_after_a_predecessor_leave_more_room_for_entries() {
+    let budget = 8 << 20;
+    let first = Memtable::with_budget(1, budget);
+    assert_eq!(Memtable::with_budget_after(1, budget, None).index_memory(), first.index_memory());
+    let n_first = fill_to(&first, budget);
+    let hint = first.entry_bytes();
+    assert!(hint.is_some_and(|b| (120..260).contains(&b)), "{hint:?}");
+    let next = Memtable::with_budget_after(2, budget, hint);
+    assert!(next.index_memory() * 3 < first.index_memory() * 2, "{} vs {}", next.index_memory(), first.index_memory());
+    let n_next = fill_to(&next, budget);
+    assert!(n_next > n_first, "{n_next} entries after the hint, {n_first} before");
+    // The lookups still find every key (the index has a slot for nearly all of them).
+    for i in (0..n_next).step_by(7) {
+        let key = format!("key{i:013}");
+        assert_eq!(
+            next.get(key.as_bytes(), key::MAX_SEQUENCE),
+            Some(Lookup::Found(Bytes::from_static(&[7u8; 100]), i + 1))
+        );
+    }
+    assert_eq!(next.get(b"key-absent", key::MAX_SEQUENCE), None);
+    assert!(Memtable::new(1).entry_bytes().is_none(), "no hint from an empty memtable");
+}
+
+#[test]
+fn a_hint_far_too_large_costs_speed_not_answers() {
+    // Sized for a handful of keys, then given thousands: the bloom filter says "maybe" and the
+    // index runs out of slots, so lookups fall back to the list, and still answer right.
+    let m = Memtable::with_budget_after(1, 4 << 20, Some(1 << 20));
+    let default = Memtable::with_budget(1, 4 << 20).index_memory();
+    assert!(m.index_memory() * 4 >= default - 4096, "a quarter of the default at least");
+    let n = fill_to(&m, 2 << 20);
+    assert!(n > 10_000);
+    for i in (0..n).step_by(3) {
+        let key = format!("key{i:013}");
+        assert_eq!(
+            m.get(key.as_bytes(), key::MAX_SEQUENCE),
+            Some(Lookup::Found(Bytes::from_static(&[7u8; 100]), i + 1))
+        );
+        assert_eq!(m.get(key.as_bytes(), i), None, "not visible before it was written");
+    }
+    assert_eq!(m.get(b"key-absent", key::MAX_SEQUENCE), None);
+}
