@@ -27,6 +27,10 @@ pub struct Memory {
     /// Bytes allocated and not freed, as the global allocator counts them (`None`: it does not
     /// say).
     pub allocated_mb: Option<f64>,
+    /// Of the allocator's memory beyond `allocated_mb`: the free space inside its pages that
+    /// hold live allocations, and its own metadata (jemalloc only).
+    pub slab_free_mb: Option<f64>,
+    pub allocator_metadata_mb: Option<f64>,
     /// The size of the engine's own anonymous mappings (memtables' value chunks, point indexes,
     /// blooms), which are outside the allocator; a page of them is resident once touched.
     pub mapped_mb: f64,
@@ -39,6 +43,13 @@ impl Memory {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let mut m = parse_status(&status);
         m.allocated_mb = allocated_bytes().map(|b| mib(b as u64));
+        #[cfg(feature = "jemalloc")]
+        if let (Some((active, metadata)), Some(allocated)) =
+            (lsm::allocator::jemalloc_active_and_metadata(), lsm::allocator::jemalloc_allocated())
+        {
+            m.slab_free_mb = Some(mib(active.saturating_sub(allocated) as u64));
+            m.allocator_metadata_mb = Some(mib(metadata as u64));
+        }
         m.mapped_mb = mib(lsm::allocator::mapped_bytes() as u64);
         if let Some(db) = db {
             let cache = db.stats().block_cache_bytes;
@@ -63,6 +74,9 @@ impl Memory {
         }
         if let Some(allocated) = self.allocated_mb {
             s.push_str(&format!("; allocated {allocated:.1} MB + mapped by the engine {:.1} MB", self.mapped_mb));
+        }
+        if let (Some(free), Some(meta)) = (self.slab_free_mb, self.allocator_metadata_mb) {
+            s.push_str(&format!("; jemalloc: {free:.1} MB free in used pages, metadata {meta:.1} MB"));
         }
         s
     }
@@ -100,6 +114,8 @@ fn parse_status(status: &str) -> Memory {
         block_cache_mb: None,
         tables_mb: None,
         allocated_mb: None,
+        slab_free_mb: None,
+        allocator_metadata_mb: None,
         mapped_mb: 0.0,
     }
 }

@@ -23,6 +23,14 @@ pub fn jemalloc_allocated() -> Option<usize> {
     jemalloc_stat(c"stats.allocated")
 }
 
+/// Where jemalloc's memory beyond what is allocated goes: bytes in pages holding live
+/// allocations (`stats.active`: allocated plus the free space of partly used slabs), and its own
+/// metadata (`stats.metadata`: extent records, radix tree, per-thread caches' bookkeeping).
+#[cfg(feature = "jemalloc")]
+pub fn jemalloc_active_and_metadata() -> Option<(usize, usize)> {
+    Some((jemalloc_stat(c"stats.active")?, jemalloc_stat(c"stats.metadata")?))
+}
+
 /// Bytes the program has allocated from glibc's malloc and not yet freed: heap blocks in use
 /// plus mmap'd blocks (`mallinfo2`).
 #[cfg(target_env = "gnu")]
