@@ -220,8 +220,9 @@ impl Options {
         self
     }
     /// Bytes a memtable may use before it is frozen and flushed (default 64 MiB, minimum 4 KiB):
-    /// its entries and its bloom filter and point index, which are sized from it (about a
-    /// seventh of it; see `Db::memory_usage`), as RocksDB counts a memtable's whole arena.
+    /// its entries and its bloom filter and point index, which are sized from it (up to about a
+    /// seventh of it, less when the previous memtable's entries were larger than 80 bytes; see
+    /// `Db::memory_usage`), as RocksDB counts a memtable's whole arena.
     #[must_use]
     pub fn write_buffer_size(mut self, bytes: usize) -> Self {
         self.write_buffer_size = bytes.max(4096);
