@@ -224,9 +224,7 @@ impl Memtable {
     /// and the entries get the rest. A budget too small to spare a quarter for the lookups
     /// gets none.
     pub fn with_budget(wal_number: u64, budget: usize) -> Self {
-        let lookups = Self::memory_for(budget) - budget;
-        let capacity = if lookups * 4 > budget { 0 } else { budget - lookups };
-        Self::with_capacity(wal_number, capacity)
+        Self::with_lookups(wal_number, Self::with_budget_sizes(budget))
     }
 
     /// Like [`Memtable::with_budget`], for a memtable that follows one whose entries took
@@ -240,10 +238,10 @@ impl Memtable {
     /// the lookups are never made smaller than a quarter of the default, so that costs speed
     /// within bounds.
     pub fn with_budget_after(wal_number: u64, budget: usize, entry_bytes: Option<usize>) -> Self {
-        let Some(entry_bytes) = entry_bytes.filter(|&b| b > 0) else {
-            return Self::with_budget(wal_number, budget);
-        };
         let default = Self::with_budget_sizes(budget);
+        let Some(entry_bytes) = entry_bytes.filter(|&b| b > 0) else {
+            return Self::with_lookups(wal_number, default);
+        };
         let keys = budget / entry_bytes;
         let keys = keys.saturating_add(keys / 4);
         // Never below a quarter of the default either: after a run of large values, a memtable
