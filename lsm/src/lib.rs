@@ -63,3 +63,17 @@ pub use options::{
 };
 pub use repair::{repair, RepairReport};
 pub use snapshot::Snapshot;
+
+/// Starts loading the cache line at `p` into the CPU's cache (a hint: it never faults and
+/// changes nothing; a no-op off x86-64).
+#[inline]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint to the CPU; it reads nothing the program sees, never
+    // faults, and any address may be given.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

@@ -105,6 +105,9 @@ fn entry_charge(internal_key_len: usize, arena_bytes: usize) -> usize {
     NODE_BYTES + key_heap + arena_bytes
 }
 
+/// Updates [`Memtable::apply`] prefetches for at a time.
+const APPLY_WINDOW: usize = 8;
+
 /// The memtable's bloom filter is sized for one key per this many bytes of capacity...
 const BLOOM_BYTES_PER_KEY: usize = 64;
 /// ...at this many bits a key: about 2 % of the memtable's size.
@@ -329,6 +332,11 @@ impl Memtable {
 
     /// Inserts one record (for a range delete, `user_key..value` is the range).
     pub fn insert(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8]) {
+        self.insert_hashed(seq, kind, user_key, value, bloom::hash_key(user_key));
+    }
+
+    /// [`Memtable::insert`] of a key whose [`bloom::hash_key`] is `hash`.
+    fn insert_hashed(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8], hash: u64) {
         if kind == ValueKind::RangeDelete {
             self.size.fetch_add(entry_charge(user_key.len(), value.len()), Ordering::Relaxed);
             let t = RangeTombstone { start: user_key.to_vec(), end: value.to_vec(), seq };
@@ -343,7 +351,6 @@ impl Memtable {
         let (value, arena_bytes) = ArenaSlice::copy_into(&self.arena, value);
         self.size.fetch_add(entry_charge(user_key.len() + key::TRAILER_LEN, arena_bytes), Ordering::Relaxed);
         let hash = self.lookups.as_ref().map(|l| {
-            let hash = bloom::hash_key(user_key);
             l.bloom.add(hash);
             hash
         });
@@ -360,12 +367,45 @@ impl Memtable {
     }
 
     /// Inserts every update of `batch`, numbered from the batch's sequence number.
+    ///
+    /// The updates go in windows of [`APPLY_WINDOW`]: the bloom-filter line and point-index
+    /// slot of every key of a window are prefetched before the first is inserted, so a batch of
+    /// random keys waits on memory for those once per window instead of twice per key.
     pub fn apply(&self, batch: &WriteBatch) -> Result<()> {
-        for (seq, e) in (batch.sequence()..).zip(batch.iter()) {
-            let e = e?;
-            self.insert(seq, e.kind, e.key, e.value);
+        let mut entries = batch.iter();
+        let mut seq = batch.sequence();
+        let mut window = [(ValueKind::Put, &[][..], &[][..], 0u64); APPLY_WINDOW];
+        loop {
+            let (mut n, mut failed) = (0, None);
+            while n < APPLY_WINDOW {
+                let e = match entries.next() {
+                    None => break,
+                    Some(Ok(e)) => e,
+                    Some(Err(e)) => {
+                        // The updates before a damaged one go in, as one at a time would.
+                        failed = Some(e);
+                        break;
+                    }
+                };
+                let hash = bloom::hash_key(e.key);
+                if let Some(l) = &self.lookups {
+                    l.bloom.prefetch(hash);
+                    l.index.prefetch(hash);
+                }
+                window[n] = (e.kind, e.key, e.value, hash);
+                n += 1;
+            }
+            for &(kind, key, value, hash) in &window[..n] {
+                self.insert_hashed(seq, kind, key, value, hash);
+                seq += 1;
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if n < APPLY_WINDOW {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// The newest version of `user_key` with sequence number `<= seq`.

@@ -140,6 +140,12 @@ impl PointIndex {
         self.slots.populate()
     }
 
+    /// Starts loading the first slot a probe of `hash` reads into the CPU's cache.
+    #[inline]
+    pub(super) fn prefetch(&self, hash: u64) {
+        crate::prefetch(self.slots[self.first_slot(hash)].as_ptr());
+    }
+
     fn first_slot(&self, hash: u64) -> usize {
         // The bloom filter takes the low half of the hash for its line: mix in the high half.
         ((hash >> 32) ^ hash.rotate_left(7)) as usize & self.mask

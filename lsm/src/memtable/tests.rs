@@ -279,3 +279,27 @@ fn a_hint_far_too_large_costs_speed_not_answers() {
     }
     assert_eq!(m.get(b"key-absent", key::MAX_SEQUENCE), None);
 }
+
+/// A batch goes in window by window (prefetching each window's lookups first): every update
+/// lands, numbered in batch order, whatever the batch's length against the window.
+#[test]
+fn apply_inserts_every_update_in_batch_order_across_windows() {
+    for len in [1, APPLY_WINDOW - 1, APPLY_WINDOW, APPLY_WINDOW + 1, 3 * APPLY_WINDOW + 5] {
+        let m = Memtable::with_capacity(1, 1 << 20);
+        let mut batch = WriteBatch::new();
+        for i in 0..len {
+            batch.put(format!("k{i}"), format!("v{i}"));
+        }
+        // The last update of a key wins: a later sequence number.
+        batch.delete("k0");
+        batch.set_sequence(100);
+        m.apply(&batch).unwrap();
+        assert_eq!(m.len(), len + 1);
+        assert_eq!(m.get(b"k0", u64::MAX), Some(Lookup::Deleted(100 + len as u64)), "len {len}");
+        for i in 1..len {
+            let want = Lookup::Found(Bytes::from(format!("v{i}")), 100 + i as u64);
+            assert_eq!(m.get(format!("k{i}").as_bytes(), u64::MAX), Some(want), "len {len}");
+        }
+        assert_eq!(m.largest_seq(), 100 + len as u64);
+    }
+}

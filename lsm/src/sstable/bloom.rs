@@ -240,16 +240,33 @@ impl AtomicBloom {
         self.words.populate()
     }
 
-    /// Adds the key whose hash is `h`.
+    /// Adds the key whose hash is `h`. Adds must not run concurrently with each other (the
+    /// memtable's only writer is its write leader); lookups may. Each word of the key's line is
+    /// written at most once, with a plain store rather than a locked read-modify-write.
     #[inline]
     pub fn add(&self, h: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
         let base = line_of(h, self.num_lines) * 8;
+        let mut masks = [0u64; 8];
         let mut h2 = (h >> 32) as u32;
         for _ in 0..self.probes {
             let bit = (h2 >> (32 - 9)) as usize;
-            self.words[base + bit / 64].fetch_or(1 << (bit % 64), std::sync::atomic::Ordering::Relaxed);
+            masks[bit / 64] |= 1 << (bit % 64);
             h2 = h2.wrapping_mul(0x9e37_79b9);
         }
+        for (word, mask) in self.words[base..base + 8].iter().zip(masks) {
+            let old = word.load(Relaxed);
+            if old | mask != old {
+                word.store(old | mask, Relaxed);
+            }
+        }
+    }
+
+    /// Starts loading the line of the key whose hash is `h` into the CPU's cache, for an
+    /// [`AtomicBloom::add`] or a lookup soon after.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        crate::prefetch(self.words[line_of(h, self.num_lines) * 8].as_ptr());
     }
 
     /// False only if the key whose hash is `h` was certainly never added.
