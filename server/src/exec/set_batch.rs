@@ -46,7 +46,9 @@ impl SetBatch {
             self.keys.push(pair[0].clone());
             let meta = crate::storage::Meta::string(pair[1].clone(), 0);
             s.state.storage.put_into(&mut self.batch, s.db, &pair[0], &meta);
-            s.state.access.touch(s.db, &pair[0]);
+            // Touched when the batch is written (see `touch_keys`): the cell's load overlaps
+            // with the next commands' work instead of stalling this one.
+            s.state.access.prefetch(s.db, &pair[0]);
         }
         let send = s.take_reply_permission();
         let id = stats_id(spec, args);
@@ -56,10 +58,18 @@ impl SetBatch {
         (send, id)
     }
 
+    /// Records the access of every key written (their cells were prefetched by `add`).
+    pub(super) fn touch_keys(&self, s: &Session) {
+        for key in &self.keys {
+            s.state.access.touch(self.db, key);
+        }
+    }
+
     pub(super) fn commit(&mut self, s: &Session, out: &mut BytesMut) {
         if self.is_empty() {
             return;
         }
+        self.touch_keys(s);
         let keys = std::mem::take(&mut self.keys);
         let batch = std::mem::take(&mut self.batch);
         let reply = match s.state.storage.write_blind(&s.exec, self.db, &keys, batch) {

@@ -128,18 +128,7 @@ impl AccessTimes {
     /// a pipelined GET); called before a command runs, the load overlaps with its work and the
     /// touch after it finds the cell cached.
     pub fn prefetch(&self, db: u32, key: &[u8]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let (cell, _) = self.slot(db, key);
-            // SAFETY: a prefetch is only a hint to the CPU: it never faults and writes nothing
-            // (and the address is that of a live cell).
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.as_ptr() as *const i8)
-            };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (db, key);
+        crate::prefetch(self.slot(db, key).0.as_ptr());
     }
 
     /// Records an access of `key` in `db`: under LRU its time, under LFU a (probabilistic,

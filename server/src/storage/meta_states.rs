@@ -26,56 +26,82 @@
 //!
 //! Keys are held by their 128-bit hash, not their bytes (see [`Fingerprint`]).
 //! A shard that fills up is emptied (the next writes of its keys read the engine again).
+//! Its table is open-addressed over fixed slots, so a commit can prefetch the slots of all its
+//! keys before it looks any of them up ([`MetaStates::prefetch`]).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Shards: enough that threads rarely meet on one lock.
 const SHARDS: usize = 64;
-/// Entries per shard before it is emptied (64 × 2048 = 131,072 keys, about 6 MiB when full).
+/// Entries per shard before it is emptied (64 × 2048 = 131,072 keys).
 const PER_SHARD: usize = 2048;
+/// Slots per shard: twice the entries, so a probe finds its key or a free slot within a few
+/// (64 × 4096 slots of 32 bytes: 8 MiB, touched as it fills).
+const SLOTS: usize = 2 * PER_SHARD;
 
 /// The state of a metadata record: `None` if there is none, else its `expire_at_ms` (0: no
 /// TTL).
 pub(super) type State = Option<u64>;
 
 /// A metadata record's key, by its 128-bit xxh3: two keys share one with probability 2^-128,
-/// so a map of 131,072 of them never takes one key for another in practice (storing the keys
-/// would cost an allocation per entry).
+/// so a table of 131,072 of them never takes one key for another in practice (storing the keys
+/// would cost an allocation per entry). Never 0, which marks a free slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Fingerprint(u128);
 
 impl Fingerprint {
     pub(super) fn of(key: &[u8]) -> Fingerprint {
-        Fingerprint(xxhash_rust::xxh3::xxh3_128(key))
+        Fingerprint(xxhash_rust::xxh3::xxh3_128(key).max(1))
+    }
+
+    /// The slot a probe for it starts at (the low bits; the shard is chosen by the high ones).
+    fn home(self) -> usize {
+        self.0 as usize & (SLOTS - 1)
     }
 }
 
-/// One shard: each key's state and the failure count it was recorded under.
-type Shard = HashMap<Fingerprint, (State, u64), BuildHasherDefault<FingerprintHasher>>;
+/// `State` in a slot: `u64::MAX` for none (no expiry lies that far).
+const ABSENT: u64 = u64::MAX;
+
+/// One entry: the fingerprint's halves (0, 0: free), the state and the failure count it was
+/// recorded under. Atomics only so that a slot can be prefetched without the lock: every read
+/// and write of one is made holding its shard's lock.
+#[repr(transparent)]
+struct Slot([AtomicU64; 4]);
+
+impl Slot {
+    fn fingerprint(&self) -> u128 {
+        (u128::from(self.0[1].load(Ordering::Relaxed)) << 64) | u128::from(self.0[0].load(Ordering::Relaxed))
+    }
+}
+
+/// One shard: an open-addressed table of `SLOTS` slots (linear probing) and, under its lock,
+/// how many it holds.
+struct Shard {
+    len: Mutex<usize>,
+    slots: Box<[Slot]>,
+}
+
+impl Shard {
+    /// The slot holding `key`, or the free slot where it would go (`len` < `SLOTS`, so there is
+    /// one). The caller holds the lock.
+    fn find(&self, key: Fingerprint) -> &Slot {
+        let mut i = key.home();
+        loop {
+            let slot = &self.slots[i];
+            let fp = slot.fingerprint();
+            if fp == key.0 || fp == 0 {
+                return slot;
+            }
+            i = (i + 1) & (SLOTS - 1);
+        }
+    }
+}
 
 /// Recently written metadata records' states (see the module docs).
 pub(super) struct MetaStates {
-    shards: Box<[Mutex<Shard>]>,
-}
-
-/// A fingerprint is already a hash: its low 64 bits.
-#[derive(Default)]
-struct FingerprintHasher(u64);
-
-impl Hasher for FingerprintHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
-    }
-
-    fn write_u128(&mut self, n: u128) {
-        self.0 = n as u64;
-    }
+    shards: Box<[Shard]>,
 }
 
 impl std::fmt::Debug for MetaStates {
@@ -86,32 +112,82 @@ impl std::fmt::Debug for MetaStates {
 
 impl Default for MetaStates {
     fn default() -> Self {
-        MetaStates { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect() }
+        let shard = || Shard { len: Mutex::new(0), slots: free_slots(SLOTS) };
+        MetaStates { shards: (0..SHARDS).map(|_| shard()).collect() }
+    }
+}
+
+/// `n` free slots, from a zeroed allocation: pages the kernel hands out zeroed and makes
+/// resident only when written, so an idle server does not hold the whole table.
+fn free_slots(n: usize) -> Box<[Slot]> {
+    let layout = std::alloc::Layout::array::<Slot>(n).expect("the table's size fits in isize");
+    // SAFETY: the layout is not empty (`n` > 0, a slot is 32 bytes); all-zero bytes are a valid
+    // slot (four atomics at 0: free); the pointer comes from the global allocator with the
+    // layout of `[Slot; n]`, which is what the box frees it with.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<Slot>();
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n))
     }
 }
 
 impl MetaStates {
-    fn shard(&self, key: Fingerprint) -> std::sync::MutexGuard<'_, Shard> {
-        // The high bits: the map inside uses the low ones.
-        let i = (key.0 >> 122) as usize % SHARDS;
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    fn shard(&self, key: Fingerprint) -> &Shard {
+        &self.shards[(key.0 >> 122) as usize % SHARDS]
+    }
+
+    fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, usize> {
+        shard.len.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts loading the slot a lookup of `key` reads first into the CPU's cache: the table is
+    /// larger than the caches, so a commit that looks up several keys issues the loads together
+    /// and then finds them cached.
+    pub(super) fn prefetch(&self, key: Fingerprint) {
+        crate::prefetch(self.shard(key).slots[key.home()].0.as_ptr());
     }
 
     /// The recorded state of the metadata record `key`, if there is one recorded while the
     /// engine had seen `failures` failed write groups, as it has now.
     pub(super) fn get(&self, key: Fingerprint, failures: u64) -> Option<State> {
-        self.shard(key).get(&key).filter(|(_, at)| *at == failures).map(|(state, _)| *state)
+        let shard = self.shard(key);
+        let _len = Self::lock(shard);
+        let slot = shard.find(key);
+        if slot.fingerprint() != key.0 || slot.0[3].load(Ordering::Relaxed) != failures {
+            return None;
+        }
+        let state = slot.0[2].load(Ordering::Relaxed);
+        Some((state != ABSENT).then_some(state))
     }
 
     /// Records `state` as what the engine holds for `key` once the write the caller is making
     /// or queueing is applied; the engine had seen `failures` failed write groups before it
     /// (the caller holds the key's lock).
     pub(super) fn record(&self, key: Fingerprint, state: State, failures: u64) {
-        let mut shard = self.shard(key);
-        if shard.len() >= PER_SHARD && !shard.contains_key(&key) {
-            shard.clear();
+        let shard = self.shard(key);
+        let mut len = Self::lock(shard);
+        let mut slot = shard.find(key);
+        if slot.fingerprint() != key.0 {
+            if *len >= PER_SHARD {
+                Self::empty(shard, &mut len);
+                slot = shard.find(key);
+            }
+            *len += 1;
+            slot.0[0].store(key.0 as u64, Ordering::Relaxed);
+            slot.0[1].store((key.0 >> 64) as u64, Ordering::Relaxed);
         }
-        shard.insert(key, (state, failures));
+        slot.0[2].store(state.unwrap_or(ABSENT), Ordering::Relaxed);
+        slot.0[3].store(failures, Ordering::Relaxed);
+    }
+
+    fn empty(shard: &Shard, len: &mut usize) {
+        for slot in shard.slots.iter() {
+            slot.0[0].store(0, Ordering::Relaxed);
+            slot.0[1].store(0, Ordering::Relaxed);
+        }
+        *len = 0;
     }
 
     /// `result`, of a write whose states were recorded: if it failed or was refused, they are
@@ -126,7 +202,10 @@ impl MetaStates {
     /// Forgets everything.
     pub(super) fn clear(&self) {
         for shard in self.shards.iter() {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let mut len = Self::lock(shard);
+            if *len > 0 {
+                Self::empty(shard, &mut len);
+            }
         }
     }
 }
@@ -151,7 +230,7 @@ mod tests {
         for i in 0..n {
             states.record(Fingerprint::of(format!("M{i}").as_bytes()), Some(i as u64), 0);
         }
-        assert!(states.shards.iter().all(|s| s.lock().unwrap().len() <= PER_SHARD));
+        assert!(states.shards.iter().all(|s| *s.len.lock().unwrap() <= PER_SHARD));
         let last = Fingerprint::of(format!("M{}", n - 1).as_bytes());
         assert_eq!(states.get(last, 0), Some(Some(n as u64 - 1)), "the newest is kept");
         states.clear();

@@ -437,9 +437,18 @@ impl Storage {
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
         let failures = self.engine.failed_write_groups();
         let mut written = Vec::with_capacity(if record { finals.len() } else { 0 });
-        for (key, after) in finals {
+        // The fingerprints first, with their slots' loads started, then the lookups: a
+        // pipeline's batch waits on memory once, not once per key.
+        let finals: Vec<_> = finals
+            .into_iter()
+            .map(|(key, after)| {
+                let fingerprint = meta_states::Fingerprint::of(key);
+                self.meta_states.prefetch(fingerprint);
+                (key, after, fingerprint)
+            })
+            .collect();
+        for (key, after, fingerprint) in finals {
             let pdb = u16::from_be_bytes([key[1], key[2]]);
-            let fingerprint = meta_states::Fingerprint::of(key);
             let before = if is_cleared(pdb) {
                 None
             } else if let Some(state) = known.and_then(|k| k.get(fingerprint)) {
