@@ -126,7 +126,7 @@ pub(super) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs
 pub(super) const SMALL_SCAN: u64 = 128;
 
 /// One page of a SCAN-style walk over a collection's elements (in pick order: see
-/// `storage/picks.rs`): `(next cursor, elements)`, a cursor naming the field to go on from.
+/// `storage/picks/mod.rs`): `(next cursor, elements)`, a cursor naming the field to go on from.
 pub(super) fn scan_elements(
     s: &Session,
     view: &View,
@@ -185,6 +185,7 @@ pub(super) fn random_args(args: &[Bytes], with_word: &[u8]) -> Result<(Option<i6
 /// a negative one, each followed by its value rendered by `value` when `with` is set.
 pub(super) fn random_reply(
     view: &View,
+    key: &[u8],
     meta: Option<&Meta>,
     count: Option<i64>,
     with: bool,
@@ -194,9 +195,13 @@ pub(super) fn random_reply(
         return if count.is_some() { Reply::Array(Vec::new()) } else { Reply::Null };
     };
     let picks = match count {
-        None => return view.random_member(meta).map_or_else(engine_error, |m| m.map_or(Reply::Null, Reply::Bulk)),
-        Some(n) if n >= 0 => view.random_distinct(meta, n as usize),
-        Some(n) => view.random_with_repeats(meta, n.unsigned_abs() as usize),
+        None => {
+            return view
+                .random_member(key, meta, false)
+                .map_or_else(engine_error, |m| m.map_or(Reply::Null, Reply::Bulk))
+        }
+        Some(n) if n >= 0 => view.random_distinct(key, meta, n as usize, false),
+        Some(n) => view.random_with_repeats(key, meta, n.unsigned_abs() as usize, false),
     };
     let picks = match picks {
         Ok(p) => p,

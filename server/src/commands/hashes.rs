@@ -1,6 +1,6 @@
 //! Hashes: HSET, HMSET, HSETNX, HGET, HMGET, HDEL, HEXISTS, HLEN, HSTRLEN, HKEYS, HVALS,
 //! HGETALL, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN. Each field is one record (its pick
-//! record, `storage/picks.rs`); a compact hash (one Redis keeps as a listpack) also numbers its
+//! record, `storage/picks/mod.rs`); a compact hash (one Redis keeps as a listpack) also numbers its
 //! fields as they are added, and the commands that list fields follow those numbers
 //! (`storage/field_order.rs`).
 
@@ -314,7 +314,7 @@ fn hrandfield(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let view = s.state.storage.view(&s.exec, s.db);
     match hash(&view, &args[1]) {
-        Ok(meta) => random_reply(&view, meta.as_ref(), count, withvalues, Reply::Bulk),
+        Ok(meta) => random_reply(&view, &args[1], meta.as_ref(), count, withvalues, Reply::Bulk),
         Err(e) => e,
     }
 }

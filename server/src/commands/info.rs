@@ -175,6 +175,8 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
                 // Open tables' decoded indexes, bloom filters and range tombstones.
                 ("lsm_table_readers_bytes", stats.table_readers_bytes.to_string()),
+                // Members of collections random picks hit often (SPOP, SRANDMEMBER, …).
+                ("pick_cache_bytes", s.state.storage.pick_cache_bytes().to_string()),
                 // How tables are read. mmap: RSS counts the pages of mapped tables that were
                 // touched (the kernel can drop them under memory pressure, unlike the anonymous
                 // part); pread: table data is in memory only as block-cache blocks. The WAL is

@@ -1,6 +1,6 @@
 //! Sets: SADD, SREM, SCARD, SISMEMBER, SMISMEMBER, SMEMBERS, SMOVE, SPOP, SRANDMEMBER, SINTER,
 //! SINTERCARD, SINTERSTORE, SUNION, SUNIONSTORE, SDIFF, SDIFFSTORE, SSCAN. Each member is one
-//! record with an empty value: its pick record (`storage/picks.rs`).
+//! record with an empty value: its pick record (`storage/picks/mod.rs`).
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
@@ -255,11 +255,7 @@ fn spop(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return if count.is_some() { Reply::Set(Vec::new()) } else { Reply::Null },
         Err(e) => return e,
     };
-    let picked = match count {
-        None => view.random_member(&meta).map(|m| m.into_iter().collect()),
-        Some(n) => view.random_distinct(&meta, n),
-    };
-    let picked: Vec<Bytes> = match picked {
+    let picked = match view.pop_random(&args[1], &meta, count) {
         Ok(p) => p,
         Err(e) => return engine_error(e),
     };
@@ -289,7 +285,7 @@ fn srandmember(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(m) => m,
         Err(e) => return e,
     };
-    random_reply(&view, meta.as_ref(), count, false, Reply::Bulk)
+    random_reply(&view, &args[1], meta.as_ref(), count, false, Reply::Bulk)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! element      'E' | db u16 BE | uid u64 BE | field           ->  value
-//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  see below   (picks.rs)
+//! pick record  'R' | db u16 BE | uid u64 BE | hash u64 BE | member ->  see below   (picks/mod.rs)
 //! score index  'Z' | db u16 BE | uid u64 BE | score (8) | member ->  (empty)   (see scores.rs)
 //! owner        'U' | uid u64 BE                               ->  db u16 BE | user key
 //! ```
@@ -122,7 +122,7 @@ impl Header {
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
     pub(super) storage: &'a Storage,
-    cx: &'a ExecContext,
+    pub(super) cx: &'a ExecContext,
     pdb: u16,
 }
 
@@ -264,7 +264,7 @@ impl<'a> View<'a> {
     }
 
     /// The entries of the collection `meta` from `from` on (a field or member, as a SCAN cursor
-    /// names it): a set's, hash's or sorted set's member records in pick order (see `picks.rs`;
+    /// names it): a set's, hash's or sorted set's member records in pick order (see `picks/mod.rs`;
     /// a hash's values decoded, see `field_order.rs`), a list's or stream's element records in
     /// field order.
     pub fn entries(&self, meta: &Meta, from: Bound<&[u8]>) -> ElementIter<'a> {

@@ -343,6 +343,12 @@ impl ExecContext {
         Some(f(&t.to_batch()))
     }
 
+    /// True if reads see the engine's latest state (under the transaction's buffered writes,
+    /// if one runs), not a snapshot: what the pick cache answers for (see `pick_cache.rs`).
+    pub(super) fn reads_latest_or_buffers(&self) -> bool {
+        self.snapshot.borrow().is_none()
+    }
+
     /// True while a transaction buffers writes.
     pub fn in_transaction(&self) -> bool {
         self.txn.borrow().is_some()

@@ -6,7 +6,7 @@
 //! place, a deleted and re-added field goes last). The first write that passes a limit
 //! converts the hash to a hash table for good, whose order is unspecified.
 //!
-//! A hash's fields are its pick records (`picks.rs`), in the order of their seeded hashes. A
+//! A hash's fields are its pick records (`picks/mod.rs`), in the order of their seeded hashes. A
 //! *compact* hash (one Redis would keep as a listpack) numbers its fields as they are added:
 //! the number, its *ordinal*, is kept in the field's record before its value, and the next one
 //! to hand out is a third word in the hash's metadata body:

@@ -1,5 +1,5 @@
 //! The key layout record: which layout the data in this engine follows, and the secret seed of
-//! the pick index (`picks.rs`).
+//! the pick index (`picks/mod.rs`).
 //!
 //! ```text
 //! layout   "S:layout"  ->  version u8 | pick seed u64 LE

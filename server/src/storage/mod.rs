@@ -33,6 +33,7 @@ mod key_locks;
 mod layout;
 mod meta;
 mod meta_states;
+mod pick_cache;
 mod picks;
 mod queued_writes;
 mod random_key;
@@ -129,7 +130,7 @@ pub struct Storage {
     /// into a batch together with at least one record, so ids handed out before a restart are
     /// all below it.
     next_uid: AtomicU64,
-    /// Secret seed of the pick index's member hash (see `picks.rs`); replaced only when a
+    /// Secret seed of the pick index's member hash (see `picks/mod.rs`); replaced only when a
     /// replica loads its primary's data.
     pick_seed: AtomicU64,
     /// Writes committed since start (a command's batch, EXEC's batch, each queued SET): what
@@ -140,6 +141,8 @@ pub struct Storage {
     defer_commits: AtomicBool,
     /// The states of recently written metadata records, for the counts of the next write.
     meta_states: meta_states::MetaStates,
+    /// Members of collections random picks hit often (see `pick_cache.rs`).
+    pick_cache: pick_cache::PickCache,
 }
 
 /// Key lock stripes: enough that the keys of 50 clients' 16-command pipelines rarely share
@@ -184,6 +187,7 @@ impl Storage {
             changes: AtomicU64::new(0),
             defer_commits: AtomicBool::new(false),
             meta_states: Default::default(),
+            pick_cache: Default::default(),
         };
         storage.load_map(storage.engine.get(DB_MAP_KEY)?.as_deref())?;
         Ok(storage)
@@ -336,6 +340,9 @@ impl Storage {
     /// transaction's batch). Watchers of the keys it writes are told.
     pub fn write(&self, cx: &ExecContext, batch: lsm::WriteBatch) -> lsm::Result<()> {
         let created = if cx.notifies(notifications::NEW) { self.created_keys(cx, &batch)? } else { Vec::new() };
+        if cx.in_transaction() {
+            self.pick_cache.buffered(&batch);
+        }
         if let Some(batch) = cx.buffer(batch) {
             self.commit_from(batch, cx.origin())?;
         }
@@ -378,6 +385,7 @@ impl Storage {
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let touched = self.tracking.touched(&batch);
         let deltas = self.count_changes(&batch, false, true, None)?;
+        self.pick_cache.written(&batch);
         self.meta_states.after_write(self.engine.write(batch, &lsm::WriteOptions::default()))?;
         // Clients caching these keys hear of it once the write is visible.
         self.tracking.invalidate(touched, origin);

@@ -78,6 +78,7 @@ impl Storage {
         befores: &Befores,
     ) -> lsm::Result<QueuedWrite> {
         let deltas = self.count_changes(&batch, true, true, Some(befores))?;
+        self.pick_cache.written(&batch);
         // A watched key that was absent before is not "touched" by a range delete; point
         // writes flag their watchers whatever the state before.
         let watchers =

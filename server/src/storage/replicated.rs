@@ -12,6 +12,9 @@ impl Storage {
     /// clients cannot write, so the counts computed against the engine stay exact).
     pub fn apply_replicated(&self, seq: u64, batch: lsm::WriteBatch) -> lsm::Result<()> {
         let deltas = self.count_changes(&batch, false, true, None)?;
+        // No stripes held: the pick cache's epoch moves before and after (see `pick_cache.rs`).
+        self.pick_cache.move_epoch();
+        self.pick_cache.written(&batch);
         let watchers = self.watches.affected(&batch, |mk| !matches!(self.engine.get(mk), Ok(None)));
         let mut new_map = None;
         for entry in batch.iter() {
@@ -22,7 +25,9 @@ impl Storage {
         }
         let last = batch.last_sequence().unwrap_or(seq);
         let touched = self.tracking.touched(&batch);
-        self.meta_states.after_write(self.engine.write_replicated(seq, batch))?;
+        let written = self.meta_states.after_write(self.engine.write_replicated(seq, batch));
+        self.pick_cache.move_epoch();
+        written?;
         self.tracking.invalidate(touched, 0);
         for (pdb, d) in &deltas {
             self.counts.apply(*pdb, d);
@@ -57,6 +62,7 @@ impl Storage {
     /// Re-reads everything derived from the records after the engine's contents were replaced.
     fn reload(&self) -> lsm::Result<()> {
         self.meta_states.clear();
+        self.pick_cache.clear();
         self.load_map(self.engine.get(DB_MAP_KEY)?.as_deref())?;
         self.pick_seed.store(layout(&self.engine, false)?, Ordering::Relaxed);
         self.counts.assign(&super::KeyspaceCounts::recount(&self.engine)?);

@@ -1,5 +1,5 @@
 //! Sorted sets. Each member is a record holding its order-preserving score (its pick record,
-//! `storage/picks.rs`, which ZSCORE and ZADD read), plus a score-index record `(score, member)`,
+//! `storage/picks/mod.rs`, which ZSCORE and ZADD read), plus a score-index record `(score, member)`,
 //! so ranges by score, rank and (among equal scores) member walk the index in order. Ranges and
 //! parsing are in `range`, the multi-key algebra (ZUNION, ZINTER, ZDIFF and their STORE forms)
 //! in `algebra`.
@@ -475,7 +475,7 @@ fn zrandmember(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let view = s.state.storage.view(&s.exec, s.db);
     match zset(&view, &args[1]) {
-        Ok(meta) => super::collections::random_reply(&view, meta.as_ref(), count, withscores, |v| {
+        Ok(meta) => super::collections::random_reply(&view, &args[1], meta.as_ref(), count, withscores, |v| {
             Reply::Double(decode_score(&v))
         }),
         Err(e) => e,

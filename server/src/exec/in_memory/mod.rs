@@ -270,6 +270,7 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
         s.exec.reset();
         requests.pop_front();
     }
+    sets.touch_keys(s);
     let (db, keys, batch) = (sets.db, sets.keys, sets.batch);
     if keys.is_empty() {
         return PendingSets { commit: None, replies };

@@ -19,6 +19,11 @@ pub(in crate::storage) struct Overlay {
 }
 
 impl Overlay {
+    /// True if the buffer writes nothing in the range.
+    pub(in crate::storage) fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.range_dels.is_empty()
+    }
+
     /// Whether the engine's entry for `key` is hidden (rewritten or deleted) by the buffer.
     pub(in crate::storage) fn hides(&self, key: &[u8]) -> bool {
         self.writes.binary_search_by(|(k, _)| k[..].cmp(key)).is_ok()

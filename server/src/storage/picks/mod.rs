@@ -34,6 +34,10 @@
 //! 16 with `CAP = 64` cost a third more per pick (measured: SPOP draining a 63K-member set,
 //! 29 against 22 µs of CPU); mean 4 with `CAP = 22`, or 16 with 48, cost the same as 8 with 32.
 //!
+//! A collection that picks hit again and again (SPOP draining a set) is read into memory once
+//! its picks have cost about as much as reading it, and later picks index into that copy (see
+//! `pick_cache.rs`).
+//!
 //! Removed members leave tombstones in the buckets that later reads step over; the collection
 //! is rewritten under a fresh incarnation once removals outnumber twice its members (see
 //! [`super::View::rebuild_into`]), so a bucket never holds more than a few times its live
@@ -46,7 +50,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::collection::prefix_end;
-use super::{Header, KeyType, Meta, View};
+use super::{Header, KeyType, Meta, Storage, View};
 
 /// Collections smaller than this are sampled by reading all their pick records.
 const SMALL: u64 = 64;
@@ -95,6 +99,9 @@ struct Sampler<'v, 'a> {
     count: u64,
     /// One engine cursor reused by every bucket read (none inside a transaction).
     cursor: Option<lsm::DbIterator>,
+    /// Bucket reads made, a whole reading counted as `count / MEAN` of them (what the pick
+    /// cache weighs reading the collection in against, see `pick_cache.rs`).
+    rounds: u64,
 }
 
 impl Sampler<'_, '_> {
@@ -155,7 +162,30 @@ impl Sampler<'_, '_> {
     }
 
     fn all(&mut self) -> lsm::Result<Vec<Bytes>> {
+        self.rounds += self.count / MEAN;
         self.read(self.prefix.clone(), prefix_end(&self.prefix))
+    }
+
+    /// Every member, copied into one buffer that the handles share (what the pick cache keeps:
+    /// one allocation, not one per member).
+    fn all_packed(&mut self) -> lsm::Result<Vec<Bytes>> {
+        let skip = self.prefix.len() + 8;
+        let (mut buf, mut ends) = (Vec::new(), Vec::new());
+        self.walk(self.prefix.clone(), prefix_end(&self.prefix), |k| {
+            buf.extend_from_slice(&k[skip.min(k.len())..]);
+            ends.push(buf.len());
+            true
+        })?;
+        let buf = Bytes::from(buf);
+        let mut start = 0;
+        Ok(ends
+            .into_iter()
+            .map(|end| {
+                let m = buf.slice(start..end);
+                start = end;
+                m
+            })
+            .collect())
     }
 
     /// One member, uniformly (see the module docs); `None` only if the index is empty.
@@ -167,6 +197,7 @@ impl Sampler<'_, '_> {
     fn one(&mut self, rng: &mut impl Rng) -> lsm::Result<Option<Bytes>> {
         let buckets = self.count.div_ceil(MEAN).max(1);
         for _ in 0..MAX_ROUNDS {
+            self.rounds += 1;
             let bucket = rng.random_range(0..buckets);
             let start = self.bucket_start(bucket, buckets);
             let end =
@@ -228,38 +259,187 @@ impl<'a> View<'a> {
     }
 
     fn sampler(&self, meta: &Meta) -> Sampler<'_, '_> {
-        Sampler { view: self, prefix: pick_prefix(self.pdb(), meta.uid), count: Header::of(meta).count, cursor: None }
+        Sampler {
+            view: self,
+            prefix: pick_prefix(self.pdb(), meta.uid),
+            count: Header::of(meta).count,
+            cursor: None,
+            rounds: 0,
+        }
     }
 
-    /// One member of the collection `meta`, uniformly at random (`None` if it is empty).
-    pub fn random_member(&self, meta: &Meta) -> lsm::Result<Option<Bytes>> {
-        self.random_member_with(meta, &mut rand::rng())
+    /// One member of the collection `meta` (the value of `key`), uniformly at random (`None`
+    /// if it is empty). `held`: the caller holds the key's stripe.
+    pub fn random_member(&self, key: &[u8], meta: &Meta, held: bool) -> lsm::Result<Option<Bytes>> {
+        self.random_member_with(key, meta, held, &mut rand::rng())
     }
 
     /// `n` distinct members chosen uniformly (every member when `n` ≥ the count), in random
     /// order.
-    pub fn random_distinct(&self, meta: &Meta, n: usize) -> lsm::Result<Vec<Bytes>> {
-        self.random_distinct_with(meta, n, &mut rand::rng())
+    pub fn random_distinct(&self, key: &[u8], meta: &Meta, n: usize, held: bool) -> lsm::Result<Vec<Bytes>> {
+        self.random_distinct_with(key, meta, n, held, &mut rand::rng())
     }
 
     /// `n` members chosen uniformly and independently (repeats allowed).
-    pub fn random_with_repeats(&self, meta: &Meta, n: usize) -> lsm::Result<Vec<Bytes>> {
-        self.random_with_repeats_with(meta, n, &mut rand::rng())
+    pub fn random_with_repeats(&self, key: &[u8], meta: &Meta, n: usize, held: bool) -> lsm::Result<Vec<Bytes>> {
+        self.random_with_repeats_with(key, meta, n, held, &mut rand::rng())
     }
 
-    fn random_member_with(&self, meta: &Meta, rng: &mut impl Rng) -> lsm::Result<Option<Bytes>> {
+    /// SPOP's pick: one member (`n` None) or `n` distinct ones, chosen as
+    /// [`View::random_member`] and [`View::random_distinct`] do, from a collection whose key's
+    /// stripe the caller holds and whose picked members' pick records it then deletes.
+    pub fn pop_random(&self, key: &[u8], meta: &Meta, n: Option<usize>) -> lsm::Result<Vec<Bytes>> {
+        let rng = &mut rand::rng();
+        if self.cx.reads_latest_or_buffers() {
+            self.count_picks(key, meta, 0, true)?;
+            let failures = self.storage.engine.failed_write_groups();
+            let pick = |len: usize| match n {
+                None => vec![rng.random_range(0..len)],
+                Some(n) => rand::seq::index::sample(&mut *rng, len, n.min(len)).into_vec(),
+            };
+            if let Some(picked) =
+                self.storage.pick_cache.pop((self.pdb(), meta.uid), Header::of(meta).count, failures, pick)
+            {
+                return Ok(picked);
+            }
+        }
+        // From the pick index. Its rounds count toward a reading, made by the next pop: one made
+        // now would hold the members this pop deletes.
         let mut s = self.sampler(meta);
-        if s.read_all_for(1) {
-            let all = s.all()?;
+        let picked = match n {
+            None => s.pick(rng)?.into_iter().collect(),
+            Some(n) => s.distinct(n, rng)?,
+        };
+        if self.cx.reads_latest_or_buffers() {
+            self.storage.pick_cache.count_rounds((self.pdb(), meta.uid), Header::of(meta).count, s.rounds);
+        }
+        Ok(picked)
+    }
+
+    /// `f` of the members of `meta` if the pick cache holds them and this command reads the
+    /// engine's latest state.
+    fn cached<R>(&self, meta: &Meta, f: impl FnOnce(&[Bytes]) -> R) -> Option<R> {
+        if !self.cx.reads_latest_or_buffers() {
+            return None;
+        }
+        let failures = self.storage.engine.failed_write_groups();
+        self.storage.pick_cache.with((self.pdb(), meta.uid), Header::of(meta).count, failures, f)
+    }
+
+    /// Counts `rounds` more bucket reads from `meta`, and reads every member into the pick
+    /// cache once those paid for it (see `pick_cache.rs`): under the key's stripe (taken here
+    /// unless `held`), outside memory-only mode, transactions and snapshots.
+    fn count_picks(&self, key: &[u8], meta: &Meta, rounds: u64, held: bool) -> lsm::Result<()> {
+        let count = Header::of(meta).count;
+        let id = (self.pdb(), meta.uid);
+        if count < SMALL
+            || !self.cx.reads_latest_or_buffers()
+            || !self.storage.pick_cache.count_rounds(id, count, rounds)
+        {
+            return Ok(());
+        }
+        // Reading every member is far too long for a connection's thread: a memory-only attempt
+        // is voided, and the command runs again on an executor thread, which reads.
+        if self.cx.void_memory_only() {
+            return Err(lsm::Error::WouldBlock);
+        }
+        // In a transaction, only a collection it has not written yet: the engine's state is
+        // then what the command sees.
+        let prefix = pick_prefix(self.pdb(), meta.uid);
+        if self.buffered_in(&prefix, &prefix_end(&prefix)).is_some_and(|o| !o.is_empty()) {
+            return Ok(());
+        }
+        self.storage.pick_cache.reading(id);
+        // Inside a transaction (EXEC, a script) the command's keys are held already, and a
+        // script must never wait for a stripe.
+        let db = self.storage.logical(self.pdb());
+        let _guard = (!held && !self.cx.in_transaction()).then(|| self.storage.lock(self.cx, db, [key]));
+        if self.storage.logical(self.pdb()) != db {
+            return Ok(()); // a SWAPDB moved the database while this waited for the stripe
+        }
+        let epoch = self.storage.pick_cache.epoch();
+        let failures = self.storage.engine.failed_write_groups();
+        let members = self.sampler(meta).all_packed()?;
+        if members.len() as u64 == count {
+            self.storage.pick_cache.keep(id, super::meta_key(self.pdb(), key), members, failures, epoch);
+        }
+        Ok(())
+    }
+
+    fn random_member_with<R: Rng>(
+        &self,
+        key: &[u8],
+        meta: &Meta,
+        held: bool,
+        rng: &mut R,
+    ) -> lsm::Result<Option<Bytes>> {
+        let from_cache = |all: &[Bytes], rng: &mut R| Some(all[rng.random_range(0..all.len())].clone());
+        self.pick_with(key, meta, held, rng, from_cache, |s, rng| s.pick(rng))
+    }
+
+    fn random_distinct_with<R: Rng>(
+        &self,
+        key: &[u8],
+        meta: &Meta,
+        n: usize,
+        held: bool,
+        rng: &mut R,
+    ) -> lsm::Result<Vec<Bytes>> {
+        let from_cache = |all: &[Bytes], rng: &mut R| {
+            rand::seq::index::sample(rng, all.len(), n.min(all.len())).into_iter().map(|i| all[i].clone()).collect()
+        };
+        self.pick_with(key, meta, held, rng, from_cache, |s, rng| s.distinct(n, rng))
+    }
+
+    fn random_with_repeats_with<R: Rng>(
+        &self,
+        key: &[u8],
+        meta: &Meta,
+        n: usize,
+        held: bool,
+        rng: &mut R,
+    ) -> lsm::Result<Vec<Bytes>> {
+        let from_cache =
+            |all: &[Bytes], rng: &mut R| (0..n).map(|_| all[rng.random_range(0..all.len())].clone()).collect();
+        self.pick_with(key, meta, held, rng, from_cache, |s, rng| s.with_repeats(n, rng))
+    }
+
+    /// A read-only pick: `from_cache` of the cached members if the pick cache holds them, else
+    /// `from_index` from the pick index, whose bucket reads then count toward reading the
+    /// collection in (see [`View::count_picks`]).
+    fn pick_with<R: Rng, T>(
+        &self,
+        key: &[u8],
+        meta: &Meta,
+        held: bool,
+        rng: &mut R,
+        from_cache: impl FnOnce(&[Bytes], &mut R) -> T,
+        from_index: impl FnOnce(&mut Sampler<'_, '_>, &mut R) -> lsm::Result<T>,
+    ) -> lsm::Result<T> {
+        if let Some(picked) = self.cached(meta, |all| from_cache(all, &mut *rng)) {
+            return Ok(picked);
+        }
+        let mut s = self.sampler(meta);
+        let picked = from_index(&mut s, rng)?;
+        self.count_picks(key, meta, s.rounds, held)?;
+        Ok(picked)
+    }
+}
+
+impl Sampler<'_, '_> {
+    /// One member from the pick index (`None`: the collection is empty).
+    fn pick(&mut self, rng: &mut impl Rng) -> lsm::Result<Option<Bytes>> {
+        if self.read_all_for(1) {
+            let all = self.all()?;
             return Ok((!all.is_empty()).then(|| all[rng.random_range(0..all.len())].clone()));
         }
-        s.one(rng)
+        self.one(rng)
     }
 
-    fn random_distinct_with(&self, meta: &Meta, n: usize, rng: &mut impl Rng) -> lsm::Result<Vec<Bytes>> {
-        let mut s = self.sampler(meta);
-        if s.read_all_for(n) {
-            let all = s.all()?;
+    /// `n` distinct members from the pick index.
+    fn distinct(&mut self, n: usize, rng: &mut impl Rng) -> lsm::Result<Vec<Bytes>> {
+        if self.read_all_for(n) {
+            let all = self.all()?;
             let n = n.min(all.len());
             return Ok(rand::seq::index::sample(rng, all.len(), n).into_iter().map(|i| all[i].clone()).collect());
         }
@@ -267,7 +447,7 @@ impl<'a> View<'a> {
         let mut seen = HashSet::with_capacity(n);
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            let Some(m) = s.one(rng)? else { break };
+            let Some(m) = self.one(rng)? else { break };
             if seen.insert(m.clone()) {
                 out.push(m);
             }
@@ -275,10 +455,10 @@ impl<'a> View<'a> {
         Ok(out)
     }
 
-    fn random_with_repeats_with(&self, meta: &Meta, n: usize, rng: &mut impl Rng) -> lsm::Result<Vec<Bytes>> {
-        let mut s = self.sampler(meta);
-        if s.read_all_for(n) {
-            let all = s.all()?;
+    /// `n` members from the pick index, repeats allowed.
+    fn with_repeats(&mut self, n: usize, rng: &mut impl Rng) -> lsm::Result<Vec<Bytes>> {
+        if self.read_all_for(n) {
+            let all = self.all()?;
             if all.is_empty() {
                 return Ok(Vec::new());
             }
@@ -286,7 +466,7 @@ impl<'a> View<'a> {
         }
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            match s.one(rng)? {
+            match self.one(rng)? {
                 Some(m) => out.push(m),
                 None => break,
             }
@@ -295,164 +475,12 @@ impl<'a> View<'a> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
-
-    use super::*;
-    use crate::storage::{ExecContext, KeyType, Storage};
-
-    /// A storage whose pick seed is fixed, holding a set of `n` members `m0…`.
-    fn set_of(dir: &std::path::Path, n: usize) -> (Storage, ExecContext, Meta) {
-        let db = lsm::Db::open(dir, lsm::Options::default()).unwrap();
-        db.put(super::super::LAYOUT_KEY, super::super::layout_record(super::super::LAYOUT_VERSION, 42)).unwrap();
-        let s = Storage::new(db).unwrap();
-        let cx = ExecContext::new();
-        let meta = {
-            let v = s.view(&cx, 0);
-            let mut b = lsm::WriteBatch::new();
-            let mut meta = v.create(&mut b, b"s", KeyType::Set);
-            for i in 0..n {
-                v.add_member(&mut b, meta.uid, format!("m{i}").as_bytes(), b"");
-            }
-            meta.body = Header { count: n as u64, ..Header::default() }.body(KeyType::Set);
-            v.put_meta(&mut b, b"s", &meta);
-            s.write(&cx, b).unwrap();
-            meta
-        };
-        (s, cx, meta)
-    }
-
-    fn index(m: &[u8]) -> usize {
-        std::str::from_utf8(&m[1..]).unwrap().parse().unwrap()
-    }
-
-    /// Pearson's chi-square of `counts` against a uniform expectation.
-    fn chi_square(counts: &[u64]) -> f64 {
-        let total: u64 = counts.iter().sum();
-        let expected = total as f64 / counts.len() as f64;
-        counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum()
-    }
-
-    /// The chi-square value no uniform sampler exceeds but with probability ~1e-6
-    /// (k - 1 degrees of freedom: mean k - 1, standard deviation sqrt(2(k - 1))).
-    fn limit(k: usize) -> f64 {
-        let dof = (k - 1) as f64;
-        dof + 5.0 * (2.0 * dof).sqrt()
-    }
-
-    #[test]
-    fn single_picks_are_uniform_over_buckets() {
-        let dir = tempfile::tempdir().unwrap();
-        let n = 1000;
-        let (s, cx, meta) = set_of(dir.path(), n);
-        let v = s.view(&cx, 0);
-        let mut rng = StdRng::seed_from_u64(7);
-        let mut counts = vec![0u64; n];
-        for _ in 0..100_000 {
-            counts[index(&v.random_member_with(&meta, &mut rng).unwrap().unwrap())] += 1;
-        }
-        let chi = chi_square(&counts);
-        assert!(chi < limit(n), "chi-square {chi:.0} over {} for single picks", limit(n));
-        assert!(counts.iter().all(|&c| c > 0), "every member is picked");
-    }
-
-    #[test]
-    fn counted_picks_are_uniform_distinct_or_repeated_as_asked() {
-        let dir = tempfile::tempdir().unwrap();
-        let n = 2000;
-        let (s, cx, meta) = set_of(dir.path(), n);
-        let v = s.view(&cx, 0);
-        let mut rng = StdRng::seed_from_u64(11);
-        // 20 of 2000: bucket picks with repeats rejected.
-        let mut counts = vec![0u64; n];
-        for _ in 0..5000 {
-            let picks = v.random_distinct_with(&meta, 20, &mut rng).unwrap();
-            let distinct: HashSet<_> = picks.iter().collect();
-            assert_eq!((picks.len(), distinct.len()), (20, 20));
-            for m in picks {
-                counts[index(&m)] += 1;
-            }
-        }
-        assert!(chi_square(&counts) < limit(n), "distinct picks: chi-square {:.0}", chi_square(&counts));
-        // Repeats allowed: bucket picks, and reading everything for a large count.
-        for count in [20, 5000] {
-            let mut counts = vec![0u64; n];
-            for _ in 0..(100_000 / count) {
-                let picks = v.random_with_repeats_with(&meta, count, &mut rng).unwrap();
-                assert_eq!(picks.len(), count);
-                for m in picks {
-                    counts[index(&m)] += 1;
-                }
-            }
-            assert!(chi_square(&counts) < limit(n), "repeated picks of {count}: chi-square {:.0}", chi_square(&counts));
-        }
-        // More than the set holds: all of it, once each.
-        let all = v.random_distinct_with(&meta, n + 5, &mut rng).unwrap();
-        assert_eq!(all.iter().collect::<HashSet<_>>().len(), n);
-    }
-
-    #[test]
-    fn picks_inside_a_transaction_see_its_buffered_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (s, cx, meta) = set_of(dir.path(), 2000);
-        cx.begin_transaction();
-        let v = s.view(&cx, 0);
-        let mut b = lsm::WriteBatch::new();
-        for i in 0..1000 {
-            v.remove_member(&mut b, meta.uid, format!("m{i}").as_bytes());
-        }
-        for i in 2000..2100 {
-            v.add_member(&mut b, meta.uid, format!("m{i}").as_bytes(), b"");
-        }
-        s.write(&cx, b).unwrap();
-        assert!(cx.in_transaction(), "the writes are buffered, not committed");
-        let meta = Meta { body: Header { count: 1100, ..Header::default() }.body(KeyType::Set), ..meta };
-        let live: HashSet<usize> = (1000..2100).collect();
-        let mut added = 0;
-        for _ in 0..500 {
-            let i = index(&v.random_member(&meta).unwrap().unwrap());
-            assert!(live.contains(&i), "picked m{i}, which the transaction removed");
-            added += usize::from(i >= 2000);
-        }
-        assert!(added > 0, "members the transaction added are picked too");
-        let all: HashSet<usize> = v.random_distinct(&meta, 5000).unwrap().iter().map(|m| index(m)).collect();
-        assert_eq!(all, live);
-        cx.finish_transaction();
-    }
-
-    #[test]
-    fn small_sets_and_empty_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        let (s, cx, meta) = set_of(dir.path(), 10);
-        let v = s.view(&cx, 0);
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut counts = vec![0u64; 10];
-        for _ in 0..20_000 {
-            counts[index(&v.random_member_with(&meta, &mut rng).unwrap().unwrap())] += 1;
-        }
-        assert!(chi_square(&counts) < limit(10));
-        let empty = Meta { uid: meta.uid + 1000, ..meta.clone() };
-        let empty = Meta { body: Header::default().body(KeyType::Set), ..empty };
-        assert_eq!(v.random_member_with(&empty, &mut rng).unwrap(), None);
-        assert!(v.random_with_repeats_with(&empty, 5, &mut rng).unwrap().is_empty());
-    }
-
-    /// The test above has the power to catch a biased sampler: "the member after a random
-    /// point of the hash ring" favours members after wide gaps, and fails it by far.
-    #[test]
-    fn the_chi_square_check_catches_a_gap_biased_sampler() {
-        let n = 1000;
-        let mut ring: Vec<u64> = (0..n).map(|i| member_hash(42, format!("m{i}").as_bytes())).collect();
-        ring.sort_unstable();
-        let mut rng = StdRng::seed_from_u64(5);
-        let mut counts = vec![0u64; n];
-        for _ in 0..100_000 {
-            let point: u64 = rng.random();
-            let i = ring.partition_point(|&h| h < point) % n;
-            counts[i] += 1;
-        }
-        assert!(chi_square(&counts) > 10.0 * limit(n), "chi-square {:.0}", chi_square(&counts));
+impl Storage {
+    /// Bytes the pick cache holds (`INFO memory`).
+    pub fn pick_cache_bytes(&self) -> usize {
+        self.pick_cache.bytes()
     }
 }
+
+#[cfg(test)]
+mod tests;
