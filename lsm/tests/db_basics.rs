@@ -169,6 +169,31 @@ fn range_and_prefix_from_both_ends() {
 }
 
 #[test]
+fn a_range_read_from_one_end_tells_where_that_end_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small()).unwrap();
+    for k in ["a", "b", "c"] {
+        db.put(k, b"").unwrap();
+    }
+    let mut r = db.range(&b"a"[..]..&b"z"[..]);
+    assert_eq!((r.front_key(), r.back_key()), (None, None), "nothing read yet");
+    assert_eq!(&r.next().unwrap().unwrap().0[..], b"a");
+    assert_eq!(r.front_key(), Some(&b"a"[..]));
+    r.next().unwrap().unwrap();
+    assert_eq!((r.front_key(), r.back_key()), (Some(&b"b"[..]), None));
+    r.next().unwrap().unwrap();
+    assert!(r.next().is_none());
+    assert_eq!(r.front_key(), None, "used up");
+    let mut r = db.range(&b"a"[..]..&b"z"[..]);
+    r.next_back().unwrap().unwrap();
+    assert_eq!((r.front_key(), r.back_key()), (None, Some(&b"c"[..])));
+    r.next().unwrap().unwrap();
+    assert_eq!((r.front_key(), r.back_key()), (None, None), "read from both ends");
+    use std::ops::Bound::{Excluded, Included};
+    assert_eq!(r.bounds(), (Included(&b"a"[..]), Excluded(&b"z"[..])));
+}
+
+#[test]
 fn ranges_hand_out_exact_bytes_of_every_size_that_outlive_the_cursor() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small()).unwrap();

@@ -38,6 +38,30 @@ impl Range {
 }
 
 impl Range {
+    /// The key the front end handed out last, if only `next` read this range and it is not
+    /// used up or failed: every key it stepped over lies at or before this one. A caller that
+    /// keeps the range open can go on from here with a later lower bound (see the server's
+    /// pops from a sorted set inside a transaction).
+    pub fn front_key(&self) -> Option<&[u8]> {
+        if self.done || self.back.is_some() {
+            return None;
+        }
+        self.front.as_ref().filter(|it| it.valid()).map(DbIterator::key)
+    }
+
+    /// [`Range::front_key`] from the back end (only `next_back` read the range).
+    pub fn back_key(&self) -> Option<&[u8]> {
+        if self.done || self.front.is_some() {
+            return None;
+        }
+        self.back.as_ref().filter(|it| it.valid()).map(DbIterator::key)
+    }
+
+    /// The bounds the range was made with.
+    pub fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        (self.lower.as_ref().map(Vec::as_slice), self.upper.as_ref().map(Vec::as_slice))
+    }
+
     fn advance_front(&mut self) -> Result<Option<(Bytes, Bytes)>> {
         let it = match self.front.as_mut() {
             Some(it) => {

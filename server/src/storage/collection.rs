@@ -329,6 +329,12 @@ impl<'a> View<'a> {
     pub(super) fn raw_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'a> {
         self.cx.range(&self.storage.engine, start, end)
     }
+
+    /// [`View::raw_range`] for pops from one end: inside a transaction the next pop goes on
+    /// from where this one's engine range stood (see `context/merged.rs`).
+    pub(super) fn resuming_range(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'a> {
+        self.cx.resuming_range(&self.storage.engine, start, end, self.storage.pick_cache.epoch())
+    }
 }
 
 /// `(field, value)` pairs of one collection.

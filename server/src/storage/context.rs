@@ -51,6 +51,8 @@ pub(super) struct TxnBuffer {
     /// (`None`: nothing), newest last, so going back to a savepoint undoes only the writes
     /// since it instead of every savepoint copying the whole buffer.
     undo: Option<Vec<Undo>>,
+    /// The engine range the last pop left open (see `merged.rs`).
+    parked: Option<merged::Parked>,
 }
 
 /// A key written since a savepoint and what the buffer held for it before (`None`: nothing).
@@ -486,8 +488,53 @@ impl ExecContext {
         if self.txn.borrow().is_none() {
             return RawRange { source: RangeSource::Engine(inner), memory_only };
         }
-        let merged = MergedRange { engine: inner, txn: &self.txn, low: start, high: end, front: None, back: None };
+        let merged = MergedRange {
+            engine: Some(inner),
+            txn: &self.txn,
+            low: start,
+            high: end,
+            front: None,
+            back: None,
+            park: None,
+            resumed: false,
+        };
         RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only }
+    }
+
+    /// [`ExecContext::range`] for a read from one end that the next read of the same range,
+    /// from just past what this one took, may go on from: inside a transaction the engine
+    /// range is parked in its buffer when dropped and taken up again by such a read (see
+    /// `merged.rs`). `epoch` is the storage's epoch of writes that hold no stripe.
+    pub(super) fn resuming_range(
+        &self,
+        engine: &lsm::Db,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        epoch: u64,
+    ) -> RawRange<'_> {
+        let memory_only = self.memory_only.get();
+        let parked = match self.txn.borrow_mut().as_mut() {
+            Some(txn) if self.snapshot.borrow().is_none() => Some(txn.parked.take()),
+            _ => None,
+        };
+        let Some(parked) = parked else { return self.range(engine, start, end) };
+        let resumed = parked.and_then(|p| p.goes_on(&start, &end, epoch, memory_only));
+        let was_parked = resumed.is_some();
+        let inner = resumed.unwrap_or_else(|| match self.read_options() {
+            Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
+            None => engine.range((start.clone(), end.clone())),
+        });
+        let merged = MergedRange {
+            engine: Some(inner),
+            txn: &self.txn,
+            low: start,
+            high: end,
+            front: None,
+            back: None,
+            park: Some((epoch, memory_only)),
+            resumed: was_parked,
+        };
+        RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only: memory_only.then_some(self) }
     }
 }
 

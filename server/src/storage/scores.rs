@@ -137,6 +137,16 @@ impl<'a> View<'a> {
         ScoreIter { range: self.raw_range(Bound::Included(start), Bound::Excluded(end)), skip: live.prefix.len() }
     }
 
+    /// [`View::scores`] of every member, for pops from the low end (`next`) or the high end
+    /// (`next_back`): inside a transaction or a write group each pop after the first goes on
+    /// from where the one before stood instead of seeking the engine again (the pop moves the
+    /// live bounds past what it took, see [`ScoreBounds`]).
+    pub fn scores_to_pop(&self, meta: &Meta) -> ScoreIter<'a> {
+        let live = LiveIndex::of(self.pdb(), meta);
+        let (start, end) = live.span(None, None);
+        ScoreIter { range: self.resuming_range(Bound::Included(start), Bound::Excluded(end)), skip: live.prefix.len() }
+    }
+
     /// Calls `visit` with `(score, member)` of each member of the sorted set `meta` whose
     /// score lies in one of `ranges` (`[min, max)` each, visited in the order given, each in
     /// score order) until it returns false. One engine cursor serves every range (a geo

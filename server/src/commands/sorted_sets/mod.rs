@@ -79,13 +79,18 @@ pub(super) struct ZWrite<'a> {
 impl<'a> ZWrite<'a> {
     /// Opens the sorted set at `key` for writing (a new incarnation if absent).
     pub fn open(view: View<'a>, key: &'a [u8]) -> Result<ZWrite<'a>, Reply> {
+        if let Some(meta) = zset(&view, key)? {
+            return Ok(ZWrite::of(view, key, meta));
+        }
         let mut batch = lsm::WriteBatch::new();
-        let meta = match zset(&view, key)? {
-            Some(m) => m,
-            None => view.create(&mut batch, key, KeyType::ZSet),
-        };
+        let meta = view.create(&mut batch, key, KeyType::ZSet);
+        Ok(ZWrite { batch, ..ZWrite::of(view, key, meta) })
+    }
+
+    /// Opens the sorted set at `key` whose metadata was just read as `meta`.
+    pub fn of(view: View<'a>, key: &'a [u8], meta: Meta) -> ZWrite<'a> {
         let (header, bounds) = (Header::of(&meta), ScoreBounds::of(&meta));
-        Ok(ZWrite { view, key, meta, header, bounds, batch })
+        ZWrite { view, key, meta, header, bounds, batch: lsm::WriteBatch::new() }
     }
 
     /// The current score of `member`.
@@ -380,13 +385,11 @@ fn pop_in(
     max: bool,
 ) -> Result<Vec<(Bytes, f64)>, Reply> {
     let view = state.storage.view(cx, db);
-    if zset(&view, key)?.is_none() {
-        return Ok(Vec::new());
-    }
-    let mut w = ZWrite::open(view, key)?;
+    let Some(meta) = zset(&view, key)? else { return Ok(Vec::new()) };
+    let mut w = ZWrite::of(view, key, meta);
     let mut popped = Vec::new();
     {
-        let iter = view.scores(&w.meta, None);
+        let iter = view.scores_to_pop(&w.meta);
         let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
             if max { Box::new(iter.rev()) } else { Box::new(iter) };
         for item in iter.take(count) {
