@@ -64,10 +64,12 @@ pub use options::{
 pub use repair::{repair, RepairReport};
 pub use snapshot::Snapshot;
 
-/// Starts loading the cache line at `p` into the CPU's cache (a hint: it never faults and
-/// changes nothing; a no-op off x86-64).
+/// Starts loading the cache line at `p` into the CPU's cache, so that a lookup soon after finds
+/// it there (a hint: it never faults and changes nothing; a no-op off x86-64). The memtable
+/// prefetches the bloom lines and point-index slots of a batch's next updates; the server does
+/// the same for its own tables larger than the caches.
 #[inline]
-pub(crate) fn prefetch<T>(p: *const T) {
+pub fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint to the CPU; it reads nothing the program sees, never
     // faults, and any address may be given.

@@ -33,18 +33,3 @@ pub mod scripting;
 pub mod services;
 pub mod state;
 pub mod storage;
-
-/// Starts loading the cache line at `p` into the CPU's cache, so that a lookup soon after
-/// finds it there (a hint: it never faults and changes nothing; a no-op off x86-64). Tables
-/// larger than the caches (access times, the keyspace counts' states) prefetch the slots of a
-/// command's or a batch's keys before they read any.
-#[inline]
-pub(crate) fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing the program sees, never faults, and takes any address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}

@@ -128,7 +128,7 @@ impl AccessTimes {
     /// a pipelined GET); called before a command runs, the load overlaps with its work and the
     /// touch after it finds the cell cached.
     pub fn prefetch(&self, db: u32, key: &[u8]) {
-        crate::prefetch(self.slot(db, key).0.as_ptr());
+        lsm::prefetch(self.slot(db, key).0.as_ptr());
     }
 
     /// Records an access of `key` in `db`: under LRU its time, under LFU a (probabilistic,

@@ -480,25 +480,14 @@ impl ExecContext {
     /// `engine.range(start..end)` as this command sees it. In memory-only mode it reads memory
     /// only, and a read that needs the disk voids the command (the range notes it).
     pub(super) fn range(&self, engine: &lsm::Db, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> RawRange<'_> {
-        let inner = match self.read_options() {
-            Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
-            None => engine.range((start.clone(), end.clone())),
-        };
-        let memory_only = self.memory_only.get().then_some(self);
+        let inner = self.engine_range(engine, &start, &end);
         if self.txn.borrow().is_none() {
-            return RawRange { source: RangeSource::Engine(inner), memory_only };
+            return RawRange {
+                source: RangeSource::Engine(inner),
+                memory_only: self.memory_only.get().then_some(self),
+            };
         }
-        let merged = MergedRange {
-            engine: Some(inner),
-            txn: &self.txn,
-            low: start,
-            high: end,
-            front: None,
-            back: None,
-            park: None,
-            resumed: false,
-        };
-        RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only }
+        self.merged(inner, start, end, None, false)
     }
 
     /// [`ExecContext::range`] for a read from one end that the next read of the same range,
@@ -518,12 +507,32 @@ impl ExecContext {
             _ => None,
         };
         let Some(parked) = parked else { return self.range(engine, start, end) };
-        let resumed = parked.and_then(|p| p.goes_on(&start, &end, epoch, memory_only));
-        let was_parked = resumed.is_some();
-        let inner = resumed.unwrap_or_else(|| match self.read_options() {
+        match parked.and_then(|p| p.goes_on(&start, &end, epoch, memory_only)) {
+            Some(inner) => self.merged(inner, start, end, Some((epoch, memory_only)), true),
+            None => {
+                let inner = self.engine_range(engine, &start, &end);
+                self.merged(inner, start, end, Some((epoch, memory_only)), false)
+            }
+        }
+    }
+
+    /// The engine's range as this command reads it (its snapshot, memory-only mode).
+    fn engine_range(&self, engine: &lsm::Db, start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> lsm::Range {
+        match self.read_options() {
             Some(opts) => engine.range_with((start.clone(), end.clone()), &opts),
             None => engine.range((start.clone(), end.clone())),
-        });
+        }
+    }
+
+    /// `inner` with the transaction's buffer laid over it (`park`, `resumed`: see `merged.rs`).
+    fn merged(
+        &self,
+        inner: lsm::Range,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        park: Option<(u64, bool)>,
+        resumed: bool,
+    ) -> RawRange<'_> {
         let merged = MergedRange {
             engine: Some(inner),
             txn: &self.txn,
@@ -531,10 +540,10 @@ impl ExecContext {
             high: end,
             front: None,
             back: None,
-            park: Some((epoch, memory_only)),
-            resumed: was_parked,
+            park,
+            resumed,
         };
-        RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only: memory_only.then_some(self) }
+        RawRange { source: RangeSource::Merged(Box::new(merged)), memory_only: self.memory_only.get().then_some(self) }
     }
 }
 

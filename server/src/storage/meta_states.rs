@@ -146,7 +146,7 @@ impl MetaStates {
     /// larger than the caches, so a commit that looks up several keys issues the loads together
     /// and then finds them cached.
     pub(super) fn prefetch(&self, key: Fingerprint) {
-        crate::prefetch(self.shard(key).slots[key.home()].0.as_ptr());
+        lsm::prefetch(self.shard(key).slots[key.home()].0.as_ptr());
     }
 
     /// The recorded state of the metadata record `key`, if there is one recorded while the
