@@ -414,19 +414,21 @@ impl Storage {
         known: Option<&Befores>,
     ) -> lsm::Result<Vec<(u16, counts::Delta)>> {
         use lsm::key::ValueKind;
-        let mut finals: std::collections::HashMap<&[u8], Option<&[u8]>> = std::collections::HashMap::new();
+        // Every metadata write in batch order (a range delete of whole databases drops those
+        // before it), then only the last write of each key. A batch is a pipeline's worth of
+        // writes at most, so a sort beats a hash map (no SipHash, no growth) here.
+        let mut finals: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
         let mut cleared: Vec<(u16, u16)> = Vec::new();
         for entry in batch.iter() {
             let entry = entry?;
             match entry.kind {
                 ValueKind::Put | ValueKind::Delete if entry.key.len() >= 3 && entry.key[0] == b'M' => {
-                    let value = (entry.kind == ValueKind::Put).then_some(entry.value);
-                    finals.insert(entry.key, value);
+                    finals.push((entry.key, (entry.kind == ValueKind::Put).then_some(entry.value)));
                 }
                 ValueKind::RangeDelete => {
                     let (start, end) = (entry.key, entry.value);
                     let Some(databases) = cleared_databases(start, end) else { continue };
-                    finals.retain(|k, _| !(*k >= start && *k < end));
+                    finals.retain(|(k, _)| !(*k >= start && *k < end));
                     cleared.push(databases);
                 }
                 _ => {}
@@ -435,11 +437,34 @@ impl Storage {
         if finals.is_empty() && cleared.is_empty() {
             return Ok(Vec::new());
         }
+        if finals.len() > 1 {
+            // Stable: a key's writes stay in batch order, and the last of each run is kept.
+            finals.sort_by(|a, b| a.0.cmp(b.0));
+            finals.dedup_by(|later, earlier| {
+                if later.0 == earlier.0 {
+                    earlier.1 = later.1;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
         let is_cleared = |pdb: u16| cleared.iter().any(|&(a, b)| pdb >= a && pdb <= b);
-        let mut deltas: std::collections::HashMap<u16, counts::Delta> = std::collections::HashMap::new();
+        // Sorted by database: almost always one, all 65536 after a FLUSHALL.
+        let mut deltas: Vec<(u16, counts::Delta)> = Vec::new();
+        fn delta_of(deltas: &mut Vec<(u16, counts::Delta)>, pdb: u16) -> &mut counts::Delta {
+            let i = match deltas.binary_search_by_key(&pdb, |(p, _)| *p) {
+                Ok(i) => i,
+                Err(i) => {
+                    deltas.insert(i, (pdb, counts::Delta::default()));
+                    i
+                }
+            };
+            &mut deltas[i].1
+        }
         for &(a, b) in &cleared {
             for pdb in a..=b {
-                deltas.entry(pdb).or_default().cleared = true;
+                delta_of(&mut deltas, pdb).cleared = true;
             }
         }
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
@@ -468,7 +493,7 @@ impl Storage {
                 Some(raw) => Some(Meta::expiry_of(raw).ok_or_else(damaged)?),
                 None => None,
             };
-            deltas.entry(pdb).or_default().record(before, after);
+            delta_of(&mut deltas, pdb).record(before, after);
             if record {
                 written.push((fingerprint, after));
             }
@@ -481,7 +506,7 @@ impl Storage {
                 self.meta_states.record(fingerprint, after, failures);
             }
         }
-        Ok(deltas.into_iter().collect())
+        Ok(deltas)
     }
 
     /// The state (absent, or its `expire_at_ms`) of the metadata record `key` (whose

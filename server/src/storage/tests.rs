@@ -57,6 +57,32 @@ mod basics {
         assert_eq!(s.keyspace_counts(0).expires, 1);
         assert_eq!(s.get(&cx, 0, b"gone").unwrap(), None);
     }
+
+    #[test]
+    fn counts_of_a_batch_that_clears_a_database_count_only_what_comes_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::new(lsm::Db::open(dir.path(), lsm::Options::default()).unwrap()).unwrap();
+        let cx = ExecContext::new();
+        for key in [&b"x"[..], b"y", b"z"] {
+            s.set_string(&cx, 5, key, Bytes::from_static(b"1"), 0).unwrap();
+        }
+        s.set_string(&cx, 6, b"other", Bytes::from_static(b"1"), 0).unwrap();
+        let (five, six) = (s.phys(5), s.phys(6));
+        let mut b = lsm::WriteBatch::new();
+        // Written before the clear (gone with it), the clear, then written again and anew.
+        s.put_into(&mut b, 5, b"before", &Meta::string(Bytes::from_static(b"x"), 0));
+        s.put_into(&mut b, 6, b"kept", &Meta::string(Bytes::from_static(b"x"), 0));
+        b.delete_range(meta_key(five, b""), meta_end(five));
+        s.put_into(&mut b, 5, b"x", &Meta::string(Bytes::from_static(b"2"), 0));
+        s.put_into(&mut b, 5, b"after", &Meta::string(Bytes::from_static(b"3"), now_ms() + 100_000));
+        s.put_into(&mut b, 5, b"after", &Meta::string(Bytes::from_static(b"4"), 0));
+        b.delete(meta_key(six, b"other"));
+        s.write(&cx, b).unwrap();
+        assert_eq!((s.dbsize(5), s.dbsize(6)), (2, 1));
+        assert_eq!(s.keyspace_counts(5).expires, 0, "the last write of `after` has no TTL");
+        assert_eq!(s.get(&cx, 5, b"before").unwrap(), None);
+        assert_eq!(s.get(&cx, 5, b"y").unwrap(), None);
+    }
 }
 
 mod random_keys {
