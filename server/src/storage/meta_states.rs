@@ -50,35 +50,6 @@ pub(super) type State = Option<u64>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Fingerprint(u128);
 
-/// A map keyed by [`Fingerprint`]s, which are hashes already: the map takes their bits as they
-/// are instead of hashing them once more with SipHash.
-pub(super) type FingerprintMap<V> =
-    std::collections::HashMap<Fingerprint, V, std::hash::BuildHasherDefault<FingerprintHasher>>;
-
-/// See [`FingerprintMap`].
-#[derive(Debug, Default)]
-pub(super) struct FingerprintHasher(u64);
-
-impl std::hash::Hasher for FingerprintHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u128` is reached (a fingerprint hashes as its u128); any other input is
-        // folded in all the same.
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0 ^ u64::from_le_bytes(word)).rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u128(&mut self, n: u128) {
-        self.0 ^= n as u64 ^ (n >> 64) as u64;
-    }
-}
-
 impl Fingerprint {
     pub(super) fn of(key: &[u8]) -> Fingerprint {
         Fingerprint(xxhash_rust::xxh3::xxh3_128(key).max(1))
@@ -242,21 +213,6 @@ impl MetaStates {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_fingerprint_map_hashes_both_halves_and_finds_every_key() {
-        use std::hash::BuildHasher;
-        let build = std::hash::BuildHasherDefault::<FingerprintHasher>::default();
-        let (low, high) = (Fingerprint(1), Fingerprint(1 << 64));
-        assert_ne!(build.hash_one(low), build.hash_one(Fingerprint(2)));
-        assert_ne!(build.hash_one(high), build.hash_one(Fingerprint(2 << 64)), "the high half counts too");
-        let mut map = FingerprintMap::default();
-        for i in 0..10_000u32 {
-            map.insert(Fingerprint::of(&i.to_le_bytes()), i);
-        }
-        assert_eq!(map.len(), 10_000);
-        assert!((0..10_000u32).all(|i| map.get(&Fingerprint::of(&i.to_le_bytes())) == Some(&i)));
-    }
 
     #[test]
     fn entries_are_recorded_replaced_retired_and_bounded() {

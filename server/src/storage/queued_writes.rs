@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::blind_writes::CountChanges;
-use super::meta_states::{Fingerprint, FingerprintMap};
+use super::meta_states::Fingerprint;
 use super::{meta_key, LockGuard, Storage};
 use crate::services::tracking::Touched;
 
@@ -19,7 +19,7 @@ use crate::services::tracking::Touched;
 /// stripes are held: nobody else writes those records until the group's write is visible, so
 /// these are the states its write replaces, and counting it needs no read that could block.
 #[derive(Debug, Default)]
-pub struct Befores(FingerprintMap<Option<u64>>);
+pub struct Befores(lsm::cache::FastMap<Fingerprint, Option<u64>>);
 
 impl Befores {
     /// The state before of the metadata record with `fingerprint` (None: not known).
