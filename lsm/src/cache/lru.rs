@@ -6,9 +6,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-/// FxHash-style hashing for the integer keys caches use (file numbers, block offsets), and for
-/// keys that are hashes already: a multiply and a rotate per word instead of SipHash's rounds.
-/// Not for keys an adversary picks (nothing resists collisions built on purpose).
+/// FxHash-style hashing for the integer keys caches use (file numbers, block offsets): a
+/// multiply and a rotate per word instead of SipHash's rounds.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FastHasher(u64);
 
@@ -34,7 +33,6 @@ impl Hasher for FastHasher {
     }
 }
 
-/// A `HashMap` hashing with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// A CLOCK-evicting map. `get` marks an entry used; `insert` evicts until the new one fits.

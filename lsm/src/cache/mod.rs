@@ -10,7 +10,7 @@ use std::hash::Hasher;
 
 use bytes::Bytes;
 
-pub use lru::{FastHasher, FastMap, Lru};
+pub use lru::Lru;
 
 use crate::sstable::Table;
 use crate::stripe::Striped;

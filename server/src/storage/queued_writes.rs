@@ -5,6 +5,7 @@
 //! runs the commands; this is the storage side: taking the stripes, knowing the keyspace
 //! counts' "before" from memory, and queueing the batch.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use crate::services::tracking::Touched;
 /// stripes are held: nobody else writes those records until the group's write is visible, so
 /// these are the states its write replaces, and counting it needs no read that could block.
 #[derive(Debug, Default)]
-pub struct Befores(lsm::cache::FastMap<Fingerprint, Option<u64>>);
+pub struct Befores(HashMap<Fingerprint, Option<u64>>);
 
 impl Befores {
     /// The state before of the metadata record with `fingerprint` (None: not known).
