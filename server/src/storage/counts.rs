@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use super::{meta_key, DATABASES};
+use super::{meta_key, meta_states, Befores, Meta, Storage, DATABASES};
 
 /// Where older versions left the counts at a clean shutdown (now only deleted if found).
 const LEGACY_COUNTS_KEY: &[u8] = b"S:counts";
@@ -243,6 +243,159 @@ impl Default for KeyspaceCounts {
     fn default() -> Self {
         KeyspaceCounts::new()
     }
+}
+
+impl Storage {
+    /// What `batch` changes in the keyspace counts: for each metadata record it writes, its
+    /// state before (recorded by an earlier write, or read from the engine; from memory only
+    /// if `memory_only`, failing with `WouldBlock` where that is not enough) against its final
+    /// state in the batch. With `record`, for a batch about to be written, the final states
+    /// are recorded for the next write (see `meta_states.rs`: if the write then fails or is
+    /// refused, the caller clears them). States in `known` are taken as the states before.
+    pub(super) fn count_changes(
+        &self,
+        batch: &lsm::WriteBatch,
+        memory_only: bool,
+        record: bool,
+        known: Option<&Befores>,
+    ) -> lsm::Result<Vec<(u16, Delta)>> {
+        use lsm::key::ValueKind;
+        // Every metadata write in batch order (a range delete of whole databases drops those
+        // before it), then only the last write of each key: sorted, with no SipHash and no map
+        // growth per batch (a batch is mostly a pipeline's worth of writes).
+        let mut finals: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+        let mut cleared: Vec<(u16, u16)> = Vec::new();
+        for entry in batch.iter() {
+            let entry = entry?;
+            match entry.kind {
+                ValueKind::Put | ValueKind::Delete if entry.key.len() >= 3 && entry.key[0] == b'M' => {
+                    finals.push((entry.key, (entry.kind == ValueKind::Put).then_some(entry.value)));
+                }
+                ValueKind::RangeDelete => {
+                    let (start, end) = (entry.key, entry.value);
+                    let Some(databases) = cleared_databases(start, end) else { continue };
+                    finals.retain(|(k, _)| !(*k >= start && *k < end));
+                    cleared.push(databases);
+                }
+                _ => {}
+            }
+        }
+        if finals.is_empty() && cleared.is_empty() {
+            return Ok(Vec::new());
+        }
+        if finals.len() > 1 {
+            // Stable: a key's writes stay in batch order, and the last of each run is kept.
+            finals.sort_by(|a, b| a.0.cmp(b.0));
+            finals.dedup_by(|later, earlier| {
+                if later.0 == earlier.0 {
+                    earlier.1 = later.1;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+        let is_cleared = |pdb: u16| cleared.iter().any(|&(a, b)| pdb >= a && pdb <= b);
+        // Sorted by database: almost always one, all 65536 after a FLUSHALL.
+        let mut deltas: Vec<(u16, Delta)> = Vec::new();
+        fn delta_of(deltas: &mut Vec<(u16, Delta)>, pdb: u16) -> &mut Delta {
+            let i = match deltas.binary_search_by_key(&pdb, |(p, _)| *p) {
+                Ok(i) => i,
+                Err(i) => {
+                    deltas.insert(i, (pdb, Delta::default()));
+                    i
+                }
+            };
+            &mut deltas[i].1
+        }
+        for &(a, b) in &cleared {
+            for pdb in a..=b {
+                delta_of(&mut deltas, pdb).cleared = true;
+            }
+        }
+        let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
+        let failures = self.engine.failed_write_groups();
+        let mut written = Vec::with_capacity(if record { finals.len() } else { 0 });
+        // The fingerprints first, with their slots' loads started, then the lookups: a
+        // pipeline's batch waits on memory once, not once per key.
+        let finals: Vec<_> = finals
+            .into_iter()
+            .map(|(key, after)| {
+                let fingerprint = meta_states::Fingerprint::of(key);
+                self.meta_states.prefetch(fingerprint);
+                (key, after, fingerprint)
+            })
+            .collect();
+        for (key, after, fingerprint) in finals {
+            let pdb = u16::from_be_bytes([key[1], key[2]]);
+            let before = if is_cleared(pdb) {
+                None
+            } else if let Some(state) = known.and_then(|k| k.get(fingerprint)) {
+                state
+            } else {
+                self.state_before(key, fingerprint, failures, memory_only)?
+            };
+            let after = match after {
+                Some(raw) => Some(Meta::expiry_of(raw).ok_or_else(damaged)?),
+                None => None,
+            };
+            delta_of(&mut deltas, pdb).record(before, after);
+            if record {
+                written.push((fingerprint, after));
+            }
+        }
+        if record {
+            if !cleared.is_empty() {
+                self.meta_states.clear();
+            }
+            for (fingerprint, after) in written {
+                self.meta_states.record(fingerprint, after, failures);
+            }
+        }
+        Ok(deltas)
+    }
+
+    /// The state (absent, or its `expire_at_ms`) of the metadata record `key` (whose
+    /// fingerprint is `fingerprint`) before the write being counted: recorded by an earlier
+    /// write while the engine had seen `failures` failed write groups, or read from the engine
+    /// (from memory only if `memory_only`, failing with `WouldBlock` where that is not enough).
+    pub(super) fn state_before(
+        &self,
+        key: &[u8],
+        fingerprint: meta_states::Fingerprint,
+        failures: u64,
+        memory_only: bool,
+    ) -> lsm::Result<Option<u64>> {
+        if let Some(known) = self.meta_states.get(fingerprint, failures) {
+            return Ok(known);
+        }
+        let read = lsm::ReadOptions::new().cache_only(memory_only);
+        match self.engine.get_with(key, &read)? {
+            Some(raw) => Ok(Some(
+                Meta::expiry_of(&raw).ok_or_else(|| lsm::Error::InvalidArgument("damaged metadata record".into()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The physical databases (first, last) whose metadata a range delete `[start, end)` wipes;
+/// None if it misses the metadata key space. The server range-deletes whole databases only
+/// (FLUSHDB: `[M|pdb, M|pdb+1)`, FLUSHALL: `[M, N)`).
+fn cleared_databases(start: &[u8], end: &[u8]) -> Option<(u16, u16)> {
+    if end <= &b"M"[..] || start >= &b"N"[..] {
+        return None;
+    }
+    let pdb = |k: &[u8]| u16::from_be_bytes([k[1], k[2]]);
+    let first = if start.len() >= 3 && start[0] == b'M' { pdb(start) } else { 0 };
+    let last = if end >= &b"N"[..] || end.len() < 3 {
+        u16::MAX
+    } else if end.len() == 3 {
+        pdb(end).checked_sub(1)?
+    } else {
+        pdb(end)
+    };
+    Some((first, last))
 }
 
 #[cfg(test)]
