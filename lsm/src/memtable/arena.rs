@@ -3,13 +3,20 @@
 //!
 //! A value used to be its own heap allocation behind a `Bytes` handle in the skip-list node: 32
 //! bytes of handle, the allocator's rounding (a 100-byte value took 112, a 3-byte one 16), and
-//! one `malloc` and one `free` per entry. In the arena a value costs its length, the node keeps
-//! a pointer and a length (16 bytes), and a memtable's values are freed a chunk at a time when
-//! it is dropped, as RocksDB's arena does.
+//! one `malloc` and one `free` per entry. In the arena a value costs its length and a varint of
+//! that length before it; the node keeps one pointer (8 bytes), and a memtable's values are freed
+//! a chunk at a time when it is dropped, as RocksDB's arena does.
 //!
 //! ```text
-//! chunk: [value][value][value]...[unused tail]     CHUNK bytes (a value over LARGE: its own)
+//! chunk: [len varint][value][len varint][value]...[unused tail]
+//!        CHUNK bytes (a value whose varint and bytes exceed LARGE: a chunk of its own)
 //! ```
+//!
+//! The length lives in the arena rather than in the node because the node is what the
+//! allocator rounds: with jemalloc's size classes, a pointer and a length (16 bytes) made a
+//! node of a 16-byte key 85 bytes on average, a pointer alone makes it 73, and the varint costs
+//! one byte for values under 128 bytes (two under 16 KiB). Reading the length costs nothing
+//! extra: it shares the value's cache line, which a read of the value loads anyway.
 //!
 //! Bytes are copied into a chunk once, before the record that points at them is inserted into
 //! the skip list (whose link publishes them), and never written again; a chunk is freed only
@@ -65,35 +72,42 @@ impl Default for Arena {
 }
 
 impl Arena {
-    /// Copies `value` into the arena: where it now lives, and the bytes of memory this took
-    /// (its length, plus the unused tail of a chunk it made the arena leave behind).
+    /// Copies `value`, after a varint of its length, into the arena: where the varint now
+    /// lives, and the bytes of memory this took (varint and value, plus the unused tail of a
+    /// chunk it made the arena leave behind).
     ///
-    /// The returned pointer stays valid, and its `value.len()` bytes unchanged, as long as the
-    /// arena lives. An empty value takes nothing.
-    pub(super) fn copy(&self, value: &[u8]) -> (NonNull<u8>, usize) {
+    /// The returned pointer stays valid, and the bytes behind it unchanged, as long as the
+    /// arena lives. An empty value takes nothing: it points at a static zero length.
+    fn copy(&self, value: &[u8]) -> (NonNull<u8>, usize) {
         let n = value.len();
         if n == 0 {
-            return (NonNull::dangling(), 0);
+            return (NonNull::from(&EMPTY), 0);
         }
+        let mut header = [0u8; MAX_VARINT];
+        let h = encode_len(&mut header, n);
+        let total = h + n;
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (dst, charge) = if n > LARGE {
-            (s.new_chunk(n, false), n)
+        let (dst, charge) = if total > LARGE {
+            (s.new_chunk(total, false), total)
         } else {
-            let mut charge = n;
-            if s.left < n {
+            let mut charge = total;
+            if s.left < total {
                 charge += s.left;
                 s.next = s.new_chunk(CHUNK, true);
                 s.left = CHUNK;
             }
             let dst = s.next;
-            // SAFETY: `dst..dst + n` lies in the newest chunk's free part (`left >= n`).
-            s.next = unsafe { dst.add(n) };
-            s.left -= n;
+            // SAFETY: `dst..dst + total` lies in the newest chunk's free part (`left >= total`).
+            s.next = unsafe { dst.add(total) };
+            s.left -= total;
             (dst, charge)
         };
-        // SAFETY: `dst` is the start of `n` bytes of a live chunk that nothing has handed out
-        // yet, and `value` is another allocation.
-        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dst, n) };
+        // SAFETY: `dst` is the start of `total` bytes of a live chunk that nothing has handed
+        // out yet, and `header` and `value` are other allocations.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_ptr(), dst, h);
+            std::ptr::copy_nonoverlapping(value.as_ptr(), dst.add(h), n);
+        }
         // SAFETY: a chunk's pointer is never null.
         (unsafe { NonNull::new_unchecked(dst) }, charge)
     }
@@ -117,11 +131,30 @@ impl State {
     }
 }
 
-/// A value in an arena: what a skip-list record keeps instead of the bytes.
+/// The length every empty value points at.
+static EMPTY: u8 = 0;
+
+/// The longest varint of a `usize`.
+const MAX_VARINT: usize = 10;
+
+/// Writes `n` as a varint (7 bits a byte, low first, high bit: more follow) into `dst`:
+/// the bytes written.
+fn encode_len(dst: &mut [u8; MAX_VARINT], mut n: usize) -> usize {
+    let mut i = 0;
+    while n >= 0x80 {
+        dst[i] = (n as u8) | 0x80;
+        n >>= 7;
+        i += 1;
+    }
+    dst[i] = n as u8;
+    i + 1
+}
+
+/// A value in an arena: what a skip-list record keeps instead of the bytes. It points at the
+/// varint of the value's length, which the value's bytes follow.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ArenaSlice {
     ptr: NonNull<u8>,
-    len: usize,
 }
 
 // SAFETY: the bytes behind it are never written again once the slice exists (see `Arena::copy`),
@@ -133,7 +166,7 @@ impl ArenaSlice {
     /// `value` copied into `arena`, and the memory that took.
     pub(super) fn copy_into(arena: &Arena, value: &[u8]) -> (ArenaSlice, usize) {
         let (ptr, charge) = arena.copy(value);
-        (ArenaSlice { ptr, len: value.len() }, charge)
+        (ArenaSlice { ptr }, charge)
     }
 
     /// The bytes.
@@ -142,12 +175,30 @@ impl ArenaSlice {
     /// The arena the slice was copied into must still be alive.
     #[inline]
     pub(super) unsafe fn get(&self) -> &[u8] {
-        // SAFETY: `len` bytes at `ptr` were written once into a chunk the (live) arena owns, or
-        // `len` is 0 and the pointer is a well-aligned dangling one.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        let mut p = self.ptr.as_ptr();
+        // SAFETY: `ptr` points at a varint that `Arena::copy` wrote into a chunk the (live)
+        // arena owns, followed by that many bytes of the value (or at the static empty length):
+        // every byte read here was written once, before the slice was made.
+        unsafe {
+            let mut len = usize::from(*p);
+            p = p.add(1);
+            if len >= 0x80 {
+                len &= 0x7f;
+                let mut shift = 7;
+                loop {
+                    let b = *p;
+                    p = p.add(1);
+                    len |= usize::from(b & 0x7f) << shift;
+                    if b < 0x80 {
+                        break;
+                    }
+                    shift += 7;
+                }
+            }
+            std::slice::from_raw_parts(p, len)
+        }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,9 +210,12 @@ mod tests {
         let mut charged = 0;
         for i in 0..20_000usize {
             // Sizes from 0 to past LARGE, so small values cross chunk ends and large ones get their own.
+            // And the lengths where the varint grows a byte, and where varint and value together
+            // pass LARGE.
             let len = match i % 7 {
                 0 => 0,
                 1 => LARGE + 1 + i % 100,
+                2 => [127, 128, 16_383, 16_384, LARGE - 2, LARGE - 1, LARGE, (1 << 21) - 1, 1 << 21][i / 7 % 9],
                 _ => (i * 37) % 3000,
             };
             let value: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
@@ -174,6 +228,17 @@ mod tests {
             assert_eq!(unsafe { slice.get() }, &value[..]);
         }
         assert_eq!(charged, arena.allocated() - arena.state.lock().unwrap().left, "every byte taken is charged once");
+    }
+
+    #[test]
+    fn a_record_keeps_one_pointer_and_the_arena_one_length_byte_for_a_short_value() {
+        assert_eq!(std::mem::size_of::<ArenaSlice>(), 8);
+        let arena = Arena::default();
+        let (slice, charge) = ArenaSlice::copy_into(&arena, &[7; 100]);
+        // SAFETY: the arena is alive.
+        assert_eq!((unsafe { slice.get() }, charge), (&[7u8; 100][..], 101));
+        let (_, charge) = ArenaSlice::copy_into(&arena, &[7; 128]);
+        assert_eq!(charge, 130);
     }
 
     #[test]

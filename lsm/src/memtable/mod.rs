@@ -7,7 +7,7 @@
 //!
 //! A node holds the internal key (inline up to [`key::INLINE_KEY`] bytes) and where the value
 //! is in the memtable's [`arena`], which keeps every value back to back in large chunks: an
-//! entry of a 16-byte key and a 100-byte value occupies about 180 bytes, and the memtable
+//! entry of a 16-byte key and a 100-byte value occupies about 175 bytes, and the memtable
 //! charges what its entries really occupy against `write_buffer_size`.
 //!
 //! Nothing is ever removed from a memtable's skip list: it only grows until the whole memtable
@@ -93,8 +93,8 @@ impl std::borrow::Borrow<InternalKeyRef> for Record {
 }
 
 /// The skip-list node of one entry: the key (inline up to [`key::INLINE_KEY`] bytes), where the
-/// value is in the arena, the node's reference count and height, and a tower of 1.33 links on
-/// average.
+/// value is in the arena, the node's reference count and height, and a tower of 2 links on
+/// average (`crossbeam_skiplist` gives a node height `h` with probability `2^-h`).
 const NODE_BYTES: usize = std::mem::size_of::<InternalKey>() + std::mem::size_of::<ArenaSlice>() + 8 + 16;
 
 /// What one entry really occupies on the heap, so `write_buffer_size` bounds the memory a

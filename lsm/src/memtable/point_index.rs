@@ -45,8 +45,8 @@ use crate::pages::Pages;
 /// Slots a probe visits before it gives up (the key then lives in the list alone).
 const MAX_PROBES: usize = 32;
 
-/// Write-buffer bytes per slot: an entry takes at least 80 bytes of node, so the table stays
-/// under about 80 % full.
+/// Write-buffer bytes per slot: an entry takes at least 72 bytes of node, so the table stays
+/// under about 90 % full.
 const BYTES_PER_SLOT: usize = 64;
 
 /// What the index knows about a user key (see the module docs).
