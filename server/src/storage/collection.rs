@@ -33,12 +33,7 @@ use super::{decode, expiry_key, meta_key, now_ms, ExecContext, KeyType, Meta, Ra
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
 pub(super) fn element_key(pdb: u16, uid: u64, field: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(11 + field.len());
-    k.push(b'E');
-    k.extend_from_slice(&pdb.to_be_bytes());
-    k.extend_from_slice(&uid.to_be_bytes());
-    k.extend_from_slice(field);
-    k
+    super::record_key(b'E', pdb, uid, &[field])
 }
 
 /// The owner record key of incarnation `uid`.

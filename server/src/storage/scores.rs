@@ -70,7 +70,9 @@ impl ScoreBounds {
 
     /// `meta`'s body with `header` and these bounds.
     pub fn body(&self, header: &Header) -> Bytes {
-        let mut b = BytesMut::from(&header.body(KeyType::ZSet)[..]);
+        let head = header.body(KeyType::ZSet);
+        let mut b = BytesMut::with_capacity(head.len() + 4 + self.low.len() + self.high.len());
+        b.put_slice(&head);
         if !self.low.is_empty() || !self.high.is_empty() {
             b.put_u32_le(self.low.len() as u32);
             b.put_slice(&self.low);
@@ -122,10 +124,7 @@ impl<'a> View<'a> {
     }
 
     fn score_key(&self, uid: u64, score: f64, member: &[u8]) -> Vec<u8> {
-        let mut k = score_prefix(self.pdb(), uid);
-        k.extend_from_slice(&encode_score(score));
-        k.extend_from_slice(member);
-        k
+        super::record_key(b'Z', self.pdb(), uid, &[&encode_score(score), member])
     }
 
     /// The score index of sorted set `meta` in (score, member) order, as a double-ended

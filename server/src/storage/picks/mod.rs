@@ -78,10 +78,7 @@ pub(super) fn pick_prefix(pdb: u16, uid: u64) -> Vec<u8> {
 
 /// The pick record key of `member`.
 pub(super) fn pick_key(pdb: u16, uid: u64, seed: u64, member: &[u8]) -> Vec<u8> {
-    let mut k = pick_prefix(pdb, uid);
-    k.extend_from_slice(&member_hash(seed, member).to_be_bytes());
-    k.extend_from_slice(member);
-    k
+    super::record_key(b'R', pdb, uid, &[&member_hash(seed, member).to_be_bytes(), member])
 }
 
 /// Whether the members of a collection of `kind` live in their pick records, with no element
