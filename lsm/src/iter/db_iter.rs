@@ -157,16 +157,16 @@ impl DbIterator {
 
     fn below_upper(&self, k: &[u8]) -> bool {
         match &self.upper {
-            Bound::Included(u) => k <= u.as_slice(),
-            Bound::Excluded(u) => k < u.as_slice(),
+            Bound::Included(u) => key::compare_bytes(k, u).is_le(),
+            Bound::Excluded(u) => key::compare_bytes(k, u).is_lt(),
             Bound::Unbounded => true,
         }
     }
 
     fn above_lower(&self, k: &[u8]) -> bool {
         match &self.lower {
-            Bound::Included(l) => k >= l.as_slice(),
-            Bound::Excluded(l) => k > l.as_slice(),
+            Bound::Included(l) => key::compare_bytes(k, l).is_ge(),
+            Bound::Excluded(l) => key::compare_bytes(k, l).is_gt(),
             Bound::Unbounded => true,
         }
     }
@@ -344,7 +344,7 @@ impl DbIterator {
                         s.saved_value.clear();
                         return Ok(());
                     }
-                    if key::user_key(s.iter.key()) < s.saved_key.as_slice() {
+                    if key::compare_bytes(key::user_key(s.iter.key()), &s.saved_key).is_lt() {
                         break;
                     }
                 }
@@ -390,7 +390,7 @@ impl DbIterator {
                 match Self::effective_kind(&mut self.tombstones, p.kind, p.user_key, p.seq) {
                     ValueKind::Delete => {
                         self.deleted_seen += 1;
-                        if !(skipping && p.user_key == self.saved_key.as_slice()) {
+                        if !(skipping && key::compare_bytes(p.user_key, &self.saved_key).is_eq()) {
                             self.saved_key.clear();
                             self.saved_key.extend_from_slice(p.user_key);
                             passed = 0;
@@ -399,7 +399,7 @@ impl DbIterator {
                         passed += self.step_cost();
                     }
                     ValueKind::Put => {
-                        if !(skipping && p.user_key <= self.saved_key.as_slice()) {
+                        if !(skipping && key::compare_bytes(p.user_key, &self.saved_key).is_le()) {
                             self.valid = true;
                             self.saved_key.clear();
                             return Ok(());
@@ -444,7 +444,7 @@ impl DbIterator {
         while self.iter.valid() {
             let p = parsed(&self.iter)?;
             if p.seq <= self.seq && p.kind != ValueKind::RangeDelete {
-                if value_kind != ValueKind::Delete && p.user_key < self.saved_key.as_slice() {
+                if value_kind != ValueKind::Delete && key::compare_bytes(p.user_key, &self.saved_key).is_lt() {
                     break; // the entries of `saved_key` are done; its newest version is saved
                 }
                 if !self.above_lower(p.user_key) {
@@ -526,7 +526,7 @@ impl DbIterator {
 /// entry of `user_key` comes: the same run, or a new one (0) that `run_key` now names.
 #[inline]
 fn continue_run(run_key: &mut Vec<u8>, run: usize, user_key: &[u8]) -> usize {
-    if run > 0 && user_key == run_key.as_slice() {
+    if run > 0 && key::compare_bytes(user_key, run_key).is_eq() {
         return run;
     }
     run_key.clear();
