@@ -3,13 +3,29 @@
 //! Decoders return `None` on short or malformed input; callers turn that into a
 //! [`crate::Error::Corruption`] carrying the file and offset, so no bad byte ever panics.
 
+/// The longest LEB128 varint of a `u64`.
+pub const MAX_VARINT_LEN: usize = 10;
+
 /// Appends `v` as a LEB128 varint.
-pub fn put_varint(dst: &mut Vec<u8>, mut v: u64) {
+#[inline]
+pub fn put_varint(dst: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; MAX_VARINT_LEN];
+    let n = encode_varint(&mut buf, v);
+    dst.extend_from_slice(&buf[..n]);
+}
+
+/// Writes `v` as a LEB128 varint (7 bits a byte, low first, high bit: more follow) at the front
+/// of `dst`: the bytes written.
+#[inline]
+pub fn encode_varint(dst: &mut [u8; MAX_VARINT_LEN], mut v: u64) -> usize {
+    let mut i = 0;
     while v >= 0x80 {
-        dst.push((v as u8) | 0x80);
+        dst[i] = (v as u8) | 0x80;
         v >>= 7;
+        i += 1;
     }
-    dst.push(v as u8);
+    dst[i] = v as u8;
+    i + 1
 }
 
 /// Decodes a varint from the front of `src`, returning the value and the bytes consumed.

@@ -31,6 +31,7 @@
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
+use crate::coding::{encode_varint, get_varint, MAX_VARINT_LEN};
 use crate::pages::Pages;
 
 /// Bytes of a regular chunk.
@@ -83,8 +84,8 @@ impl Arena {
         if n == 0 {
             return (NonNull::from(&EMPTY), 0);
         }
-        let mut header = [0u8; MAX_VARINT];
-        let h = encode_len(&mut header, n);
+        let mut header = [0u8; MAX_VARINT_LEN];
+        let h = encode_varint(&mut header, n as u64);
         let total = h + n;
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (dst, charge) = if total > LARGE {
@@ -134,22 +135,6 @@ impl State {
 /// The length every empty value points at.
 static EMPTY: u8 = 0;
 
-/// The longest varint of a `usize`.
-const MAX_VARINT: usize = 10;
-
-/// Writes `n` as a varint (7 bits a byte, low first, high bit: more follow) into `dst`:
-/// the bytes written.
-fn encode_len(dst: &mut [u8; MAX_VARINT], mut n: usize) -> usize {
-    let mut i = 0;
-    while n >= 0x80 {
-        dst[i] = (n as u8) | 0x80;
-        n >>= 7;
-        i += 1;
-    }
-    dst[i] = n as u8;
-    i + 1
-}
-
 /// A value in an arena: what a skip-list record keeps instead of the bytes. It points at the
 /// varint of the value's length, which the value's bytes follow.
 #[derive(Debug, Clone, Copy)]
@@ -175,30 +160,24 @@ impl ArenaSlice {
     /// The arena the slice was copied into must still be alive.
     #[inline]
     pub(super) unsafe fn get(&self) -> &[u8] {
-        let mut p = self.ptr.as_ptr();
+        let p = self.ptr.as_ptr();
         // SAFETY: `ptr` points at a varint that `Arena::copy` wrote into a chunk the (live)
         // arena owns, followed by that many bytes of the value (or at the static empty length):
-        // every byte read here was written once, before the slice was made.
+        // every byte read here was written once, before the slice was made. A varint of more
+        // than one byte is a length of 128 or more, so the MAX_VARINT_LEN bytes from `p` lie
+        // within the varint and the value.
         unsafe {
-            let mut len = usize::from(*p);
-            p = p.add(1);
-            if len >= 0x80 {
-                len &= 0x7f;
-                let mut shift = 7;
-                loop {
-                    let b = *p;
-                    p = p.add(1);
-                    len |= usize::from(b & 0x7f) << shift;
-                    if b < 0x80 {
-                        break;
-                    }
-                    shift += 7;
-                }
+            let first = *p;
+            if first < 0x80 {
+                return std::slice::from_raw_parts(p.add(1), usize::from(first));
             }
-            std::slice::from_raw_parts(p, len)
+            let (len, n) =
+                get_varint(std::slice::from_raw_parts(p, MAX_VARINT_LEN)).expect("the arena's own length varint");
+            std::slice::from_raw_parts(p.add(n), len as usize)
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
