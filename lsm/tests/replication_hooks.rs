@@ -18,7 +18,7 @@ fn batch(i: u64) -> WriteBatch {
 }
 
 fn retaining() -> Options {
-    Options::default().write_buffer_size(32 << 10).wal_size_limit(64 << 20)
+    Options::default().write_buffer_size(16 << 10).wal_size_limit(64 << 20)
 }
 
 fn contents(db: &Db) -> Vec<(lsm::Bytes, lsm::Bytes)> {

@@ -7,52 +7,56 @@
 //! version of a key, read at the latest sequence number — with one or two cache misses:
 //!
 //! ```text
-//! slots: [AtomicUsize; 2^k]   (k: about one slot per 64 bytes of write buffer)
-//! slot of key = first slot, from hash(user key) on (linear probing, at most MAX_PROBES),
-//!               that is empty or points at a record of that user key
-//! slot value  = 0 (empty) | record pointer | tag << 48 | 1  (tagged)  |  record pointer (untagged)
+//! slots: [AtomicUsize; n]   (n: a quarter more than the keys the memtable is expected to hold)
+//! slot of key = first slot, from (hash(user key) >> 32) * n >> 32 on (linear probing, at most
+//!               MAX_PROBES, past the last slot on from the first),
+//!               that is empty or points at a node of that user key
+//! slot value  = 0 (empty) | node address | tag << 48 | 1  (tagged)  |  node address (untagged)
 //! ```
 //!
 //! A slot carries 16 bits of its key's hash (bits 16–31, which the slot's position does not
 //! use) beside the pointer, so a probe passes over another key's slot without reading that
-//! key's record: with the table half full an insert or lookup visits about two slots, and
+//! key's node: with the table half full an insert or lookup visits about two slots, and
 //! without the tag each of them was a cache miss into a skip-list node (measured: a third of
-//! the time of a batch of 200K inserts went into those reads). A record pointer is 8-aligned,
+//! the time of a batch of 200K inserts went into those reads). A node's address is 8-aligned,
 //! so bit 0 marks a tagged slot; a pointer that does not fit in 48 bits (only on a machine
 //! that maps user memory that high) is stored untagged and always read.
 //!
-//! A slot points at a record inside a skip-list node. Nodes are never removed while the
-//! memtable lives (see [`super::no_removals`]), so the pointer stays valid as long as the
-//! index does. The writer inserts the record into the list first and then points the key's
+//! A slot points at a node of the memtable's skip list. Nodes are never removed while the
+//! memtable lives (see [`super::skiplist`]), so the pointer stays valid as long as the
+//! index does. The writer inserts the node into the list first and then points the key's
 //! slot at it (a newer version replaces an older one; slots are never emptied), all before the
 //! write's sequence number is published; a reader that loaded the published sequence number
 //! therefore finds every visible version's slot filled. What a probe can tell:
-//! - the slot's record is the key's newest version: if a lookup's sequence number is at or past
+//! - the slot's node is the key's newest version: if a lookup's sequence number is at or past
 //!   it, that is the answer; otherwise the lookup needs an older version and descends the list;
 //! - an empty slot comes first: no version of the key is in the memtable (a version, once
 //!   inserted, fills a slot on the key's probe path that never empties again);
 //! - [`MAX_PROBES`] slots hold other keys: the key may have found no slot (the table was that
 //!   full around its hash), and the lookup descends the list.
 //!
-//! Memory: 8 bytes per slot, about an eighth of the write buffer (2 MiB for 16 MiB).
+//! Memory: 8 bytes per slot: an eighth of the write buffer in a memtable sized for the smallest
+//! entries (the first), ~4.8 MB at 64 MiB in one sized after entries of 16-byte keys and
+//! 100-byte values (~140 bytes each).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::Record;
+use super::skiplist::Node;
 use crate::key;
 use crate::pages::Pages;
 
 /// Slots a probe visits before it gives up (the key then lives in the list alone).
 const MAX_PROBES: usize = 32;
 
-/// Write-buffer bytes per slot: an entry takes at least 72 bytes of node, so the table stays
-/// under about 90 % full.
+/// Write-buffer bytes per slot in a memtable with no predecessor to size it after: about what
+/// an entry of a short key and a short value takes. Smaller entries can fill the index; keys
+/// that find no slot are looked up in the list, which costs speed, not answers.
 const BYTES_PER_SLOT: usize = 64;
 
 /// What the index knows about a user key (see the module docs).
-pub(super) enum Probe<'a> {
+pub(super) enum Probe {
     /// The key's newest version in the memtable.
-    Newest(&'a Record),
+    Newest(Node),
     /// No version of the key is in the memtable.
     Absent,
     /// The index cannot tell: ask the list.
@@ -69,9 +73,8 @@ fn tag_of(hash: u64) -> usize {
     ((hash >> 16) & 0xffff) as usize
 }
 
-/// A slot's value for `record` of a key with hash tag `tag`.
-fn encode(record: *const Record, tag: usize) -> usize {
-    let p = record as usize;
+/// A slot's value for the node at address `p` of a key with hash tag `tag`.
+fn encode(p: usize, tag: usize) -> usize {
     if p & !POINTER_BITS == 0 && p & TAGGED == 0 {
         p | (tag << 48) | TAGGED
     } else {
@@ -79,17 +82,17 @@ fn encode(record: *const Record, tag: usize) -> usize {
     }
 }
 
-/// The record a non-empty slot value points at.
-fn decode(slot: usize) -> *const Record {
+/// The address of the node a non-empty slot value points at.
+fn decode(slot: usize) -> usize {
     if slot & TAGGED != 0 {
-        (slot & POINTER_BITS & !TAGGED) as *const Record
+        slot & POINTER_BITS & !TAGGED
     } else {
-        slot as *const Record
+        slot
     }
 }
 
 /// Whether a non-empty slot value may belong to a key with hash tag `tag` (false: it
-/// certainly does not, no need to read its record).
+/// certainly does not, no need to read its node).
 fn may_match(slot: usize, tag: usize) -> bool {
     slot & TAGGED == 0 || slot >> 48 == tag
 }
@@ -97,7 +100,6 @@ fn may_match(slot: usize, tag: usize) -> bool {
 /// The newest version of each user key (see the module docs).
 pub(super) struct PointIndex {
     slots: Pages<AtomicUsize>,
-    mask: usize,
 }
 
 impl std::fmt::Debug for PointIndex {
@@ -107,10 +109,10 @@ impl std::fmt::Debug for PointIndex {
 }
 
 impl PointIndex {
-    /// An index of `n` slots (a power of two, see [`PointIndex::slots_for`]).
+    /// An index of `n` slots (see [`PointIndex::slots_for`]; fewer than 2^32).
     pub(super) fn with_slots(n: usize) -> PointIndex {
-        assert!(n.is_power_of_two(), "{n} slots");
-        PointIndex { slots: Pages::zeroed(n, false), mask: n - 1 }
+        assert!(n > 0 && n < 1 << 32, "{n} slots");
+        PointIndex { slots: Pages::zeroed(n, false) }
     }
 
     /// Slots for a memtable of `capacity` bytes of the smallest entries.
@@ -118,10 +120,12 @@ impl PointIndex {
         Self::slots_for_keys(capacity / BYTES_PER_SLOT)
     }
 
-    /// Slots for `keys` user keys: the next power of two, so the index is between half full
-    /// and full when they all arrive (callers ask for a quarter more keys than they expect).
+    /// Slots for `keys` user keys: as many, in whole cache lines (callers ask for a quarter
+    /// more keys than they expect, so the index is at most 80 % full when they all arrive).
+    /// Any count works: a probe starts at a slot chosen by multiplying, not masking, so the
+    /// index need not be a power of two, which would have made it up to twice that.
     pub(super) fn slots_for_keys(keys: usize) -> usize {
-        keys.next_power_of_two().max(1024)
+        keys.next_multiple_of(8).clamp(1024, (1 << 32) - 8)
     }
 
     /// Bytes the slots of an index for a memtable of `capacity` bytes take.
@@ -146,21 +150,33 @@ impl PointIndex {
         crate::prefetch(self.slots[self.first_slot(hash)].as_ptr());
     }
 
-    fn first_slot(&self, hash: u64) -> usize {
-        // The bloom filter takes the low half of the hash for its line: mix in the high half.
-        ((hash >> 32) ^ hash.rotate_left(7)) as usize & self.mask
+    /// Slot `i` of a probe that runs past the end continues from the start.
+    #[inline]
+    fn wrap(&self, i: usize) -> usize {
+        if i >= self.slots.len() {
+            i - self.slots.len()
+        } else {
+            i
+        }
     }
 
-    /// Makes `record` (just inserted into the skip list, whose user key is `user_key` and hash
-    /// `hash`) its key's newest version unless a newer one is already recorded. The record
+    fn first_slot(&self, hash: u64) -> usize {
+        // The bloom filter takes the low half of the hash for its line: mix in the high half.
+        // The high half of the hash, scaled to the slot count (the bloom filter picks its line
+        // with the low half, the tag is bits 16-31).
+        (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
+    }
+
+    /// Makes `record` (a node just inserted into the skip list, whose user key is `user_key` and
+    /// hash `hash`) its key's newest version unless a newer one is already recorded. The node
     /// must live as long as the index: it is a node of the memtable's list.
-    pub(super) fn note(&self, hash: u64, user_key: &[u8], record: &Record) {
+    pub(super) fn note(&self, hash: u64, user_key: &[u8], record: Node) {
         let tag = tag_of(hash);
-        let new = encode(std::ptr::from_ref(record), tag);
-        let seq = record.seq();
+        let new = encode(record.addr(), tag);
+        let seq = seq_of(record);
         let start = self.first_slot(hash);
         for i in 0..MAX_PROBES {
-            let slot = &self.slots[(start + i) & self.mask];
+            let slot = &self.slots[self.wrap(start + i)];
             let mut current = slot.load(Ordering::Acquire);
             loop {
                 if current == 0 {
@@ -177,11 +193,11 @@ impl PointIndex {
                 }
                 // SAFETY: a non-empty slot points at a node of the memtable's list, which
                 // outlives the index (see the module docs).
-                let held = unsafe { &*decode(current) };
-                if held.user_key() != user_key {
+                let held = unsafe { Node::from_addr(decode(current)) };
+                if key::user_key(held.key()) != user_key {
                     break; // another key's slot: probe on
                 }
-                if held.seq() >= seq {
+                if seq_of(held) >= seq {
                     return; // as new or newer already (the same write applied twice)
                 }
                 match slot.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -194,11 +210,11 @@ impl PointIndex {
     }
 
     /// What the index knows about `user_key` (hash `hash`).
-    pub(super) fn probe(&self, hash: u64, user_key: &[u8]) -> Probe<'_> {
+    pub(super) fn probe(&self, hash: u64, user_key: &[u8]) -> Probe {
         let tag = tag_of(hash);
         let start = self.first_slot(hash);
         for i in 0..MAX_PROBES {
-            let slot = self.slots[(start + i) & self.mask].load(Ordering::Acquire);
+            let slot = self.slots[self.wrap(start + i)].load(Ordering::Acquire);
             if slot == 0 {
                 return Probe::Absent;
             }
@@ -206,8 +222,8 @@ impl PointIndex {
                 continue;
             }
             // SAFETY: as in `note`.
-            let record = unsafe { &*decode(slot) };
-            if record.user_key() == user_key {
+            let record = unsafe { Node::from_addr(decode(slot)) };
+            if key::user_key(record.key()) == user_key {
                 return Probe::Newest(record);
             }
         }
@@ -215,14 +231,9 @@ impl PointIndex {
     }
 }
 
-impl Record {
-    fn user_key(&self) -> &[u8] {
-        key::user_key(self.key.as_bytes())
-    }
-
-    fn seq(&self) -> u64 {
-        key::parse(self.key.as_bytes()).map_or(0, |p| p.seq)
-    }
+/// The sequence number of a node's key.
+fn seq_of(node: Node) -> u64 {
+    key::parse(node.key()).map_or(0, |p| p.seq)
 }
 
 #[cfg(test)]
@@ -231,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_slot_keeps_its_pointer_and_tag_or_stays_untagged() {
-        let low = 0x7f12_3456_7890usize as *const Record;
+        let low = 0x7f12_3456_7890usize;
         let slot = encode(low, 0xbeef);
         assert_eq!(decode(slot), low);
         assert!(may_match(slot, 0xbeef));
@@ -239,9 +250,9 @@ mod tests {
         assert_eq!(decode(encode(low, 0)), low, "tag 0 is a tag like any other");
         assert!(!may_match(encode(low, 0), 1));
         // A pointer above 48 bits is stored as it is and always read.
-        let high = 0x1_0000_0000_0008usize as *const Record;
+        let high = 0x1_0000_0000_0008usize;
         let slot = encode(high, 0xbeef);
-        assert_eq!((slot, decode(slot)), (high as usize, high));
+        assert_eq!((slot, decode(slot)), (high, high));
         assert!(may_match(slot, 0) && may_match(slot, 0xbeef));
     }
 
