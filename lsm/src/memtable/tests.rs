@@ -107,7 +107,8 @@ fn a_repeated_write_keeps_one_entry() {
 }
 
 /// Cursors and lookups run while the writer inserts (no locks, see `skiplist`): every
-/// walk sees keys in order, and every entry inserted before a walk started.
+/// walk, forwards or backwards, sees keys in order, and every entry inserted before it started;
+/// seeks land on the right side of their targets.
 #[test]
 fn readers_walk_while_the_writer_inserts() {
     const N: u64 = 20_000;
@@ -132,6 +133,33 @@ fn readers_walk_while_the_writer_inserts() {
                         it.next().unwrap();
                     }
                     assert!(seen >= before, "reader {r}: saw {seen} of the {before} inserted before the walk");
+                    // Backwards (each step a search from the top), and seeks both ways.
+                    let before = m.largest_seq();
+                    it.seek_to_last().unwrap();
+                    let (mut seen, mut last): (u64, Option<Vec<u8>>) = (0, None);
+                    while it.valid() {
+                        let k = it.key().to_vec();
+                        assert!(
+                            last.as_ref().is_none_or(|l| key::compare(&k, l).is_lt()),
+                            "reader {r}: out of order back"
+                        );
+                        last = Some(k);
+                        seen += 1;
+                        it.prev().unwrap();
+                    }
+                    assert!(seen >= before, "reader {r}: saw {seen} of the {before} inserted before the walk back");
+                    let probe = key::seek_key(format!("key{:08}", walks * 104_729 % N).as_bytes(), u64::MAX >> 8);
+                    it.seek(&probe).unwrap();
+                    if it.valid() {
+                        assert!(key::compare(it.key(), &probe).is_ge(), "reader {r}: seek landed before its target");
+                    }
+                    it.seek_for_prev(&probe).unwrap();
+                    if it.valid() {
+                        assert!(
+                            key::compare(it.key(), &probe).is_le(),
+                            "reader {r}: seek_for_prev landed after its target"
+                        );
+                    }
                     let probe = format!("key{:08}", walks * 7919 % N);
                     if let Some(Lookup::Found(v, _)) = m.get(probe.as_bytes(), u64::MAX >> 8) {
                         assert_eq!(&v[..], probe.as_bytes());
