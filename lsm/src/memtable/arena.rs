@@ -124,21 +124,17 @@ impl Arena {
 mod tests {
     use super::*;
 
-    #[test]
-    fn allocations_are_aligned_disjoint_and_charged_once() {
-        let mut arena = Arena::new(MAX_CHUNK);
-        const LARGE: usize = MAX_CHUNK / 16;
+    /// Allocates `count` lengths from `len_of` in an arena of `chunk`-byte chunks, fills each
+    /// with its own byte, and checks none was overwritten, every chunk was charged once and
+    /// whole, and (when `aligned`) every allocation starts 8-aligned.
+    fn allocate_fill_and_check(chunk: usize, count: usize, len_of: impl Fn(usize) -> usize, aligned: bool) {
+        let mut arena = Arena::new(chunk);
         let mut taken: Vec<(usize, usize)> = Vec::new();
         let mut charged = 0;
-        for i in 0..20_000usize {
-            // Sizes from 8 to past LARGE, so small ones cross chunk ends and large ones get their own.
-            let len = match i % 7 {
-                0 => LARGE + 8 * (1 + i % 100),
-                1 => LARGE,
-                _ => 8 * (1 + (i * 37) % 400),
-            };
+        for i in 0..count {
+            let len = len_of(i);
             let (ptr, charge) = arena.alloc(len);
-            assert!((ptr.as_ptr() as usize).is_multiple_of(8), "allocations of multiples of 8 stay aligned");
+            assert!(!aligned || (ptr.as_ptr() as usize).is_multiple_of(8), "allocation {i} of {len} is not aligned");
             // SAFETY: `len` bytes at `ptr` are the arena's, handed out once.
             unsafe { std::ptr::write_bytes(ptr.as_ptr(), i as u8, len) };
             charged += charge;
@@ -153,24 +149,22 @@ mod tests {
     }
 
     #[test]
+    fn allocations_of_multiples_of_8_are_aligned_disjoint_and_charged_once() {
+        // Sizes from 8 to past a sixteenth of a chunk, so small ones cross chunk ends and large
+        // ones get a chunk of their own.
+        let large = MAX_CHUNK / 16;
+        let len_of = |i: usize| match i % 7 {
+            0 => large + 8 * (1 + i % 100),
+            1 => large,
+            _ => 8 * (1 + (i * 37) % 400),
+        };
+        allocate_fill_and_check(MAX_CHUNK, 20_000, len_of, true);
+    }
+
+    #[test]
     fn allocations_of_any_length_are_disjoint_and_charged_once() {
-        let mut arena = Arena::new(MIN_CHUNK);
-        const LARGE: usize = MIN_CHUNK / 16;
-        let mut taken: Vec<(usize, usize)> = Vec::new();
-        let mut charged = 0;
-        for i in 0..20_000usize {
-            let len = if i % 5 == 0 { LARGE + 1 + i % 13 } else { 1 + (i * 37) % LARGE };
-            let (ptr, charge) = arena.alloc(len);
-            // SAFETY: `len` bytes at `ptr` are the arena's, handed out once.
-            unsafe { std::ptr::write_bytes(ptr.as_ptr(), i as u8, len) };
-            charged += charge;
-            taken.push((ptr.as_ptr() as usize, len));
-        }
-        for (i, &(at, len)) in taken.iter().enumerate() {
-            // SAFETY: as above.
-            let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
-            assert!(bytes.iter().all(|&b| b == i as u8), "allocation {i} was overwritten");
-        }
-        assert_eq!(charged, arena.allocated(), "every chunk is charged once, whole");
+        let large = MIN_CHUNK / 16;
+        let len_of = |i: usize| if i.is_multiple_of(5) { large + 1 + i % 13 } else { 1 + (i * 37) % large };
+        allocate_fill_and_check(MIN_CHUNK, 20_000, len_of, false);
     }
 }
