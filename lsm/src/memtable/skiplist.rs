@@ -226,9 +226,7 @@ impl SkipList {
             }),
         }
     }
-}
 
-impl SkipList {
     /// Entries in the list.
     pub(super) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
