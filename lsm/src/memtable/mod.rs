@@ -65,7 +65,7 @@ const BLOOM_BITS_PER_KEY: u32 = 10;
 /// A sorted in-memory table of recent writes.
 #[derive(Debug)]
 pub struct Memtable {
-    /// The entries: internal keys and values, nodes and all in the list's arena.
+    /// The entries: internal keys and values, in the list's arenas.
     map: SkipList,
     size: AtomicUsize,
     /// The WAL file that holds this memtable's writes.
