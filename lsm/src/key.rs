@@ -4,7 +4,6 @@
 //! key comes first and a seek to `(key, snapshot_seq)` lands on the newest version visible to the
 //! snapshot.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 
 /// Largest sequence number an internal key can carry (56 bits).
@@ -141,110 +140,6 @@ pub fn compare(a: &[u8], b: &[u8]) -> Ordering {
     }
 }
 
-/// Internal keys up to this long live inside the skip-list node itself.
-pub(crate) const INLINE_KEY: usize = 38;
-
-/// An owned internal key, ordered by [`compare`]. It is the memtable's skip-list key: short
-/// keys are stored inline, so a skip-list step touches one cache line instead of two.
-#[derive(Clone)]
-pub struct InternalKey(KeyRepr);
-
-#[derive(Clone)]
-enum KeyRepr {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    Heap(Box<[u8]>),
-}
-
-impl InternalKey {
-    /// Copies `bytes` (an encoded internal key).
-    pub fn new(bytes: &[u8]) -> Self {
-        if bytes.len() <= INLINE_KEY {
-            let mut inline = [0u8; INLINE_KEY];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            InternalKey(KeyRepr::Inline { len: bytes.len() as u8, bytes: inline })
-        } else {
-            InternalKey(KeyRepr::Heap(bytes.into()))
-        }
-    }
-
-    /// The internal key of `user_key` at `seq` of `kind`, encoded straight into place (the
-    /// memtable's insert: no intermediate buffer).
-    #[inline]
-    pub fn from_parts(user_key: &[u8], seq: u64, kind: ValueKind) -> Self {
-        let n = user_key.len();
-        let trailer = pack_trailer(seq, kind).to_le_bytes();
-        if n + TRAILER_LEN <= INLINE_KEY {
-            let mut inline = [0u8; INLINE_KEY];
-            inline[..n].copy_from_slice(user_key);
-            inline[n..n + TRAILER_LEN].copy_from_slice(&trailer);
-            InternalKey(KeyRepr::Inline { len: (n + TRAILER_LEN) as u8, bytes: inline })
-        } else {
-            InternalKey(KeyRepr::Heap(make_internal_key(user_key, seq, kind).into()))
-        }
-    }
-
-    /// The encoded key.
-    #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
-        match &self.0 {
-            KeyRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            KeyRepr::Heap(b) => b,
-        }
-    }
-}
-
-impl std::fmt::Debug for InternalKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("InternalKey").field(&self.as_bytes()).finish()
-    }
-}
-
-impl PartialEq for InternalKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-impl Eq for InternalKey {}
-
-/// A borrowed internal key with the same order, so the skip list can be searched without copying.
-#[derive(Debug, PartialEq, Eq)]
-#[repr(transparent)]
-pub struct InternalKeyRef(pub [u8]);
-
-impl InternalKeyRef {
-    /// Views `bytes` as an internal key.
-    pub fn new(bytes: &[u8]) -> &InternalKeyRef {
-        // SAFETY: `InternalKeyRef` is `repr(transparent)` over `[u8]`, so the layouts are identical.
-        unsafe { &*(bytes as *const [u8] as *const InternalKeyRef) }
-    }
-}
-
-impl Ord for InternalKeyRef {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare(&self.0, &other.0)
-    }
-}
-impl PartialOrd for InternalKeyRef {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for InternalKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare(self.as_bytes(), other.as_bytes())
-    }
-}
-impl PartialOrd for InternalKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Borrow<InternalKeyRef> for InternalKey {
-    fn borrow(&self) -> &InternalKeyRef {
-        InternalKeyRef::new(self.as_bytes())
-    }
-}
-
 /// Shortest key `k` with `start <= k < limit` in internal-key order (used for index separators).
 ///
 /// Works on user keys as LevelDB does: when a shorter user key separates the two, it is returned
@@ -348,15 +243,6 @@ mod tests {
                 assert_eq!(compare_bytes(a, b), a.cmp(b), "{a:?} vs {b:?}");
             }
         }
-        let short = InternalKey::new(&ik("k", 1));
-        let long = InternalKey::new(&ik(&"x".repeat(100), 1));
-        for user in ["", "k", &"y".repeat(INLINE_KEY - TRAILER_LEN), &"z".repeat(INLINE_KEY - TRAILER_LEN + 1)] {
-            let parts = InternalKey::from_parts(user.as_bytes(), 77, ValueKind::Delete);
-            assert_eq!(parts.as_bytes(), &make_internal_key(user.as_bytes(), 77, ValueKind::Delete)[..]);
-        }
-        assert_eq!(short.as_bytes(), ik("k", 1).as_slice());
-        assert_eq!(long.as_bytes().len(), 108);
-        assert!(short < long);
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //!
 //! Memory: 8 bytes per slot: an eighth of the write buffer in a memtable sized for the smallest
 //! entries (the first), ~4.8 MB at 64 MiB in one sized after entries of 16-byte keys and
-//! 100-byte values (~140 bytes each).
+//! 100-byte values (~144 bytes each).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

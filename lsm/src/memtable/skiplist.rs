@@ -389,6 +389,20 @@ mod tests {
     use super::*;
     use crate::key::ValueKind;
 
+    /// An internal key in the list's order, for a sorted model.
+    #[derive(Clone, PartialEq, Eq)]
+    struct Ordered(Vec<u8>);
+    impl Ord for Ordered {
+        fn cmp(&self, other: &Self) -> Cmp {
+            key::compare(&self.0, &other.0)
+        }
+    }
+    impl PartialOrd for Ordered {
+        fn partial_cmp(&self, other: &Self) -> Option<Cmp> {
+            Some(self.cmp(other))
+        }
+    }
+
     fn ikey(user: &str, seq: u64) -> Vec<u8> {
         key::make_internal_key(user.as_bytes(), seq, ValueKind::Put)
     }
@@ -426,10 +440,10 @@ mod tests {
             let (node, new, charge) = list.insert(&k, &v);
             charged += charge;
             needed += k.len() + v.len() + 8;
-            let was_new = !model.contains_key(&crate::key::InternalKey::new(&k));
+            let was_new = !model.contains_key(&Ordered(k.clone()));
             assert_eq!(new, was_new, "{user}@{}", i % 40);
             if was_new {
-                model.insert(crate::key::InternalKey::new(&k), v.clone());
+                model.insert(Ordered(k.clone()), v.clone());
                 assert_eq!((node.key(), node.value()), (&k[..], &v[..]));
             } else {
                 assert_eq!(node.key(), &k[..], "a duplicate returns the node already there");
@@ -439,17 +453,17 @@ mod tests {
         assert!(charged >= needed, "charged {charged} for {needed} bytes of keys, values and links");
         let forward: Vec<Vec<u8>> =
             std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
-        let expected: Vec<Vec<u8>> = model.keys().map(|k| k.as_bytes().to_vec()).collect();
+        let expected: Vec<Vec<u8>> = model.keys().map(|k| k.0.clone()).collect();
         assert_eq!(forward, expected);
         let backward: Vec<Vec<u8>> =
             std::iter::successors(list.last(), |n| list.prev(*n)).map(|n| n.key().to_vec()).collect();
         assert_eq!(backward, expected.iter().rev().cloned().collect::<Vec<_>>());
         for _ in 0..3000 {
             let t = ikey(&format!("k{:05}", rng.random_range(0..2100)), rng.random_range(0..45));
-            let tk = crate::key::InternalKey::new(&t);
-            let ge = model.range(tk.clone()..).next().map(|(k, _)| k.as_bytes().to_vec());
+            let tk = Ordered(t.clone());
+            let ge = model.range(tk.clone()..).next().map(|(k, _)| k.0.clone());
             assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
-            let le = model.range(..=tk).next_back().map(|(k, v)| (k.as_bytes().to_vec(), v.clone()));
+            let le = model.range(..=tk).next_back().map(|(k, v)| (k.0.clone(), v.clone()));
             assert_eq!(list.seek_for_prev(&t).map(|n| (n.key().to_vec(), n.value().to_vec())), le);
         }
         assert!(list.seek(&ikey("l", 0)).is_none() && list.seek_for_prev(&ikey("a", 0)).is_none());
