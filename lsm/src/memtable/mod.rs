@@ -5,25 +5,30 @@
 //! (entries, bloom filter and point index) reaches `write_buffer_size` the memtable is frozen
 //! and a background thread flushes it to an L0 table.
 //!
-//! The list is our own ([`skiplist`]): each node — its links, a pointer to its value and the
-//! internal key — is carved out of the memtable's node [`arena`] (nodes taller than one level in
-//! an arena of their own, so the levels a search walks far are dense), each value out of its
-//! value arena. An entry of a 16-byte key and a 100-byte value takes about 144 bytes (a 43-byte
-//! node: 1.33 links of 8 bytes on average, a word of key length and value pointer, the key; and
-//! the value with a length byte), and the memtable charges the arenas' chunks, whole as each is
-//! made, against `write_buffer_size`. `crossbeam_skiplist`, which this replaced, made each node
-//! an allocation of its own: ~174 bytes an entry with the value in an arena, and a dropped
-//! memtable's nodes, freed one by one, left the next memtable's nodes spread over slabs 62 %
-//! full (8 MB beside 16 MB of nodes after 10 M random overwrites).
+//! The list is our own ([`skiplist`]): one node per user key — its links, a pointer to its
+//! newest version and the key — carved out of the memtable's node [`arena`] (nodes taller than
+//! one level in an arena of their own, so the levels a search walks far are dense), and each
+//! version — kind, sequence number, a pointer to the next older version if there is one, and
+//! the value — out of its value arena. A cursor walks the keys and each key's versions newest
+//! first, which is the order of internal keys. A new version of a key the memtable holds goes
+//! on its chain through the node the point index finds: no descent of the list, which is what a
+//! rewritten counter, a collection's metadata record or a re-scored member costs otherwise. An
+//! entry of a 16-byte key and a 100-byte value takes about 148 bytes (a 43-byte node: 1.33
+//! links of 8 bytes on average, the version pointer, a length byte, the key; and a 105-byte
+//! version), a rewrite of it 113, and the memtable charges the arenas' chunks, whole as each is
+//! made, against `write_buffer_size`. `crossbeam_skiplist`, which the first list replaced, made
+//! each node an allocation of its own: ~174 bytes an entry with the value in an arena, and a
+//! dropped memtable's nodes, freed one by one, left the next memtable's nodes spread over slabs
+//! 62 % full (8 MB beside 16 MB of nodes after 10 M random overwrites).
 //!
 //! Nothing is ever removed from a memtable's skip list: it only grows until the whole memtable
 //! is dropped, which needs the last reference to it. So no node can be freed while anyone
 //! reads it: a lookup or a cursor step costs no atomic read-modify-write, only loads.
 //!
 //! Point lookups ask a bloom filter of the user keys first (an absent key skips everything),
-//! then the [`point_index`], a hash table of each key's newest version: a lookup at the latest
-//! sequence number is answered without descending the list, which only older snapshots and
-//! keys the index has no slot for still need. Both are sized when the memtable is made and
+//! then the [`point_index`], a hash table of each key's node: a lookup is answered from the
+//! node's chain (its first version, at the latest sequence number) without descending the list,
+//! which only keys the index has no slot for still need. Both are sized when the memtable is made and
 //! count against the write buffer: entries fill the rest. The first memtable sizes them for
 //! the smallest entries (about a seventh of the buffer); each later one for entries the size
 //! of its predecessor's (see [`Memtable::with_budget_after`]).
@@ -48,7 +53,7 @@ mod point_index;
 mod skiplist;
 use arena::Arena;
 use point_index::{PointIndex, Probe};
-use skiplist::{Node, SkipList};
+use skiplist::{Hint, Node, SkipList, Version};
 
 /// What a range tombstone is charged beside its bounds (it lives in the memtable's
 /// [`MemTombstones`], not in the list).
@@ -295,29 +300,23 @@ impl Memtable {
             self.largest_seq.fetch_max(seq, Ordering::Relaxed);
             return;
         }
-        let mut ikey = [0u8; 64];
-        let heap;
-        let ikey: &[u8] = if user_key.len() + key::TRAILER_LEN <= ikey.len() {
-            let n = user_key.len();
-            ikey[..n].copy_from_slice(user_key);
-            ikey[n..n + key::TRAILER_LEN].copy_from_slice(&key::pack_trailer(seq, kind).to_le_bytes());
-            &ikey[..n + key::TRAILER_LEN]
-        } else {
-            heap = key::make_internal_key(user_key, seq, kind);
-            &heap
+        let trailer = key::pack_trailer(seq, kind);
+        let (_, _, charge) = match &self.lookups {
+            Some(l) => {
+                l.bloom.add(hash);
+                // The key's node, found through the index, takes the new version without a
+                // search of the list; a new node is recorded before the write's sequence
+                // number is published (see `point_index`).
+                let hint = || match l.index.probe(hash, user_key) {
+                    Probe::Found(node) => Hint::Node(node),
+                    Probe::Absent => Hint::Absent,
+                    Probe::Unknown => Hint::Unknown,
+                };
+                self.map.insert(user_key, trailer, value, hint, |node| l.index.note(hash, user_key, node))
+            }
+            None => self.map.insert(user_key, trailer, value, || Hint::Unknown, |_| {}),
         };
-        let hash = self.lookups.as_ref().map(|l| {
-            l.bloom.add(hash);
-            hash
-        });
-        // An internal key is unique (its sequence number is), so this inserts: the entry only
-        // repeats when a write is applied twice, with the same value.
-        let (node, _, charge) = self.map.insert(ikey, value);
         self.size.fetch_add(charge, Ordering::Relaxed);
-        if let (Some(l), Some(hash)) = (&self.lookups, hash) {
-            // Before the write's sequence number is published (see `point_index`).
-            l.index.note(hash, user_key, node);
-        }
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
     }
 
@@ -365,30 +364,30 @@ impl Memtable {
 
     /// The newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
-        if let Some(l) = &self.lookups {
-            let hash = bloom::hash_key(user_key);
-            if !l.bloom.may_contain(hash) {
-                return None;
-            }
-            match l.index.probe(hash, user_key) {
-                Probe::Absent => return None,
-                Probe::Newest(node) => {
-                    let parsed = key::parse(node.key())?;
-                    if parsed.seq <= seq {
-                        return Some(Self::lookup_of(parsed.kind, parsed.seq, node.value()));
-                    }
-                    // A snapshot older than the newest version: the list has the older ones.
+        let node = match &self.lookups {
+            Some(l) => {
+                let hash = bloom::hash_key(user_key);
+                if !l.bloom.may_contain(hash) {
+                    return None;
                 }
-                Probe::Unknown => {}
+                match l.index.probe(hash, user_key) {
+                    Probe::Absent => return None,
+                    Probe::Found(node) => node,
+                    Probe::Unknown => self.map.find(user_key)?,
+                }
             }
+            None => self.map.find(user_key)?,
+        };
+        // The key's versions, newest first: a read at the latest sequence number takes the first.
+        let mut version = Some(self.map.newest(node));
+        while let Some(v) = version {
+            let (trailer_seq, kind) = (v.trailer() >> 8, ValueKind::from_u8(v.trailer() as u8)?);
+            if trailer_seq <= seq {
+                return Some(Self::lookup_of(kind, trailer_seq, v.value()));
+            }
+            version = v.older();
         }
-        let target = key::seek_key(user_key, seq);
-        let node = self.map.seek(&target)?;
-        let parsed = key::parse(node.key())?;
-        if parsed.user_key != user_key {
-            return None;
-        }
-        Some(Self::lookup_of(parsed.kind, parsed.seq, node.value()))
+        None
     }
 
     /// What a lookup that found `value` answers: a copy of it (the arena's bytes live only as
@@ -421,58 +420,141 @@ impl Memtable {
 
     /// A cursor over the memtable; it keeps the memtable alive.
     pub fn iter(self: &Arc<Self>) -> MemIter {
-        MemIter { node: None, mem: Arc::clone(self) }
+        MemIter { at: None, key: Vec::new(), mem: Arc::clone(self) }
     }
 }
 
-/// Cursor over a memtable.
+/// Cursor over a memtable: a version of a key's node, in the order of internal keys (keys
+/// ascending, each key's versions newest first).
 pub struct MemIter {
-    /// A node of `mem`'s list, which lives as long as `mem`.
-    node: Option<Node>,
+    /// A node of `mem`'s list and one of its versions, which live as long as `mem`.
+    at: Option<(Node, Version)>,
+    /// The internal key of `at`: its node's key and its version's trailer.
+    key: Vec<u8>,
     mem: Arc<Memtable>,
 }
 
 impl std::fmt::Debug for MemIter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemIter").field("valid", &self.node.is_some()).finish()
+        f.debug_struct("MemIter").field("valid", &self.at.is_some()).finish()
+    }
+}
+
+impl MemIter {
+    fn set(&mut self, at: Option<(Node, Version)>) {
+        self.at = at;
+        if let Some((node, version)) = at {
+            self.key.clear();
+            self.key.extend_from_slice(node.key());
+            self.key.extend_from_slice(&version.trailer().to_le_bytes());
+        }
+    }
+
+    /// `node`'s newest version.
+    fn newest(&self, node: Option<Node>) -> Option<(Node, Version)> {
+        node.map(|n| (n, self.mem.map.newest(n)))
+    }
+
+    /// `node`'s oldest version.
+    fn oldest(&self, node: Option<Node>) -> Option<(Node, Version)> {
+        node.map(|n| (n, self.mem.map.oldest(n)))
     }
 }
 
 impl InternalIterator for MemIter {
     fn valid(&self) -> bool {
-        self.node.is_some()
+        self.at.is_some()
     }
     fn key(&self) -> &[u8] {
-        self.node.as_ref().map_or(&[], |n| n.key())
+        if self.at.is_some() {
+            &self.key
+        } else {
+            &[]
+        }
     }
     fn value(&self) -> &[u8] {
-        self.node.as_ref().map_or(&[], |n| n.value())
+        self.at.as_ref().map_or(&[], |(_, v)| v.value())
     }
     fn value_bytes(&self) -> Bytes {
-        self.node.as_ref().map(|n| Bytes::copy_from_slice(n.value())).unwrap_or_default()
+        self.at.as_ref().map(|(_, v)| Bytes::copy_from_slice(v.value())).unwrap_or_default()
     }
     fn seek_to_first(&mut self) -> Result<()> {
-        self.node = self.mem.map.first();
+        let at = self.newest(self.mem.map.first());
+        self.set(at);
         Ok(())
     }
     fn seek_to_last(&mut self) -> Result<()> {
-        self.node = self.mem.map.last();
+        let at = self.oldest(self.mem.map.last());
+        self.set(at);
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        self.node = self.mem.map.seek(target);
+        // The first version at or after the target: of the target's key, the newest whose
+        // trailer is at or below the target's; else the next key's newest.
+        let (user_key, trailer) = (key::user_key(target), key::trailer(target));
+        let at = match self.mem.map.seek(user_key) {
+            Some(node) if node.key() == user_key => {
+                let mut version = Some(self.mem.map.newest(node));
+                while let Some(v) = version.filter(|v| v.trailer() > trailer) {
+                    version = v.older();
+                }
+                match version {
+                    Some(v) => Some((node, v)),
+                    None => self.newest(self.mem.map.next(node)),
+                }
+            }
+            node => self.newest(node),
+        };
+        self.set(at);
         Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        self.node = self.mem.map.seek_for_prev(target);
+        // The last version at or before the target: of the target's key, the oldest whose
+        // trailer is at or above the target's; else the previous key's oldest.
+        let (user_key, trailer) = (key::user_key(target), key::trailer(target));
+        let at = match self.mem.map.seek_for_prev(user_key) {
+            Some(node) if node.key() == user_key => {
+                let mut last = None;
+                let mut version = Some(self.mem.map.newest(node));
+                while let Some(v) = version.filter(|v| v.trailer() >= trailer) {
+                    last = Some(v);
+                    version = v.older();
+                }
+                match last {
+                    Some(v) => Some((node, v)),
+                    None => self.oldest(self.mem.map.prev(node)),
+                }
+            }
+            node => self.oldest(node),
+        };
+        self.set(at);
         Ok(())
     }
     fn next(&mut self) -> Result<()> {
-        self.node = self.node.and_then(|n| self.mem.map.next(n));
+        let at = self.at.and_then(|(node, v)| match v.older() {
+            Some(older) => Some((node, older)),
+            None => self.newest(self.mem.map.next(node)),
+        });
+        self.set(at);
         Ok(())
     }
     fn prev(&mut self) -> Result<()> {
-        self.node = self.node.and_then(|n| self.mem.map.prev(n));
+        // The version just newer than this one (chains link only to older versions, and a
+        // newer one may have been copied since: found by trailer, not by address), else the
+        // previous key's oldest.
+        let at = self.at.and_then(|(node, at)| {
+            let mut newer = None;
+            let mut version = Some(self.mem.map.newest(node));
+            while let Some(v) = version.filter(|v| v.trailer() > at.trailer()) {
+                newer = Some(v);
+                version = v.older();
+            }
+            match newer {
+                Some(v) => Some((node, v)),
+                None => self.oldest(self.mem.map.prev(node)),
+            }
+        });
+        self.set(at);
         Ok(())
     }
 }

@@ -1,10 +1,11 @@
-//! The memtable's point index: the newest version of each user key, found by hash.
+//! The memtable's point index: the skip-list node of each user key, found by hash.
 //!
 //! A point lookup in the skip list descends about `log2(n)` levels, a cache miss each: with a
 //! few hundred thousand entries that is about a microsecond, the largest single cost of a
 //! read-modify-write on a hot collection (measured: SADD of one set, pipelined, spent a fifth
-//! of the server's CPU in the descent). The index answers the common lookup — the newest
-//! version of a key, read at the latest sequence number — with one or two cache misses:
+//! of the server's CPU in the descent). The index finds a key's node — which holds all the key's
+//! versions, newest first — with one or two cache misses, for lookups and for the writer, which
+//! puts a new version of a key the memtable holds on that node's chain without a descent:
 //!
 //! ```text
 //! slots: [AtomicUsize; n]   (n: a quarter more than the keys the memtable is expected to hold)
@@ -24,14 +25,14 @@
 //!
 //! A slot points at a node of the memtable's skip list. Nodes are never removed while the
 //! memtable lives (see [`super::skiplist`]), so the pointer stays valid as long as the
-//! index does. The writer inserts the node into the list first and then points the key's
-//! slot at it (a newer version replaces an older one; slots are never emptied), all before the
-//! write's sequence number is published; a reader that loaded the published sequence number
-//! therefore finds every visible version's slot filled. What a probe can tell:
-//! - the slot's node is the key's newest version: if a lookup's sequence number is at or past
-//!   it, that is the answer; otherwise the lookup needs an older version and descends the list;
-//! - an empty slot comes first: no version of the key is in the memtable (a version, once
-//!   inserted, fills a slot on the key's probe path that never empties again);
+//! index does. The writer makes a key's node in the list first and then points the key's slot
+//! at it (slots are never emptied or changed), all before the write's sequence number is
+//! published; a reader that loaded the published sequence number therefore finds every visible
+//! key's slot filled. The writer asks the index, under the list's writer lock, before each
+//! insert. What a probe can tell:
+//! - the slot's node is the key's: its versions answer a lookup at any sequence number;
+//! - an empty slot comes first: no version of the key is in the memtable (a node, once
+//!   made, fills a slot on the key's probe path that never empties again);
 //! - [`MAX_PROBES`] slots hold other keys: the key may have found no slot (the table was that
 //!   full around its hash), and the lookup descends the list.
 //!
@@ -42,7 +43,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::skiplist::Node;
-use crate::key;
 use crate::pages::Pages;
 
 /// Slots a probe visits before it gives up (the key then lives in the list alone).
@@ -55,8 +55,8 @@ const BYTES_PER_SLOT: usize = 64;
 
 /// What the index knows about a user key (see the module docs).
 pub(super) enum Probe {
-    /// The key's newest version in the memtable.
-    Newest(Node),
+    /// The key's node in the memtable's list (holding every version of it).
+    Found(Node),
     /// No version of the key is in the memtable.
     Absent,
     /// The index cannot tell: ask the list.
@@ -167,13 +167,12 @@ impl PointIndex {
         (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
     }
 
-    /// Makes `record` (a node just inserted into the skip list, whose user key is `user_key` and
-    /// hash `hash`) its key's newest version unless a newer one is already recorded. The node
-    /// must live as long as the index: it is a node of the memtable's list.
+    /// Records `record`, a node just made in the skip list for `user_key` (hash `hash`), as
+    /// its key's node (a key has one node, which holds all its versions). The node must live
+    /// as long as the index: it is a node of the memtable's list.
     pub(super) fn note(&self, hash: u64, user_key: &[u8], record: Node) {
         let tag = tag_of(hash);
         let new = encode(record.addr(), tag);
-        let seq = seq_of(record);
         let start = self.first_slot(hash);
         for i in 0..MAX_PROBES {
             let slot = &self.slots[self.wrap(start + i)];
@@ -194,16 +193,10 @@ impl PointIndex {
                 // SAFETY: a non-empty slot points at a node of the memtable's list, which
                 // outlives the index (see the module docs).
                 let held = unsafe { Node::from_addr(decode(current)) };
-                if key::user_key(held.key()) != user_key {
+                if held.key() != user_key {
                     break; // another key's slot: probe on
                 }
-                if seq_of(held) >= seq {
-                    return; // as new or newer already (the same write applied twice)
-                }
-                match slot.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return,
-                    Err(now) => current = now,
-                }
+                return; // the key's node is recorded already
             }
         }
         // No slot near the hash: lookups of this key find MAX_PROBES other keys and ask the list.
@@ -223,17 +216,12 @@ impl PointIndex {
             }
             // SAFETY: as in `note`.
             let record = unsafe { Node::from_addr(decode(slot)) };
-            if key::user_key(record.key()) == user_key {
-                return Probe::Newest(record);
+            if record.key() == user_key {
+                return Probe::Found(record);
             }
         }
         Probe::Unknown
     }
-}
-
-/// The sequence number of a node's key.
-fn seq_of(node: Node) -> u64 {
-    key::parse(node.key()).map_or(0, |p| p.seq)
 }
 
 #[cfg(test)]

@@ -1,57 +1,63 @@
-//! The memtable's skip list: internal keys in order, each node laid out with its links and key
-//! in one stretch of a node [`arena`](super::arena), as RocksDB's `InlineSkipList` and LevelDB's
-//! `SkipList` do, and its value in the value arena. Nodes of height 1 and taller ones come from
-//! two arenas, so the upper levels, which a search walks across the whole list, are dense.
+//! The memtable's skip list: one node per user key, in order, each holding a chain of that
+//! key's versions, newest first. A node is laid out with its links and key in one stretch of a
+//! node [`arena`](super::arena), as RocksDB's `InlineSkipList` and LevelDB's `SkipList` lay out
+//! theirs; nodes of height 1 and taller ones come from two arenas, so the upper levels, which
+//! a search walks across the whole list, are dense. Versions live in the value arena.
 //!
 //! ```text
-//! node:  [link h-1] ... [link 1] [link 0] | [key len << 48 | value pointer][internal key] [pad to 8]
-//!                                         ^ the node's address (what a `Node` and the point index hold)
-//!    or, for a key of 64 KiB or more or a value pointer above 48 bits (long form):
-//!        [link h-1] ... [link 0] | [0][value pointer][key len varint][internal key] [pad to 8]
-//! value: [value len varint][value]          (an empty value: a static zero length)
+//! node:    [link h-1] ... [link 1] [link 0] | [newest version pointer][key len varint][user key] [pad to 8]
+//!                                           ^ the node's address (what a `Node` and the point index hold)
+//! version: [kind | HAS_OLDER][seq - base varint][older version pointer, if HAS_OLDER][value len varint][value]
 //! ```
 //!
-//! An internal key is never empty (its trailer is 8 bytes), so a first word whose top 16 bits
-//! are zero marks the long form.
+//! A version's sequence number is stored as its distance from the list's base (the first
+//! sequence number inserted), a varint of about three bytes in a memtable of a few hundred
+//! thousand writes; its first byte is the version's kind, with bit 7 set when a pointer to
+//! the next older version of the key follows (unaligned: versions are packed).
+//!
+//! **Why chains.** In the order of internal keys a key's versions are adjacent (user key
+//! ascending, sequence number descending), so a list of internal keys inserts a new version of
+//! a key right before the old one — after a descent of the whole list, about `log4(n)` levels
+//! of cache misses (a microsecond in a memtable of a million entries). Redis-style workloads
+//! rewrite the same keys all the time (a counter, a collection's metadata record on every push
+//! or pop, a sorted set member's score): with the node of its key found through the point
+//! index, a new version is one allocation and one pointer store. A key written once costs what
+//! it did as an internal key in a node of its own: the trailer's 8 bytes are now the version's
+//! ~4-byte kind and sequence number, and the node's key length a varint instead of half a word.
 //!
 //! A node of height `h` (probability `4^-(h-1)·¾`, at most [`MAX_HEIGHT`]) has `h` links, 1.33
-//! on average; link `i` is the next node at level `i`. An entry of a 16-byte key and a 100-byte
-//! value takes ~144 bytes (a 43-byte node and 101 bytes of value) where `crossbeam_skiplist`'s
-//! node (2 links on average, an inline key of fixed size, the allocator's size classes) and the
-//! value took ~174.
+//! on average; link `i` is the next node at level `i`.
 //!
 //! Concurrency: one writer at a time (inserts take the writer lock, which also owns the arenas)
-//! and any number of readers that take no lock, as in LevelDB. A node's bytes are all written
-//! before the node is linked: the writer sets the new node's links, then stores it into its
-//! predecessor's link with `Release`, level 0 first; readers load links with `Acquire`, so a
-//! reader that reaches a node through any link sees the node's key, value and the links below
-//! that one. Nothing is ever unlinked and no node is ever freed while the list lives: the arenas
-//! free every node and value at once when the list is dropped, which needs the last reference to its
-//! memtable, and with it every cursor and the point index, which hold [`Node`]s.
+//! and any number of readers that take no lock, as in LevelDB. A node's or version's bytes are
+//! all written before it is published: the writer sets a new node's links, then stores it into
+//! its predecessor's link with `Release`, level 0 first; a new version is published by storing
+//! it into its node's newest-version pointer with `Release`. Readers load links and that
+//! pointer with `Acquire`, so whatever they reach through them is complete; a version's own
+//! older pointer is written before the version is published and never changed. A version
+//! older than the newest (never inserted by the engine, which applies writes in sequence order,
+//! but allowed) is inserted by copying the newer versions in front of it and publishing the
+//! copy: readers that hold the old ones keep a complete, older chain. Nothing is ever unlinked
+//! and nothing is ever freed while the list lives: the arenas free every node and version at
+//! once when the list is dropped, which needs the last reference to its memtable, and with it
+//! every cursor and the point index, which hold [`Node`]s.
 
-use std::cmp::Ordering as Cmp;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::arena::Arena;
-use crate::coding::{encode_varint, get_varint, MAX_VARINT_LEN};
-use crate::key;
+use crate::coding::{encode_varint, MAX_VARINT_LEN};
 
-/// The most links a node has: with a branching factor of 4, a list of 4^12 (16 M) entries still
+/// The most links a node has: with a branching factor of 4, a list of 4^12 (16 M) keys still
 /// descends in about 4 steps a level.
 pub(super) const MAX_HEIGHT: usize = 12;
 
 const LINK: usize = std::mem::size_of::<AtomicPtr<u8>>();
-/// Bytes of a node's first word (key length and value pointer, or zero in the long form).
+/// Bytes of a node's newest-version pointer.
 const WORD: usize = 8;
-/// Value pointers below this fit beside the key length in a node's first word.
-const SHORT_POINTER: usize = 1 << 48;
-/// Keys shorter than this have their length in a node's first word.
-const SHORT_KEY: usize = 1 << 16;
-
-/// The length every empty value points at.
-static EMPTY: u8 = 0;
+/// Bit 7 of a version's first byte (its kind): a pointer to the next older version follows.
+const HAS_OLDER: u8 = 0x80;
 
 /// A node of a [`SkipList`]: its address, just past its links.
 ///
@@ -61,7 +67,8 @@ static EMPTY: u8 = 0;
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Node(NonNull<u8>);
 
-// SAFETY: a node's bytes are immutable once it is published, and its links are atomics.
+// SAFETY: a node's bytes are immutable once it is published, but for its links and its
+// newest-version pointer, which are atomics.
 unsafe impl Send for Node {}
 unsafe impl Sync for Node {}
 
@@ -71,24 +78,54 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// One version of a node's key: a kind, a sequence number and a value (see the module docs).
+/// Valid as long as its list, as a [`Node`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Version {
+    at: NonNull<u8>,
+    /// The list's base sequence number.
+    base: u64,
+}
+
+// SAFETY: a version's bytes are immutable once it is published.
+unsafe impl Send for Version {}
+unsafe impl Sync for Version {}
+
+impl std::fmt::Debug for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Version").field("trailer", &self.trailer()).finish()
+    }
+}
+
 /// A varint at `p` that the arena holds: its value and length.
 ///
 /// # Safety
-/// `p` must point at a varint written by [`SkipList::insert`] into a live node.
+/// `p` must point at a varint written by [`SkipList::insert`] into a live node or version.
 #[inline]
 unsafe fn read_len(p: *const u8) -> (usize, usize) {
-    // SAFETY: the caller's; a one-byte varint is read alone. A longer one is a length of 128 or
-    // more, so the bytes it describes follow it and the MAX_VARINT_LEN bytes from `p` lie
-    // within the node.
-    unsafe {
-        let first = *p;
-        if first < 0x80 {
-            return (usize::from(first), 1);
+    // SAFETY: the caller's; see `read_varint`.
+    let (v, n) = unsafe { read_varint(p) };
+    (v as usize, n)
+}
+
+/// A varint at `p` that the arena holds, and its length.
+///
+/// # Safety
+/// As [`read_len`].
+#[inline]
+unsafe fn read_varint(p: *const u8) -> (u64, usize) {
+    let (mut value, mut shift) = (0u64, 0);
+    for i in 0..MAX_VARINT_LEN {
+        // SAFETY: the caller's: the bytes up to the varint's last (the first below 0x80) are
+        // the arena's.
+        let b = unsafe { *p.add(i) };
+        value |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return (value, i + 1);
         }
-        let (len, n) =
-            get_varint(std::slice::from_raw_parts(p, MAX_VARINT_LEN)).expect("the arena's own length varint");
-        (len as usize, n)
+        shift += 7;
     }
+    (value, MAX_VARINT_LEN)
 }
 
 impl Node {
@@ -115,47 +152,22 @@ impl Node {
         unsafe { &*self.0.as_ptr().sub(LINK * (level + 1)).cast::<AtomicPtr<u8>>() }
     }
 
-    /// The node's first word.
+    /// The pointer to the node's newest version.
     #[inline]
-    fn word(&self) -> u64 {
-        // SAFETY: a node starts with an 8-aligned word written before it was published.
-        unsafe { self.0.as_ptr().cast::<u64>().read() }
+    fn head(&self) -> &AtomicPtr<u8> {
+        // SAFETY: a node starts with this 8-aligned word, written before it was published.
+        unsafe { &*self.0.as_ptr().cast::<AtomicPtr<u8>>() }
     }
 
-    /// The node's internal key.
+    /// The node's user key.
     #[inline]
     pub(super) fn key(&self) -> &[u8] {
-        let w = self.word();
-        let p = self.0.as_ptr();
-        // SAFETY: the node's bytes were written by `SkipList::insert` before it was published
-        // and are never written again: in the short form the key's bytes follow the first word,
-        // which holds their length; in the long form the value pointer and a length varint come
-        // between.
+        // SAFETY: the key's length varint and bytes follow the first word; they were written by
+        // `SkipList::insert` before the node was published and are never written again.
         unsafe {
-            if w >> 48 != 0 {
-                return std::slice::from_raw_parts(p.add(WORD), (w >> 48) as usize);
-            }
-            let k = p.add(2 * WORD);
+            let k = self.0.as_ptr().add(WORD);
             let (len, n) = read_len(k);
             std::slice::from_raw_parts(k.add(n), len)
-        }
-    }
-
-    /// The node's value.
-    #[inline]
-    pub(super) fn value(&self) -> &[u8] {
-        let w = self.word();
-        // SAFETY: as in `key`: the value pointer is in the first word (short form) or the second
-        // (long form), and points at the value's length varint and bytes, in the value arena
-        // (alive with the node) or at the static empty value.
-        unsafe {
-            let v = if w >> 48 != 0 {
-                (w as usize & (SHORT_POINTER - 1)) as *const u8
-            } else {
-                self.0.as_ptr().add(WORD).cast::<*const u8>().read()
-            };
-            let (len, m) = read_len(v);
-            std::slice::from_raw_parts(v.add(m), len)
         }
     }
 
@@ -166,17 +178,83 @@ impl Node {
     }
 }
 
+impl Version {
+    /// The version's first byte: its kind, and [`HAS_OLDER`].
+    #[inline]
+    fn flags(&self) -> u8 {
+        // SAFETY: a version's bytes were written before it was published, never again.
+        unsafe { *self.at.as_ptr() }
+    }
+
+    /// The sequence number varint's value and length.
+    #[inline]
+    fn seq_delta(&self) -> (u64, usize) {
+        // SAFETY: the varint follows the first byte (see `SkipList::new_version`).
+        unsafe { read_varint(self.at.as_ptr().add(1)) }
+    }
+
+    /// The internal-key trailer of this version (`seq << 8 | kind`).
+    #[inline]
+    pub(super) fn trailer(&self) -> u64 {
+        let (delta, _) = self.seq_delta();
+        self.base.wrapping_add(delta) << 8 | u64::from(self.flags() & !HAS_OLDER)
+    }
+
+    /// Where the older pointer (if any) is.
+    #[inline]
+    fn after_seq(&self) -> *const u8 {
+        let (_, n) = self.seq_delta();
+        // SAFETY: within the version (see `SkipList::new_version`).
+        unsafe { self.at.as_ptr().add(1 + n) }
+    }
+
+    /// The next older version of the key.
+    #[inline]
+    pub(super) fn older(&self) -> Option<Version> {
+        if self.flags() & HAS_OLDER == 0 {
+            return None;
+        }
+        // SAFETY: with HAS_OLDER set, the older version's address follows the sequence number
+        // (unaligned), written before this version was published.
+        let p = unsafe { self.after_seq().cast::<*mut u8>().read_unaligned() };
+        NonNull::new(p).map(|at| Version { at, base: self.base })
+    }
+
+    /// The version's value.
+    #[inline]
+    pub(super) fn value(&self) -> &[u8] {
+        let skip = if self.flags() & HAS_OLDER != 0 { LINK } else { 0 };
+        // SAFETY: the value's length varint and bytes follow (see `SkipList::new_version`).
+        unsafe {
+            let v = self.after_seq().add(skip);
+            let (len, m) = read_len(v);
+            std::slice::from_raw_parts(v.add(m), len)
+        }
+    }
+}
+
+/// What the caller knows about the node of the key it inserts (from the point index).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Hint {
+    /// This is the key's node.
+    Node(Node),
+    /// The list has no node for the key.
+    Absent,
+    /// Nothing: the list is searched.
+    Unknown,
+}
+
 /// What only the writer touches.
 #[derive(Debug)]
 struct Writer {
-    /// Nodes of height 1: links, value pointer and key.
+    /// Nodes of height 1: links, newest-version pointer and key.
     nodes: Arena,
     /// Taller nodes, apart so that the levels above 0, which a search walks far, are dense: a
     /// seek into a memtable of 400K entries of 16-byte keys took 1.1-1.7 µs instead of 1.6-2.6
     /// with all nodes in one arena (crossbeam's nodes, segregated by the allocator's size
     /// classes, 1.3-1.8).
     tall: Arena,
-    /// Values, with their lengths.
+    /// Versions.
     values: Arena,
     /// xorshift64 state for node heights.
     rng: u64,
@@ -194,19 +272,29 @@ impl Writer {
     }
 }
 
-/// A skip list of internal keys, with values (see the module docs).
+/// A skip list of user keys, each with its versions (see the module docs).
 pub(super) struct SkipList {
     /// The head's links: the first node of each level.
     head: [AtomicPtr<u8>; MAX_HEIGHT],
     /// Levels in use (at least 1).
     height: AtomicUsize,
+    /// Versions in the list.
     len: AtomicUsize,
+    /// Nodes (distinct keys) in the list.
+    keys: AtomicUsize,
+    /// Sequence numbers are stored relative to this: the first one inserted (set before the
+    /// first version is published).
+    base: AtomicU64,
     writer: Mutex<Writer>,
 }
 
 impl std::fmt::Debug for SkipList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SkipList").field("len", &self.len()).field("height", &self.height).finish()
+        f.debug_struct("SkipList")
+            .field("len", &self.len())
+            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("height", &self.height)
+            .finish()
     }
 }
 
@@ -218,6 +306,8 @@ impl SkipList {
             head: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             height: AtomicUsize::new(1),
             len: AtomicUsize::new(0),
+            keys: AtomicUsize::new(0),
+            base: AtomicU64::new(u64::MAX),
             writer: Mutex::new(Writer {
                 nodes: Arena::new(chunk),
                 tall: Arena::new((chunk / 4).max(super::arena::MIN_CHUNK)),
@@ -227,7 +317,7 @@ impl SkipList {
         }
     }
 
-    /// Entries in the list.
+    /// Versions in the list.
     pub(super) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }
@@ -235,6 +325,12 @@ impl SkipList {
     /// True when the list holds nothing.
     pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Distinct keys in the list.
+    #[cfg(test)]
+    pub(super) fn keys(&self) -> usize {
+        self.keys.load(Ordering::Relaxed)
     }
 
     /// Link `level` of `node`, or of the head when `None`.
@@ -263,9 +359,9 @@ impl SkipList {
                 // The node after `next` on this level is the one compared next if `next` is
                 // passed: start loading it while `next` is compared (RocksDB's list does too).
                 crate::prefetch(next.link(level).load(Ordering::Relaxed));
-                match key::compare(next.key(), target) {
-                    Cmp::Less => x = Some(next),
-                    Cmp::Equal if or_equal => x = Some(next),
+                match crate::key::compare_bytes(next.key(), target) {
+                    std::cmp::Ordering::Less => x = Some(next),
+                    std::cmp::Ordering::Equal if or_equal => x = Some(next),
                     _ => break,
                 }
             }
@@ -274,6 +370,11 @@ impl SkipList {
             }
         }
         x
+    }
+
+    /// The node of `key`, if the list has one.
+    pub(super) fn find(&self, key: &[u8]) -> Option<Node> {
+        self.seek(key).filter(|n| n.key() == key)
     }
 
     /// The first node whose key is at or after `target`.
@@ -317,57 +418,111 @@ impl SkipList {
         self.last_before(node.key(), false, None)
     }
 
-    /// Inserts `internal_key` with `value`: the node that holds the key, whether it is new, and
-    /// the bytes of memory this took. A key already in the list (the same write applied twice)
-    /// is left as it is, and its node returned.
-    pub(super) fn insert(&self, internal_key: &[u8], value: &[u8]) -> (Node, bool, usize) {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let height = w.random_height();
-        let (value_at, value_charge) = if value.is_empty() {
-            (&EMPTY as *const u8, 0)
-        } else {
-            let mut vlen = [0u8; MAX_VARINT_LEN];
-            let vl = encode_varint(&mut vlen, value.len() as u64);
-            let (v, charge) = w.values.alloc(vl + value.len());
-            // SAFETY: `v` is `vl + value.len()` fresh bytes of the value arena, which no one
-            // else can reach yet.
-            unsafe {
-                std::ptr::copy_nonoverlapping(vlen.as_ptr(), v.as_ptr(), vl);
-                std::ptr::copy_nonoverlapping(value.as_ptr(), v.as_ptr().add(vl), value.len());
+    /// The newest version of `node`.
+    #[inline]
+    pub(super) fn newest(&self, node: Node) -> Version {
+        let at = node.head().load(Ordering::Acquire);
+        // SAFETY: a node is published with its first version, and its pointer only ever
+        // changes to another version.
+        Version { at: unsafe { NonNull::new_unchecked(at) }, base: self.base.load(Ordering::Acquire) }
+    }
+
+    /// The oldest version of `node`.
+    pub(super) fn oldest(&self, node: Node) -> Version {
+        let mut v = self.newest(node);
+        while let Some(o) = v.older() {
+            v = o;
+        }
+        v
+    }
+
+    /// Writes a version into the value arena: the version and the bytes of memory this took.
+    fn new_version(&self, w: &mut Writer, trailer: u64, older: Option<Version>, value: &[u8]) -> (Version, usize) {
+        let base = self.base.load(Ordering::Relaxed);
+        let mut seq = [0u8; MAX_VARINT_LEN];
+        let sl = encode_varint(&mut seq, (trailer >> 8).wrapping_sub(base));
+        let mut vlen = [0u8; MAX_VARINT_LEN];
+        let vl = encode_varint(&mut vlen, value.len() as u64);
+        let link = if older.is_some() { LINK } else { 0 };
+        let (p, charge) = w.values.alloc(1 + sl + link + vl + value.len());
+        let flags = (trailer & 0x7f) as u8 | if older.is_some() { HAS_OLDER } else { 0 };
+        // SAFETY: `p` is that many fresh bytes of the value arena, which no one else can reach
+        // yet: the flags, the sequence varint, the older pointer (unaligned), the length varint
+        // and the value.
+        unsafe {
+            let p = p.as_ptr();
+            p.write(flags);
+            std::ptr::copy_nonoverlapping(seq.as_ptr(), p.add(1), sl);
+            if let Some(o) = older {
+                p.add(1 + sl).cast::<*mut u8>().write_unaligned(o.at.as_ptr());
             }
-            (v.as_ptr().cast_const(), charge)
+            std::ptr::copy_nonoverlapping(vlen.as_ptr(), p.add(1 + sl + link), vl);
+            std::ptr::copy_nonoverlapping(value.as_ptr(), p.add(1 + sl + link + vl), value.len());
+        }
+        (Version { at: p, base }, charge)
+    }
+
+    /// Inserts version `trailer` (`seq << 8 | kind`, kind below 128) of `key` with `value`: the
+    /// key's node, whether the node is new, and the bytes of memory this took. `hint` is asked
+    /// (under the writer lock) what the caller knows of the key's node; `on_new_node` is told
+    /// of a node made for the key, before the insert returns. A version already in the list
+    /// (the same write applied twice) is left as it is.
+    pub(super) fn insert(
+        &self,
+        key: &[u8],
+        trailer: u64,
+        value: &[u8],
+        hint: impl FnOnce() -> Hint,
+        on_new_node: impl FnOnce(Node),
+    ) -> (Node, bool, usize) {
+        debug_assert!(trailer & 0xff < 0x80, "a kind fits in 7 bits");
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if self.base.load(Ordering::Relaxed) == u64::MAX {
+            self.base.store(trailer >> 8, Ordering::Release);
+        }
+        let mut splice = [None; MAX_HEIGHT];
+        let existing = match hint() {
+            Hint::Node(n) => Some(n),
+            Hint::Absent => {
+                self.last_before(key, false, Some(&mut splice));
+                None
+            }
+            Hint::Unknown => {
+                let prev = self.last_before(key, false, Some(&mut splice));
+                NonNull::new(self.link_of(prev.as_ref(), 0).load(Ordering::Acquire))
+                    .map(Node)
+                    .filter(|n| n.key() == key)
+            }
         };
-        let short = (value_at as usize) < SHORT_POINTER && internal_key.len() < SHORT_KEY;
+        if let Some(node) = existing {
+            debug_assert_eq!(node.key(), key);
+            let newest = self.newest(node);
+            if trailer >> 8 > newest.trailer() >> 8 {
+                let (v, charge) = self.new_version(&mut w, trailer, Some(newest), value);
+                node.head().store(v.at.as_ptr(), Ordering::Release);
+                self.len.fetch_add(1, Ordering::Relaxed);
+                return (node, false, charge);
+            }
+            let charge = self.insert_older(&mut w, node, trailer, value);
+            return (node, false, charge);
+        }
+        let (first, value_charge) = self.new_version(&mut w, trailer, None, value);
+        let height = w.random_height();
         let mut klen = [0u8; MAX_VARINT_LEN];
-        let header = if short { WORD } else { 2 * WORD + encode_varint(&mut klen, internal_key.len() as u64) };
+        let kl = encode_varint(&mut klen, key.len() as u64);
         let links = LINK * height;
-        let size = (links + header + internal_key.len()).next_multiple_of(8);
+        let size = (links + WORD + kl + key.len()).next_multiple_of(8);
         let (start, node_charge) = if height == 1 { w.nodes.alloc(size) } else { w.tall.alloc(size) };
-        let charge = node_charge + value_charge;
         // SAFETY: `start` is `size` fresh, zeroed, 8-aligned bytes of the node arena that no one
-        // else can reach yet: the links (null) come first, then the first word (aligned), in the
-        // long form the value pointer (aligned) and the key's length, and then the key, which
-        // fit by the size computed above.
+        // else can reach yet: the links (null) come first, then the newest-version pointer
+        // (aligned), the key's length and the key, which fit by the size computed above.
         let node = unsafe {
             let p = start.as_ptr().add(links);
-            if short {
-                let word = (internal_key.len() as u64) << 48 | value_at as u64;
-                p.cast::<u64>().write(word);
-            } else {
-                p.cast::<u64>().write(0);
-                p.add(WORD).cast::<*const u8>().write(value_at);
-                std::ptr::copy_nonoverlapping(klen.as_ptr(), p.add(2 * WORD), header - 2 * WORD);
-            }
-            std::ptr::copy_nonoverlapping(internal_key.as_ptr(), p.add(header), internal_key.len());
+            p.cast::<*mut u8>().write(first.at.as_ptr());
+            std::ptr::copy_nonoverlapping(klen.as_ptr(), p.add(WORD), kl);
+            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(WORD + kl), key.len());
             Node(NonNull::new_unchecked(p))
         };
-        let mut splice = [None; MAX_HEIGHT];
-        self.last_before(internal_key, false, Some(&mut splice));
-        if let Some(next) = NonNull::new(self.link_of(splice[0].as_ref(), 0).load(Ordering::Acquire)).map(Node) {
-            if next.key() == internal_key {
-                return (next, false, charge);
-            }
-        }
         if height > self.height.load(Ordering::Relaxed) {
             // Levels above the old height have the head as their predecessor (`splice` is
             // `None` there). A reader that sees the new height before the links finds those
@@ -380,143 +535,40 @@ impl SkipList {
             prev_link.store(node.0.as_ptr(), Ordering::Release);
         }
         self.len.fetch_add(1, Ordering::Relaxed);
-        (node, true, charge)
+        self.keys.fetch_add(1, Ordering::Relaxed);
+        on_new_node(node);
+        (node, true, node_charge + value_charge)
+    }
+
+    /// Inserts a version no newer than `node`'s newest: nothing if the chain has it already,
+    /// else the versions newer than it are copied in front of it and the copy published (see
+    /// the module docs). The bytes of memory this took.
+    fn insert_older(&self, w: &mut Writer, node: Node, trailer: u64, value: &[u8]) -> usize {
+        let seq = trailer >> 8;
+        let mut newer = Vec::new();
+        let mut at = Some(self.newest(node));
+        while let Some(v) = at {
+            let s = v.trailer() >> 8;
+            if s == seq {
+                return 0;
+            }
+            if s < seq {
+                break;
+            }
+            newer.push(v);
+            at = v.older();
+        }
+        let (mut chain, mut charge) = self.new_version(w, trailer, at, value);
+        for v in newer.iter().rev() {
+            let (copy, c) = self.new_version(w, v.trailer(), Some(chain), v.value());
+            chain = copy;
+            charge += c;
+        }
+        node.head().store(chain.at.as_ptr(), Ordering::Release);
+        self.len.fetch_add(1, Ordering::Relaxed);
+        charge
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::key::ValueKind;
-
-    /// An internal key in the list's order, for a sorted model.
-    #[derive(Clone, PartialEq, Eq)]
-    struct Ordered(Vec<u8>);
-    impl Ord for Ordered {
-        fn cmp(&self, other: &Self) -> Cmp {
-            key::compare(&self.0, &other.0)
-        }
-    }
-    impl PartialOrd for Ordered {
-        fn partial_cmp(&self, other: &Self) -> Option<Cmp> {
-            Some(self.cmp(other))
-        }
-    }
-
-    fn ikey(user: &str, seq: u64) -> Vec<u8> {
-        key::make_internal_key(user.as_bytes(), seq, ValueKind::Put)
-    }
-
-    #[test]
-    fn heights_follow_a_branching_factor_of_four() {
-        let a = || Arena::new(super::super::arena::MIN_CHUNK);
-        let mut w = Writer { nodes: a(), tall: a(), values: a(), rng: 1 };
-        let mut counts = [0usize; MAX_HEIGHT + 1];
-        let n = 400_000;
-        for _ in 0..n {
-            counts[w.random_height()] += 1;
-        }
-        assert_eq!(counts[0], 0);
-        for (h, &count) in counts.iter().enumerate().take(5).skip(1) {
-            let expected = n as f64 * 0.75 / 4f64.powi(h as i32 - 1);
-            let got = count as f64;
-            assert!((got - expected).abs() < expected * 0.05 + 50.0, "height {h}: {got} vs {expected}");
-        }
-    }
-
-    /// Against a sorted model: every key in order both ways, seeks at, between, before and past
-    /// the keys, and duplicates returning the node already there.
-    #[test]
-    fn the_list_orders_and_finds_like_a_sorted_model() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let list = SkipList::new(super::super::arena::MIN_CHUNK);
-        let mut model = std::collections::BTreeMap::new();
-        let (mut charged, mut needed) = (0, 0);
-        for i in 0..5000u64 {
-            let user = format!("k{:05}", rng.random_range(0..2000));
-            let k = ikey(&user, i % 40);
-            let v = vec![b'v'; (i % 300) as usize];
-            let (node, new, charge) = list.insert(&k, &v);
-            charged += charge;
-            needed += k.len() + v.len() + 8;
-            let was_new = !model.contains_key(&Ordered(k.clone()));
-            assert_eq!(new, was_new, "{user}@{}", i % 40);
-            if was_new {
-                model.insert(Ordered(k.clone()), v.clone());
-                assert_eq!((node.key(), node.value()), (&k[..], &v[..]));
-            } else {
-                assert_eq!(node.key(), &k[..], "a duplicate returns the node already there");
-            }
-        }
-        assert_eq!(list.len(), model.len());
-        assert!(charged >= needed, "charged {charged} for {needed} bytes of keys, values and links");
-        let forward: Vec<Vec<u8>> =
-            std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
-        let expected: Vec<Vec<u8>> = model.keys().map(|k| k.0.clone()).collect();
-        assert_eq!(forward, expected);
-        let backward: Vec<Vec<u8>> =
-            std::iter::successors(list.last(), |n| list.prev(*n)).map(|n| n.key().to_vec()).collect();
-        assert_eq!(backward, expected.iter().rev().cloned().collect::<Vec<_>>());
-        for _ in 0..3000 {
-            let t = ikey(&format!("k{:05}", rng.random_range(0..2100)), rng.random_range(0..45));
-            let tk = Ordered(t.clone());
-            let ge = model.range(tk.clone()..).next().map(|(k, _)| k.0.clone());
-            assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
-            let le = model.range(..=tk).next_back().map(|(k, v)| (k.0.clone(), v.clone()));
-            assert_eq!(list.seek_for_prev(&t).map(|n| (n.key().to_vec(), n.value().to_vec())), le);
-        }
-        assert!(list.seek(&ikey("l", 0)).is_none() && list.seek_for_prev(&ikey("a", 0)).is_none());
-    }
-
-    /// Keys of 64 KiB and more take the long form (length varint after the value pointer), and
-    /// order and read back with the short ones around them.
-    #[test]
-    fn long_keys_take_the_long_form_and_keep_their_place() {
-        let list = SkipList::new(super::super::arena::MAX_CHUNK);
-        let long = |c: u8, len: usize| key::make_internal_key(&vec![c; len], 1, ValueKind::Put);
-        let keys =
-            [long(b'b', SHORT_KEY), long(b'a', 3), long(b'c', 1 << 20), long(b'b', SHORT_KEY - 9), long(b'b', 10)];
-        for (i, k) in keys.iter().enumerate() {
-            let value = vec![i as u8; i * 50];
-            let (node, new, _) = list.insert(k, &value);
-            assert!(new);
-            assert_eq!((node.key(), node.value()), (&k[..], &value[..]), "key {i}");
-            assert_eq!(node.word() >> 48 == 0, k.len() >= SHORT_KEY, "key {i} of {} bytes", k.len());
-        }
-        let mut sorted = keys.to_vec();
-        sorted.sort_by(|a, b| key::compare(a, b));
-        let walked: Vec<Vec<u8>> =
-            std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
-        assert_eq!(walked, sorted);
-        assert_eq!(list.seek(&keys[0]).map(|n| n.value().to_vec()), Some(vec![0u8; 0]));
-        assert_eq!(list.seek(&keys[2]).map(|n| n.value().len()), Some(100));
-    }
-
-    #[test]
-    fn an_empty_list_has_no_nodes() {
-        let list = SkipList::new(super::super::arena::MAX_CHUNK);
-        assert!(list.is_empty());
-        assert!(list.first().is_none() && list.last().is_none());
-        assert!(list.seek(&ikey("a", 1)).is_none() && list.seek_for_prev(&ikey("a", 1)).is_none());
-    }
-
-    #[test]
-    fn an_entry_of_a_16_byte_key_and_a_100_byte_value_takes_its_bytes_its_links_and_a_pointer() {
-        let list = SkipList::new(super::super::arena::MAX_CHUNK);
-        let n = 100_000u64;
-        let mut charged = 0;
-        for i in 0..n {
-            let k = key::make_internal_key(
-                format!("{:016}", i.wrapping_mul(0x9e37_79b9) % n).as_bytes(),
-                i,
-                ValueKind::Put,
-            );
-            charged += list.insert(&k, &[7u8; 100]).2;
-        }
-        // A node: the first word and 24 key bytes (40), plus 8 bytes a link (4/3 on average);
-        // the value: a length byte and 100 bytes.
-        let per = charged as f64 / n as f64;
-        assert!((140.0..148.0).contains(&per), "{per} bytes an entry");
-    }
-}
+mod tests;
