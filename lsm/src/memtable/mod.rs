@@ -5,18 +5,21 @@
 //! (entries, bloom filter and point index) reaches `write_buffer_size` the memtable is frozen
 //! and a background thread flushes it to an L0 table.
 //!
-//! The list is our own ([`skiplist`]): one node per user key — its links, a pointer to its
-//! newest version and the key — carved out of the memtable's node [`arena`] (nodes taller than
-//! one level in an arena of their own, so the levels a search walks far are dense), and each
-//! version — kind, sequence number, a pointer to the next older version if there is one, and
-//! the value — out of its value arena. A cursor walks the keys and each key's versions newest
-//! first, which is the order of internal keys. A new version of a key the memtable holds goes
-//! on its chain through the node the point index finds: no descent of the list, which is what a
-//! rewritten counter, a collection's metadata record or a re-scored member costs otherwise. An
-//! entry of a 16-byte key and a 100-byte value takes about 148 bytes (a 43-byte node: 1.33
-//! links of 8 bytes on average, the version pointer, a length byte, the key; and a 105-byte
-//! version), a rewrite of it 113, and the memtable charges the arenas' chunks, whole as each is
-//! made, against `write_buffer_size`. `crossbeam_skiplist`, which the first list replaced, made
+//! The list is our own ([`skiplist`]): nodes in the order of internal keys, each holding a
+//! chain of up to [`skiplist::MAX_CHAIN`] versions of one user key (kind, sequence number, a
+//! pointer to the next older version, the value; newest first). A node — its links, a pointer
+//! to its newest version and its internal key (the user key with its oldest version's trailer)
+//! — is carved out of the memtable's node [`arena`] (nodes taller than one level in an arena of
+//! their own, so the levels a search walks far are dense), each version out of its value
+//! arena. A cursor walks the nodes and each node's versions, which is the order of internal
+//! keys, and no step of it walks more than one chain. A new version of a key the memtable holds
+//! goes in front of the chain of the key's newest node, which the point index finds: no
+//! descent of the list, which is what a rewritten counter, a collection's metadata record or a
+//! re-scored member costs otherwise; only a full chain makes a new node. An entry of a 16-byte
+//! key and a 100-byte value takes about 148 bytes (a 43-byte node: 1.33 links of 8 bytes on
+//! average, a word of key length and version pointer, the internal key; and a 105-byte
+//! version), a rewrite of it 113, and the memtable charges the arenas' chunks, whole as each is made,
+//! against `write_buffer_size`. `crossbeam_skiplist`, which the first list replaced, made
 //! each node an allocation of its own: ~174 bytes an entry with the value in an arena, and a
 //! dropped memtable's nodes, freed one by one, left the next memtable's nodes spread over slabs
 //! 62 % full (8 MB beside 16 MB of nodes after 10 M random overwrites).
@@ -26,9 +29,9 @@
 //! reads it: a lookup or a cursor step costs no atomic read-modify-write, only loads.
 //!
 //! Point lookups ask a bloom filter of the user keys first (an absent key skips everything),
-//! then the [`point_index`], a hash table of each key's node: a lookup is answered from the
-//! node's chain (its first version, at the latest sequence number) without descending the list,
-//! which only keys the index has no slot for still need. Both are sized when the memtable is made and
+//! then the [`point_index`], a hash table of each key's newest node: a lookup is answered from
+//! that node's chain (its first version, at the latest sequence number) without descending the
+//! list, which only older snapshots and keys the index has no slot for still need. Both are sized when the memtable is made and
 //! count against the write buffer: entries fill the rest. The first memtable sizes them for
 //! the smallest entries (about a seventh of the buffer); each later one for entries the size
 //! of its predecessor's (see [`Memtable::with_budget_after`]).
@@ -303,16 +306,24 @@ impl Memtable {
         let trailer = key::pack_trailer(seq, kind);
         let (_, _, charge) = match &self.lookups {
             Some(l) => {
-                l.bloom.add(hash);
-                // The key's node, found through the index, takes the new version without a
-                // search of the list; a new node is recorded before the write's sequence
-                // number is published (see `point_index`).
-                let hint = || match l.index.probe(hash, user_key) {
-                    Probe::Found(node) => Hint::Node(node),
-                    Probe::Absent => Hint::Absent,
-                    Probe::Unknown => Hint::Unknown,
+                // The key's newest node, found through the index, takes the new version without
+                // a search of the list (a key the bloom filter has not seen needs no probe); a
+                // new node is recorded, and the key added to the filter, before the write's
+                // sequence number is published (see `point_index`).
+                let hint = || {
+                    if !l.bloom.may_contain(hash) {
+                        return Hint::Absent;
+                    }
+                    match l.index.probe(hash, user_key) {
+                        Probe::Found(node) => Hint::Node(node),
+                        Probe::Absent => Hint::Absent,
+                        Probe::Unknown => Hint::Unknown,
+                    }
                 };
-                self.map.insert(user_key, trailer, value, hint, |node| l.index.note(hash, user_key, node))
+                let inserted =
+                    self.map.insert(user_key, trailer, value, hint, |node| l.index.note(hash, user_key, node));
+                l.bloom.add(hash);
+                inserted
             }
             None => self.map.insert(user_key, trailer, value, || Hint::Unknown, |_| {}),
         };
@@ -364,39 +375,38 @@ impl Memtable {
 
     /// The newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: u64) -> Option<Lookup> {
-        let node = match &self.lookups {
-            Some(l) => {
-                let hash = bloom::hash_key(user_key);
-                if !l.bloom.may_contain(hash) {
-                    return None;
-                }
-                match l.index.probe(hash, user_key) {
-                    Probe::Absent => return None,
-                    Probe::Found(node) => node,
-                    Probe::Unknown => self.map.find(user_key)?,
-                }
+        let seq = seq.min(key::MAX_SEQUENCE);
+        let ceiling = key::pack_trailer(seq, ValueKind::MAX);
+        if let Some(l) = &self.lookups {
+            let hash = bloom::hash_key(user_key);
+            if !l.bloom.may_contain(hash) {
+                return None;
             }
-            None => self.map.find(user_key)?,
-        };
-        // The key's versions, newest first: a read at the latest sequence number takes the first.
-        let mut version = Some(self.map.newest(node));
-        while let Some(v) = version {
-            let (trailer_seq, kind) = (v.trailer() >> 8, ValueKind::from_u8(v.trailer() as u8)?);
-            if trailer_seq <= seq {
-                return Some(Self::lookup_of(kind, trailer_seq, v.value()));
+            match l.index.probe(hash, user_key) {
+                Probe::Absent => return None,
+                // The key's newest node: a read at the latest sequence number takes its first
+                // version; an older snapshot may need an older node, which the list finds.
+                Probe::Found(node) => {
+                    if let Some(v) = newest_at_or_below(&self.map, node, ceiling) {
+                        return Self::lookup_of(v);
+                    }
+                }
+                Probe::Unknown => {}
             }
-            version = v.older();
         }
-        None
+        let target = key::seek_key(user_key, seq);
+        let node = self.map.seek(&target).filter(|n| n.user_key() == user_key)?;
+        newest_at_or_below(&self.map, node, ceiling).and_then(Self::lookup_of)
     }
 
-    /// What a lookup that found `value` answers: a copy of it (the arena's bytes live only as
-    /// long as the memtable).
-    fn lookup_of(kind: ValueKind, seq: u64, value: &[u8]) -> Lookup {
-        match kind {
-            ValueKind::Put => Lookup::Found(Bytes::copy_from_slice(value), seq),
+    /// What a lookup that found version `v` answers: a copy of its value (the arena's bytes
+    /// live only as long as the memtable).
+    fn lookup_of(v: Version) -> Option<Lookup> {
+        let (seq, kind) = (v.trailer() >> 8, ValueKind::from_u8(v.trailer() as u8)?);
+        Some(match kind {
+            ValueKind::Put => Lookup::Found(Bytes::copy_from_slice(v.value()), seq),
             ValueKind::Delete | ValueKind::RangeDelete => Lookup::Deleted(seq),
-        }
+        })
     }
 
     /// The range tombstones, in insertion order.
@@ -424,12 +434,33 @@ impl Memtable {
     }
 }
 
-/// Cursor over a memtable: a version of a key's node, in the order of internal keys (keys
-/// ascending, each key's versions newest first).
+/// The newest of `node`'s versions whose trailer is at or below `ceiling`.
+fn newest_at_or_below(map: &SkipList, node: Node, ceiling: u64) -> Option<Version> {
+    let mut version = Some(map.newest(node));
+    while let Some(v) = version.filter(|v| v.trailer() > ceiling) {
+        version = v.older();
+    }
+    version
+}
+
+/// The oldest of `node`'s versions whose trailer is at or above `floor`: the last a walk from
+/// the newest meets before it passes `floor`.
+fn oldest_at_or_above(map: &SkipList, node: Node, floor: u64) -> Option<Version> {
+    let mut last = None;
+    let mut version = Some(map.newest(node));
+    while let Some(v) = version.filter(|v| v.trailer() >= floor) {
+        last = Some(v);
+        version = v.older();
+    }
+    last
+}
+
+/// Cursor over a memtable: a version of a node, in the order of internal keys (nodes in
+/// order, each node's versions newest first). No step walks more than a node's chain.
 pub struct MemIter {
     /// A node of `mem`'s list and one of its versions, which live as long as `mem`.
     at: Option<(Node, Version)>,
-    /// The internal key of `at`: its node's key and its version's trailer.
+    /// The internal key of `at`: its node's user key and its version's trailer.
     key: Vec<u8>,
     mem: Arc<Memtable>,
 }
@@ -445,7 +476,7 @@ impl MemIter {
         self.at = at;
         if let Some((node, version)) = at {
             self.key.clear();
-            self.key.extend_from_slice(node.key());
+            self.key.extend_from_slice(node.user_key());
             self.key.extend_from_slice(&version.trailer().to_le_bytes());
         }
     }
@@ -489,44 +520,34 @@ impl InternalIterator for MemIter {
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        // The first version at or after the target: of the target's key, the newest whose
-        // trailer is at or below the target's; else the next key's newest.
+        // The first node at or after the target holds the first version at or after it: of
+        // the target's key, its newest version at or below the target's trailer (its oldest
+        // is); of a later key, its newest.
         let (user_key, trailer) = (key::user_key(target), key::trailer(target));
-        let at = match self.mem.map.seek(user_key) {
-            Some(node) if node.key() == user_key => {
-                let mut version = Some(self.mem.map.newest(node));
-                while let Some(v) = version.filter(|v| v.trailer() > trailer) {
-                    version = v.older();
-                }
-                match version {
-                    Some(v) => Some((node, v)),
-                    None => self.newest(self.mem.map.next(node)),
-                }
-            }
+        let at = match self.mem.map.seek(target) {
+            Some(node) if node.user_key() == user_key => match newest_at_or_below(&self.mem.map, node, trailer) {
+                Some(v) => Some((node, v)),
+                None => self.newest(self.mem.map.next(node)),
+            },
             node => self.newest(node),
         };
         self.set(at);
         Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        // The last version at or before the target: of the target's key, the oldest whose
-        // trailer is at or above the target's; else the previous key's oldest.
+        // The last version at or before the target: in the first node at or after it, the
+        // oldest of the target's key's versions at or above its trailer; else the oldest
+        // version of the node before.
         let (user_key, trailer) = (key::user_key(target), key::trailer(target));
-        let at = match self.mem.map.seek_for_prev(user_key) {
-            Some(node) if node.key() == user_key => {
-                let mut last = None;
-                let mut version = Some(self.mem.map.newest(node));
-                while let Some(v) = version.filter(|v| v.trailer() >= trailer) {
-                    last = Some(v);
-                    version = v.older();
-                }
-                match last {
-                    Some(v) => Some((node, v)),
-                    None => self.oldest(self.mem.map.prev(node)),
-                }
-            }
-            node => self.oldest(node),
+        let before = self.mem.map.before(target);
+        let after = match before {
+            Some(b) => self.mem.map.next(b),
+            None => self.mem.map.first(),
         };
+        let found = after
+            .filter(|n| n.user_key() == user_key)
+            .and_then(|n| oldest_at_or_above(&self.mem.map, n, trailer).map(|v| (n, v)));
+        let at = found.or_else(|| self.oldest(before));
         self.set(at);
         Ok(())
     }
@@ -539,16 +560,11 @@ impl InternalIterator for MemIter {
         Ok(())
     }
     fn prev(&mut self) -> Result<()> {
-        // The version just newer than this one (chains link only to older versions, and a
-        // newer one may have been copied since: found by trailer, not by address), else the
-        // previous key's oldest.
+        // The version just newer than this one in its node (chains link only to older
+        // versions, and a newer one may have been copied since: found by trailer, not by
+        // address), else the previous node's oldest.
         let at = self.at.and_then(|(node, at)| {
-            let mut newer = None;
-            let mut version = Some(self.mem.map.newest(node));
-            while let Some(v) = version.filter(|v| v.trailer() > at.trailer()) {
-                newer = Some(v);
-                version = v.older();
-            }
+            let newer = at.trailer().checked_add(1).and_then(|floor| oldest_at_or_above(&self.mem.map, node, floor));
             match newer {
                 Some(v) => Some((node, v)),
                 None => self.oldest(self.mem.map.prev(node)),

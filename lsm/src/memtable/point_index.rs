@@ -1,11 +1,12 @@
-//! The memtable's point index: the skip-list node of each user key, found by hash.
+//! The memtable's point index: the newest skip-list node of each user key, found by hash.
 //!
 //! A point lookup in the skip list descends about `log2(n)` levels, a cache miss each: with a
 //! few hundred thousand entries that is about a microsecond, the largest single cost of a
 //! read-modify-write on a hot collection (measured: SADD of one set, pipelined, spent a fifth
-//! of the server's CPU in the descent). The index finds a key's node — which holds all the key's
-//! versions, newest first — with one or two cache misses, for lookups and for the writer, which
-//! puts a new version of a key the memtable holds on that node's chain without a descent:
+//! of the server's CPU in the descent). The index finds a key's newest node — which holds the
+//! key's latest versions, newest first — with one or two cache misses, for lookups and for the
+//! writer, which puts a new version of a key the memtable holds on that node's chain without a
+//! descent:
 //!
 //! ```text
 //! slots: [AtomicUsize; n]   (n: a quarter more than the keys the memtable is expected to hold)
@@ -25,12 +26,13 @@
 //!
 //! A slot points at a node of the memtable's skip list. Nodes are never removed while the
 //! memtable lives (see [`super::skiplist`]), so the pointer stays valid as long as the
-//! index does. The writer makes a key's node in the list first and then points the key's slot
-//! at it (slots are never emptied or changed), all before the write's sequence number is
-//! published; a reader that loaded the published sequence number therefore finds every visible
-//! key's slot filled. The writer asks the index, under the list's writer lock, before each
-//! insert. What a probe can tell:
-//! - the slot's node is the key's: its versions answer a lookup at any sequence number;
+//! index does. The writer makes a node in the list first and then points the key's slot at
+//! it (a newer node of the key replaces an older one; slots are never emptied), all before the
+//! write's sequence number is published; a reader that loaded the published sequence number
+//! therefore finds every visible key's slot filled. The writer asks the index, under the list's
+//! writer lock, before each insert. What a probe can tell:
+//! - the slot's node is the key's newest: its first version answers a lookup at the latest
+//!   sequence number; an older snapshot may need an older version, found in the list;
 //! - an empty slot comes first: no version of the key is in the memtable (a node, once
 //!   made, fills a slot on the key's probe path that never empties again);
 //! - [`MAX_PROBES`] slots hold other keys: the key may have found no slot (the table was that
@@ -43,6 +45,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::skiplist::Node;
+use crate::key;
 use crate::pages::Pages;
 
 /// Slots a probe visits before it gives up (the key then lives in the list alone).
@@ -55,7 +58,7 @@ const BYTES_PER_SLOT: usize = 64;
 
 /// What the index knows about a user key (see the module docs).
 pub(super) enum Probe {
-    /// The key's node in the memtable's list (holding every version of it).
+    /// The key's newest node in the memtable's list (holding its latest versions).
     Found(Node),
     /// No version of the key is in the memtable.
     Absent,
@@ -167,12 +170,14 @@ impl PointIndex {
         (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
     }
 
-    /// Records `record`, a node just made in the skip list for `user_key` (hash `hash`), as
-    /// its key's node (a key has one node, which holds all its versions). The node must live
-    /// as long as the index: it is a node of the memtable's list.
+    /// Makes `record` (a node just made in the skip list for `user_key`, whose hash is `hash`)
+    /// its key's newest node unless a newer one is already recorded (a node holds a run of its
+    /// key's versions; a newer run starts a newer node). The node must live as long as the
+    /// index: it is a node of the memtable's list.
     pub(super) fn note(&self, hash: u64, user_key: &[u8], record: Node) {
         let tag = tag_of(hash);
         let new = encode(record.addr(), tag);
+        let seq = seq_of(record);
         let start = self.first_slot(hash);
         for i in 0..MAX_PROBES {
             let slot = &self.slots[self.wrap(start + i)];
@@ -193,10 +198,16 @@ impl PointIndex {
                 // SAFETY: a non-empty slot points at a node of the memtable's list, which
                 // outlives the index (see the module docs).
                 let held = unsafe { Node::from_addr(decode(current)) };
-                if held.key() != user_key {
+                if held.user_key() != user_key {
                     break; // another key's slot: probe on
                 }
-                return; // the key's node is recorded already
+                if seq_of(held) >= seq {
+                    return; // as new or newer already
+                }
+                match slot.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return,
+                    Err(now) => current = now,
+                }
             }
         }
         // No slot near the hash: lookups of this key find MAX_PROBES other keys and ask the list.
@@ -216,12 +227,17 @@ impl PointIndex {
             }
             // SAFETY: as in `note`.
             let record = unsafe { Node::from_addr(decode(slot)) };
-            if record.key() == user_key {
+            if record.user_key() == user_key {
                 return Probe::Found(record);
             }
         }
         Probe::Unknown
     }
+}
+
+/// The sequence number of a node's key (its oldest version's).
+fn seq_of(node: Node) -> u64 {
+    key::trailer(node.key()) >> 8
 }
 
 #[cfg(test)]

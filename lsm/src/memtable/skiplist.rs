@@ -1,29 +1,36 @@
-//! The memtable's skip list: one node per user key, in order, each holding a chain of that
-//! key's versions, newest first. A node is laid out with its links and key in one stretch of a
-//! node [`arena`](super::arena), as RocksDB's `InlineSkipList` and LevelDB's `SkipList` lay out
-//! theirs; nodes of height 1 and taller ones come from two arenas, so the upper levels, which
-//! a search walks across the whole list, are dense. Versions live in the value arena.
+//! The memtable's skip list: nodes in the order of internal keys, each holding a short chain of
+//! versions of one user key, newest first. A node is laid out with its links and key in one
+//! stretch of a node [`arena`](super::arena), as RocksDB's `InlineSkipList` and LevelDB's
+//! `SkipList` lay out theirs; nodes of height 1 and taller ones come from two arenas, so the
+//! upper levels, which a search walks across the whole list, are dense. Versions live in the
+//! value arena.
 //!
 //! ```text
-//! node:    [link h-1] ... [link 1] [link 0] | [newest version pointer][key len varint][user key] [pad to 8]
+//! node:    [link h-1] ... [link 1] [link 0] | [key len << 48 | newest version pointer][internal key] [pad to 8]
 //!                                           ^ the node's address (what a `Node` and the point index hold)
-//! version: [kind | HAS_OLDER][seq - base varint][older version pointer, if HAS_OLDER][value len varint][value]
+//!    or, for a key of 64 KiB or more or a version pointer above 48 bits (long form):
+//!          [link h-1] ... [link 0] | [0][newest version pointer][key len varint][internal key] [pad to 8]
+//! version: [flags][seq - base varint][older version pointer, if HAS_OLDER][value len varint][value]
+//! flags:   kind (bits 0-1) | depth in the chain (bits 2-6) << 2 | HAS_OLDER (bit 7)
 //! ```
 //!
-//! A version's sequence number is stored as its distance from the list's base (the first
-//! sequence number inserted), a varint of about three bytes in a memtable of a few hundred
-//! thousand writes; its first byte is the version's kind, with bit 7 set when a pointer to
-//! the next older version of the key follows (unaligned: versions are packed).
+//! A node's internal key is its user key with the trailer of its first — oldest — version; the
+//! node holds that version and up to [`MAX_CHAIN`] - 1 newer ones, so its versions' internal
+//! keys run from its own key back towards the previous node's: the list walked node by node,
+//! each node's chain newest first, is the order of internal keys. A version's sequence number
+//! is stored as its distance from the list's base (the first sequence number inserted), a
+//! varint of about three bytes in a memtable of a few hundred thousand writes.
 //!
-//! **Why chains.** In the order of internal keys a key's versions are adjacent (user key
-//! ascending, sequence number descending), so a list of internal keys inserts a new version of
-//! a key right before the old one — after a descent of the whole list, about `log4(n)` levels
-//! of cache misses (a microsecond in a memtable of a million entries). Redis-style workloads
-//! rewrite the same keys all the time (a counter, a collection's metadata record on every push
-//! or pop, a sorted set member's score): with the node of its key found through the point
-//! index, a new version is one allocation and one pointer store. A key written once costs what
-//! it did as an internal key in a node of its own: the trailer's 8 bytes are now the version's
-//! ~4-byte kind and sequence number, and the node's key length a varint instead of half a word.
+//! **Why chains.** A list of internal keys puts a new version of a key right before the old one,
+//! after a descent of the whole list: about `log4(n)` levels of cache misses (a microsecond in a
+//! memtable of a million entries). Redis-style workloads rewrite the same keys all the time (a
+//! counter, a collection's metadata record on every push or pop, a sorted set member's score):
+//! with the key's newest node found through the point index, a new version goes in front of its
+//! chain with one allocation and one pointer store, and only every [`MAX_CHAIN`]-th needs the
+//! descent, for a new node. Chains stay that short so that no step of a cursor, forward or
+//! backward, and no seek inside a key's versions walks more than [`MAX_CHAIN`] of them, however
+//! often the key was written: a key written once costs a node and a version, about what it did
+//! as an internal key with its value (the version's flags and sequence number add ~4 bytes).
 //!
 //! A node of height `h` (probability `4^-(h-1)·¾`, at most [`MAX_HEIGHT`]) has `h` links, 1.33
 //! on average; link `i` is the next node at level `i`.
@@ -35,12 +42,13 @@
 //! it into its node's newest-version pointer with `Release`. Readers load links and that
 //! pointer with `Acquire`, so whatever they reach through them is complete; a version's own
 //! older pointer is written before the version is published and never changed. A version
-//! older than the newest (never inserted by the engine, which applies writes in sequence order,
-//! but allowed) is inserted by copying the newer versions in front of it and publishing the
-//! copy: readers that hold the old ones keep a complete, older chain. Nothing is ever unlinked
-//! and nothing is ever freed while the list lives: the arenas free every node and version at
-//! once when the list is dropped, which needs the last reference to its memtable, and with it
-//! every cursor and the point index, which hold [`Node`]s.
+//! inside a node's range of versions but older than its newest (never inserted by the engine,
+//! which applies writes in sequence order, but allowed) is inserted by copying the versions
+//! newer than it in front of it and publishing the copy: readers that hold the old ones keep a
+//! complete, older chain. Nothing is ever unlinked and nothing is ever freed while the list
+//! lives: the arenas free every node and version at once when the list is dropped, which needs
+//! the last reference to its memtable, and with it every cursor and the point index, which hold
+//! [`Node`]s.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -48,6 +56,7 @@ use std::sync::Mutex;
 
 use super::arena::Arena;
 use crate::coding::{encode_varint, MAX_VARINT_LEN};
+use crate::key;
 
 /// The most links a node has: with a branching factor of 4, a list of 4^12 (16 M) keys still
 /// descends in about 4 steps a level.
@@ -56,8 +65,17 @@ pub(super) const MAX_HEIGHT: usize = 12;
 const LINK: usize = std::mem::size_of::<AtomicPtr<u8>>();
 /// Bytes of a node's newest-version pointer.
 const WORD: usize = 8;
-/// Bit 7 of a version's first byte (its kind): a pointer to the next older version follows.
+/// Version pointers below this fit beside the key length in a node's first word.
+const SHORT_POINTER: usize = 1 << 48;
+/// Internal keys shorter than this have their length in a node's first word.
+const SHORT_KEY: usize = 1 << 16;
+/// Bit 7 of a version's flags: a pointer to the next older version follows.
 const HAS_OLDER: u8 = 0x80;
+/// Bits 0-1 of a version's flags: its kind.
+const KIND_BITS: u8 = 0x03;
+/// Versions a node holds at most: a new version of a key whose newest node holds this many
+/// goes into a node of its own.
+pub(super) const MAX_CHAIN: usize = 16;
 
 /// A node of a [`SkipList`]: its address, just past its links.
 ///
@@ -152,23 +170,70 @@ impl Node {
         unsafe { &*self.0.as_ptr().sub(LINK * (level + 1)).cast::<AtomicPtr<u8>>() }
     }
 
-    /// The pointer to the node's newest version.
+    /// The node's first word: its key's length (top 16 bits) and its newest version's address,
+    /// or zero in the long form.
     #[inline]
-    fn head(&self) -> &AtomicPtr<u8> {
+    fn word(&self) -> &AtomicU64 {
         // SAFETY: a node starts with this 8-aligned word, written before it was published.
-        unsafe { &*self.0.as_ptr().cast::<AtomicPtr<u8>>() }
+        unsafe { &*self.0.as_ptr().cast::<AtomicU64>() }
+    }
+
+    /// The long form's pointer to the node's newest version (after the zero first word).
+    #[inline]
+    fn long_head(&self) -> &AtomicPtr<u8> {
+        // SAFETY: in the long form the second word is this pointer, 8-aligned, written before
+        // the node was published.
+        unsafe { &*self.0.as_ptr().add(WORD).cast::<AtomicPtr<u8>>() }
+    }
+
+    /// The address of the node's newest version.
+    #[inline]
+    fn newest_at(&self) -> *mut u8 {
+        let w = self.word().load(Ordering::Acquire);
+        if w >> 48 != 0 {
+            return (w as usize & (SHORT_POINTER - 1)) as *mut u8;
+        }
+        self.long_head().load(Ordering::Acquire)
+    }
+
+    /// Publishes `v` as the node's newest version; false (nothing done) if its address does not
+    /// fit the node's short form.
+    #[inline]
+    fn set_newest(&self, v: *mut u8) -> bool {
+        let w = self.word().load(Ordering::Relaxed);
+        if w >> 48 == 0 {
+            self.long_head().store(v, Ordering::Release);
+            return true;
+        }
+        if v as usize >= SHORT_POINTER {
+            return false;
+        }
+        self.word().store(w & !(SHORT_POINTER as u64 - 1) | v as u64, Ordering::Release);
+        true
+    }
+
+    /// The node's internal key: its user key and its oldest version's trailer.
+    #[inline]
+    pub(super) fn key(&self) -> &[u8] {
+        let w = self.word().load(Ordering::Relaxed);
+        let p = self.0.as_ptr();
+        // SAFETY: the node's key was written by `SkipList::link_new` before it was published and
+        // is never written again: in the short form its bytes follow the first word, which holds
+        // their length; in the long form the version pointer and a length varint come between.
+        unsafe {
+            if w >> 48 != 0 {
+                return std::slice::from_raw_parts(p.add(WORD), (w >> 48) as usize);
+            }
+            let k = p.add(2 * WORD);
+            let (len, n) = read_len(k);
+            std::slice::from_raw_parts(k.add(n), len)
+        }
     }
 
     /// The node's user key.
     #[inline]
-    pub(super) fn key(&self) -> &[u8] {
-        // SAFETY: the key's length varint and bytes follow the first word; they were written by
-        // `SkipList::insert` before the node was published and are never written again.
-        unsafe {
-            let k = self.0.as_ptr().add(WORD);
-            let (len, n) = read_len(k);
-            std::slice::from_raw_parts(k.add(n), len)
-        }
+    pub(super) fn user_key(&self) -> &[u8] {
+        key::user_key(self.key())
     }
 
     /// The next node at level 0.
@@ -179,7 +244,7 @@ impl Node {
 }
 
 impl Version {
-    /// The version's first byte: its kind, and [`HAS_OLDER`].
+    /// The version's flags (kind, depth, [`HAS_OLDER`]).
     #[inline]
     fn flags(&self) -> u8 {
         // SAFETY: a version's bytes were written before it was published, never again.
@@ -189,7 +254,7 @@ impl Version {
     /// The sequence number varint's value and length.
     #[inline]
     fn seq_delta(&self) -> (u64, usize) {
-        // SAFETY: the varint follows the first byte (see `SkipList::new_version`).
+        // SAFETY: the varint follows the flags (see `SkipList::new_version`).
         unsafe { read_varint(self.at.as_ptr().add(1)) }
     }
 
@@ -197,7 +262,13 @@ impl Version {
     #[inline]
     pub(super) fn trailer(&self) -> u64 {
         let (delta, _) = self.seq_delta();
-        self.base.wrapping_add(delta) << 8 | u64::from(self.flags() & !HAS_OLDER)
+        self.base.wrapping_add(delta) << 8 | u64::from(self.flags() & KIND_BITS)
+    }
+
+    /// How many versions of its node are older than this one.
+    #[inline]
+    fn depth(&self) -> usize {
+        usize::from((self.flags() >> 2) & 0x1f)
     }
 
     /// Where the older pointer (if any) is.
@@ -208,7 +279,7 @@ impl Version {
         unsafe { self.at.as_ptr().add(1 + n) }
     }
 
-    /// The next older version of the key.
+    /// The next older version of the node.
     #[inline]
     pub(super) fn older(&self) -> Option<Version> {
         if self.flags() & HAS_OLDER == 0 {
@@ -233,12 +304,12 @@ impl Version {
     }
 }
 
-/// What the caller knows about the node of the key it inserts (from the point index).
+/// What the caller knows about the key it inserts (from the point index).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Hint {
-    /// This is the key's node.
+    /// This is the key's newest node.
     Node(Node),
-    /// The list has no node for the key.
+    /// The list has no version of the key.
     Absent,
     /// Nothing: the list is searched.
     Unknown,
@@ -272,7 +343,7 @@ impl Writer {
     }
 }
 
-/// A skip list of user keys, each with its versions (see the module docs).
+/// A skip list of internal keys, each node with a chain of versions (see the module docs).
 pub(super) struct SkipList {
     /// The head's links: the first node of each level.
     head: [AtomicPtr<u8>; MAX_HEIGHT],
@@ -280,8 +351,8 @@ pub(super) struct SkipList {
     height: AtomicUsize,
     /// Versions in the list.
     len: AtomicUsize,
-    /// Nodes (distinct keys) in the list.
-    keys: AtomicUsize,
+    /// Nodes in the list.
+    nodes: AtomicUsize,
     /// Sequence numbers are stored relative to this: the first one inserted (set before the
     /// first version is published).
     base: AtomicU64,
@@ -292,7 +363,7 @@ impl std::fmt::Debug for SkipList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SkipList")
             .field("len", &self.len())
-            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("nodes", &self.nodes.load(Ordering::Relaxed))
             .field("height", &self.height)
             .finish()
     }
@@ -306,7 +377,7 @@ impl SkipList {
             head: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             height: AtomicUsize::new(1),
             len: AtomicUsize::new(0),
-            keys: AtomicUsize::new(0),
+            nodes: AtomicUsize::new(0),
             base: AtomicU64::new(u64::MAX),
             writer: Mutex::new(Writer {
                 nodes: Arena::new(chunk),
@@ -327,10 +398,10 @@ impl SkipList {
         self.len() == 0
     }
 
-    /// Distinct keys in the list.
+    /// Nodes in the list.
     #[cfg(test)]
-    pub(super) fn keys(&self) -> usize {
-        self.keys.load(Ordering::Relaxed)
+    pub(super) fn nodes(&self) -> usize {
+        self.nodes.load(Ordering::Relaxed)
     }
 
     /// Link `level` of `node`, or of the head when `None`.
@@ -342,8 +413,8 @@ impl SkipList {
         }
     }
 
-    /// The last node whose key is before `target` (or equal to it, if `or_equal`); `None` for
-    /// the head. With `splice`, also the last such node of every level in use.
+    /// The last node whose internal key is before `target` (or equal to it, if `or_equal`);
+    /// `None` for the head. With `splice`, also the last such node of every level in use.
     #[inline]
     fn last_before(
         &self,
@@ -359,7 +430,7 @@ impl SkipList {
                 // The node after `next` on this level is the one compared next if `next` is
                 // passed: start loading it while `next` is compared (RocksDB's list does too).
                 crate::prefetch(next.link(level).load(Ordering::Relaxed));
-                match crate::key::compare_bytes(next.key(), target) {
+                match key::compare(next.key(), target) {
                     std::cmp::Ordering::Less => x = Some(next),
                     std::cmp::Ordering::Equal if or_equal => x = Some(next),
                     _ => break,
@@ -372,22 +443,13 @@ impl SkipList {
         x
     }
 
-    /// The node of `key`, if the list has one.
-    pub(super) fn find(&self, key: &[u8]) -> Option<Node> {
-        self.seek(key).filter(|n| n.key() == key)
-    }
-
-    /// The first node whose key is at or after `target`.
+    /// The first node whose internal key is at or after `target`: the node holding the first
+    /// version at or after it, if any node does.
     pub(super) fn seek(&self, target: &[u8]) -> Option<Node> {
         match self.last_before(target, false, None) {
             Some(n) => n.next(),
             None => self.first(),
         }
-    }
-
-    /// The last node whose key is at or before `target`.
-    pub(super) fn seek_for_prev(&self, target: &[u8]) -> Option<Node> {
-        self.last_before(target, true, None)
     }
 
     /// The first node.
@@ -418,16 +480,21 @@ impl SkipList {
         self.last_before(node.key(), false, None)
     }
 
+    /// The node before the first node at or after `target` (the last node, if none is).
+    pub(super) fn before(&self, target: &[u8]) -> Option<Node> {
+        self.last_before(target, false, None)
+    }
+
     /// The newest version of `node`.
     #[inline]
     pub(super) fn newest(&self, node: Node) -> Version {
-        let at = node.head().load(Ordering::Acquire);
+        let at = node.newest_at();
         // SAFETY: a node is published with its first version, and its pointer only ever
         // changes to another version.
         Version { at: unsafe { NonNull::new_unchecked(at) }, base: self.base.load(Ordering::Acquire) }
     }
 
-    /// The oldest version of `node`.
+    /// The oldest version of `node` (at most [`MAX_CHAIN`] steps).
     pub(super) fn oldest(&self, node: Node) -> Version {
         let mut v = self.newest(node);
         while let Some(o) = v.older() {
@@ -445,7 +512,9 @@ impl SkipList {
         let vl = encode_varint(&mut vlen, value.len() as u64);
         let link = if older.is_some() { LINK } else { 0 };
         let (p, charge) = w.values.alloc(1 + sl + link + vl + value.len());
-        let flags = (trailer & 0x7f) as u8 | if older.is_some() { HAS_OLDER } else { 0 };
+        // Saturating: only versions inserted out of order make a chain longer than MAX_CHAIN.
+        let depth = older.map_or(0, |o| (o.depth() + 1).min(0x1f));
+        let flags = (trailer as u8 & KIND_BITS) | (depth as u8) << 2 | if older.is_some() { HAS_OLDER } else { 0 };
         // SAFETY: `p` is that many fresh bytes of the value arena, which no one else can reach
         // yet: the flags, the sequence varint, the older pointer (unaligned), the length varint
         // and the value.
@@ -462,65 +531,107 @@ impl SkipList {
         (Version { at: p, base }, charge)
     }
 
-    /// Inserts version `trailer` (`seq << 8 | kind`, kind below 128) of `key` with `value`: the
-    /// key's node, whether the node is new, and the bytes of memory this took. `hint` is asked
-    /// (under the writer lock) what the caller knows of the key's node; `on_new_node` is told
-    /// of a node made for the key, before the insert returns. A version already in the list
-    /// (the same write applied twice) is left as it is.
+    /// Inserts version `trailer` (`seq << 8 | kind`) of `user_key` with `value`: the node that
+    /// holds it, whether the node is new, and the bytes of memory this took. `hint` is asked
+    /// (under the writer lock) what the caller knows of the key's newest node; `on_new_node`
+    /// is told of a node made for the key, before the insert returns. A version already in the
+    /// list (the same write applied twice) is left as it is.
     pub(super) fn insert(
         &self,
-        key: &[u8],
+        user_key: &[u8],
         trailer: u64,
         value: &[u8],
         hint: impl FnOnce() -> Hint,
         on_new_node: impl FnOnce(Node),
     ) -> (Node, bool, usize) {
-        debug_assert!(trailer & 0xff < 0x80, "a kind fits in 7 bits");
+        debug_assert!(trailer & 0xff <= u64::from(KIND_BITS), "a kind fits in two bits");
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         if self.base.load(Ordering::Relaxed) == u64::MAX {
             self.base.store(trailer >> 8, Ordering::Release);
         }
+        let mut ikey = [0u8; 64];
+        let heap;
+        let ikey: &[u8] = if user_key.len() + key::TRAILER_LEN <= ikey.len() {
+            let n = user_key.len();
+            ikey[..n].copy_from_slice(user_key);
+            ikey[n..n + key::TRAILER_LEN].copy_from_slice(&trailer.to_le_bytes());
+            &ikey[..n + key::TRAILER_LEN]
+        } else {
+            heap = [user_key, &trailer.to_le_bytes()[..]].concat();
+            &heap
+        };
+        // The node that would hold the version: the key's newest node, or the one a search
+        // for the version's internal key finds (the first node at or after it).
         let mut splice = [None; MAX_HEIGHT];
-        let existing = match hint() {
+        let mut searched = false;
+        let found = match hint() {
             Hint::Node(n) => Some(n),
-            Hint::Absent => {
-                self.last_before(key, false, Some(&mut splice));
-                None
-            }
+            Hint::Absent => None,
             Hint::Unknown => {
-                let prev = self.last_before(key, false, Some(&mut splice));
+                searched = true;
+                let prev = self.last_before(ikey, false, Some(&mut splice));
                 NonNull::new(self.link_of(prev.as_ref(), 0).load(Ordering::Acquire))
                     .map(Node)
-                    .filter(|n| n.key() == key)
+                    .filter(|n| n.user_key() == user_key)
             }
         };
-        if let Some(node) = existing {
-            debug_assert_eq!(node.key(), key);
+        if let Some(node) = found {
             let newest = self.newest(node);
-            if trailer >> 8 > newest.trailer() >> 8 {
+            let (seq, newest_seq) = (trailer >> 8, newest.trailer() >> 8);
+            if seq > newest_seq && newest.depth() + 1 < MAX_CHAIN {
                 let (v, charge) = self.new_version(&mut w, trailer, Some(newest), value);
-                node.head().store(v.at.as_ptr(), Ordering::Release);
-                self.len.fetch_add(1, Ordering::Relaxed);
-                return (node, false, charge);
+                if node.set_newest(v.at.as_ptr()) {
+                    self.len.fetch_add(1, Ordering::Relaxed);
+                    return (node, false, charge);
+                }
+                // A version address the node's short form cannot hold (only where user memory
+                // is mapped above 2^48): the version starts a node of its own instead (the one
+                // written is left unused).
             }
-            let charge = self.insert_older(&mut w, node, trailer, value);
-            return (node, false, charge);
+            if seq <= newest_seq {
+                return self.insert_older(&mut w, ikey, user_key, trailer, value, on_new_node);
+            }
+            // The key's newest node is full: the version starts a node of its own, before it.
         }
-        let (first, value_charge) = self.new_version(&mut w, trailer, None, value);
+        if !searched {
+            self.last_before(ikey, false, Some(&mut splice));
+        }
+        self.link_new(&mut w, ikey, trailer, value, &splice, on_new_node)
+    }
+
+    /// Makes a node for `ikey` holding one version, linked after the nodes of `splice`: the node
+    /// and the bytes of memory it took.
+    fn link_new(
+        &self,
+        w: &mut Writer,
+        ikey: &[u8],
+        trailer: u64,
+        value: &[u8],
+        splice: &[Option<Node>; MAX_HEIGHT],
+        on_new_node: impl FnOnce(Node),
+    ) -> (Node, bool, usize) {
+        let (first, value_charge) = self.new_version(w, trailer, None, value);
         let height = w.random_height();
+        let short = (first.at.as_ptr() as usize) < SHORT_POINTER && ikey.len() < SHORT_KEY;
         let mut klen = [0u8; MAX_VARINT_LEN];
-        let kl = encode_varint(&mut klen, key.len() as u64);
+        let header = if short { WORD } else { 2 * WORD + encode_varint(&mut klen, ikey.len() as u64) };
         let links = LINK * height;
-        let size = (links + WORD + kl + key.len()).next_multiple_of(8);
+        let size = (links + header + ikey.len()).next_multiple_of(8);
         let (start, node_charge) = if height == 1 { w.nodes.alloc(size) } else { w.tall.alloc(size) };
         // SAFETY: `start` is `size` fresh, zeroed, 8-aligned bytes of the node arena that no one
-        // else can reach yet: the links (null) come first, then the newest-version pointer
-        // (aligned), the key's length and the key, which fit by the size computed above.
+        // else can reach yet: the links (null) come first, then the first word (aligned), in the
+        // long form the version pointer (aligned) and the key's length, and then the key, which
+        // fit by the size computed above.
         let node = unsafe {
             let p = start.as_ptr().add(links);
-            p.cast::<*mut u8>().write(first.at.as_ptr());
-            std::ptr::copy_nonoverlapping(klen.as_ptr(), p.add(WORD), kl);
-            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(WORD + kl), key.len());
+            if short {
+                p.cast::<u64>().write((ikey.len() as u64) << 48 | first.at.as_ptr() as u64);
+            } else {
+                p.cast::<u64>().write(0);
+                p.add(WORD).cast::<*mut u8>().write(first.at.as_ptr());
+                std::ptr::copy_nonoverlapping(klen.as_ptr(), p.add(2 * WORD), header - 2 * WORD);
+            }
+            std::ptr::copy_nonoverlapping(ikey.as_ptr(), p.add(header), ikey.len());
             Node(NonNull::new_unchecked(p))
         };
         if height > self.height.load(Ordering::Relaxed) {
@@ -535,22 +646,39 @@ impl SkipList {
             prev_link.store(node.0.as_ptr(), Ordering::Release);
         }
         self.len.fetch_add(1, Ordering::Relaxed);
-        self.keys.fetch_add(1, Ordering::Relaxed);
+        self.nodes.fetch_add(1, Ordering::Relaxed);
         on_new_node(node);
         (node, true, node_charge + value_charge)
     }
 
-    /// Inserts a version no newer than `node`'s newest: nothing if the chain has it already,
-    /// else the versions newer than it are copied in front of it and the copy published (see
-    /// the module docs). The bytes of memory this took.
-    fn insert_older(&self, w: &mut Writer, node: Node, trailer: u64, value: &[u8]) -> usize {
+    /// Inserts a version no newer than the key's newest (see the module docs): nothing if the
+    /// list has it already; into the node whose range of versions it falls in, by copying the
+    /// newer ones in front of it; else as a node of its own.
+    fn insert_older(
+        &self,
+        w: &mut Writer,
+        ikey: &[u8],
+        user_key: &[u8],
+        trailer: u64,
+        value: &[u8],
+        on_new_node: impl FnOnce(Node),
+    ) -> (Node, bool, usize) {
         let seq = trailer >> 8;
+        let mut splice = [None; MAX_HEIGHT];
+        let prev = self.last_before(ikey, false, Some(&mut splice));
+        // The first node at or after the version: its oldest version is at or before it.
+        let holder = NonNull::new(self.link_of(prev.as_ref(), 0).load(Ordering::Acquire))
+            .map(Node)
+            .filter(|n| n.user_key() == user_key && self.newest(*n).trailer() >> 8 >= seq);
+        let Some(node) = holder else {
+            return self.link_new(w, ikey, trailer, value, &splice, on_new_node);
+        };
         let mut newer = Vec::new();
         let mut at = Some(self.newest(node));
         while let Some(v) = at {
             let s = v.trailer() >> 8;
             if s == seq {
-                return 0;
+                return (node, false, 0);
             }
             if s < seq {
                 break;
@@ -558,15 +686,26 @@ impl SkipList {
             newer.push(v);
             at = v.older();
         }
+        // A full node grows one longer (splitting it would take its newer versions out of one
+        // node and into another, which readers could see half done): only versions inserted
+        // out of order, which the engine never inserts, make a chain pass MAX_CHAIN.
         let (mut chain, mut charge) = self.new_version(w, trailer, at, value);
         for v in newer.iter().rev() {
             let (copy, c) = self.new_version(w, v.trailer(), Some(chain), v.value());
             chain = copy;
             charge += c;
         }
-        node.head().store(chain.at.as_ptr(), Ordering::Release);
+        if !node.set_newest(chain.at.as_ptr()) {
+            // See `insert`. A node of its own would sit inside this node's range of versions:
+            // this needs both a version inserted out of order (which the engine never does)
+            // and user memory mapped above 2^48 (which mmap never returns unasked).
+            debug_assert!(false, "an out-of-order version whose copy cannot be published");
+            let mut splice = [None; MAX_HEIGHT];
+            self.last_before(ikey, false, Some(&mut splice));
+            return self.link_new(w, ikey, trailer, value, &splice, on_new_node);
+        }
         self.len.fetch_add(1, Ordering::Relaxed);
-        charge
+        (node, false, charge)
     }
 }
 

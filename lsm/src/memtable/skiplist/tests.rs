@@ -16,8 +16,15 @@ fn put(list: &SkipList, k: &[u8], seq: u64, v: &[u8]) -> (Node, bool, usize) {
 fn walk(list: &SkipList) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
     let mut out = Vec::new();
     for node in std::iter::successors(list.first(), |n| list.next(*n)) {
-        for v in std::iter::successors(Some(list.newest(node)), |v| v.older()) {
-            out.push((node.key().to_vec(), v.trailer() >> 8, v.value().to_vec()));
+        let chain: Vec<Version> = std::iter::successors(Some(list.newest(node)), |v| v.older()).collect();
+        assert!(chain.len() <= MAX_CHAIN, "a chain of {} versions", chain.len());
+        assert_eq!(
+            chain.last().map(|v| v.trailer()),
+            Some(key::trailer(node.key())),
+            "a node's key is its oldest version's"
+        );
+        for v in chain {
+            out.push((node.user_key().to_vec(), v.trailer() >> 8, v.value().to_vec()));
         }
     }
     out
@@ -41,8 +48,8 @@ fn heights_follow_a_branching_factor_of_four() {
 }
 
 /// Against a sorted model: every version in order (keys ascending, each key's versions newest
-/// first), versions inserted out of order and twice, node searches at, between, before and
-/// past the keys, and each key's one node.
+/// first), chains no longer than MAX_CHAIN, versions inserted out of order and twice, and node
+/// searches at, between, before and past the keys.
 #[test]
 fn the_list_orders_keys_and_versions_like_a_sorted_model() {
     use rand::{Rng, SeedableRng};
@@ -50,25 +57,23 @@ fn the_list_orders_keys_and_versions_like_a_sorted_model() {
     let list = SkipList::new(super::super::arena::MIN_CHUNK);
     // (key, reversed sequence number) -> value: the list's order.
     let mut model: BTreeMap<(Vec<u8>, std::cmp::Reverse<u64>), Vec<u8>> = BTreeMap::new();
-    let mut nodes: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
     let (mut charged, mut needed) = (0, 0);
-    for i in 0..6000u64 {
-        let k = format!("k{:05}", rng.random_range(0..1500)).into_bytes();
-        // Mostly rising sequence numbers, as the engine writes; some older ones and repeats.
-        let seq = match i % 10 {
-            0 => rng.random_range(1..i.max(2)),
-            1 => i.saturating_sub(1).max(1) + 1000,
-            _ => i + 1000,
+    for i in 0..8000u64 {
+        // A few hot keys (long histories, many nodes each) among many cold ones.
+        let k =
+            if i % 3 == 0 { format!("h{}", i % 4) } else { format!("k{:05}", rng.random_range(0..1500)) }.into_bytes();
+        // Mostly rising sequence numbers, as the engine writes; some repeats and (for cold keys,
+        // whose nodes stay short) older ones.
+        let seq = match i % 20 {
+            0 if k[0] == b'k' => rng.random_range(1..i.max(2)),
+            1 => i.saturating_sub(1).max(1) + 10_000,
+            _ => i + 10_000,
         };
         let v = vec![b'v'; (i % 300) as usize];
         let fresh = !model.contains_key(&(k.clone(), std::cmp::Reverse(seq)));
-        let (node, new_node, charge) = put(&list, &k, seq, &v);
+        let (node, _, charge) = put(&list, &k, seq, &v);
         charged += charge;
-        assert_eq!(new_node, !nodes.contains_key(&k), "one node per key");
-        assert_eq!(node.key(), &k[..]);
-        if let Some(n) = nodes.insert(k.clone(), node) {
-            assert_eq!(n, node, "a key keeps its node");
-        }
+        assert_eq!(node.user_key(), &k[..]);
         if fresh {
             needed += v.len();
             model.insert((k, std::cmp::Reverse(seq)), v);
@@ -77,34 +82,26 @@ fn the_list_orders_keys_and_versions_like_a_sorted_model() {
         }
     }
     assert_eq!(list.len(), model.len());
-    assert_eq!(list.keys(), nodes.len());
+    assert!(list.nodes() < model.len(), "hot keys share nodes");
     assert!(charged >= needed, "charged {charged} for {needed} bytes of values");
     let expected: Vec<(Vec<u8>, u64, Vec<u8>)> = model.iter().map(|((k, s), v)| (k.clone(), s.0, v.clone())).collect();
     assert_eq!(walk(&list), expected);
-    let keys: Vec<Vec<u8>> = nodes.keys().cloned().collect();
+    let forward: Vec<Vec<u8>> =
+        std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
     let backward: Vec<Vec<u8>> =
         std::iter::successors(list.last(), |n| list.prev(*n)).map(|n| n.key().to_vec()).collect();
-    assert_eq!(backward, keys.iter().rev().cloned().collect::<Vec<_>>());
-    for n in 0..1700 {
-        let t = format!("k{n:05}").into_bytes();
-        let t2 = [&t[..], b"!"].concat();
-        for t in [t, t2] {
-            let ge = nodes.range(t.clone()..).next().map(|(k, _)| k.clone());
-            assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
-            let le = nodes.range(..=t.clone()).next_back().map(|(k, _)| k.clone());
-            assert_eq!(list.seek_for_prev(&t).map(|n| n.key().to_vec()), le);
-            assert_eq!(list.find(&t), nodes.get(&t).copied());
-        }
+    assert_eq!(backward, forward.iter().rev().cloned().collect::<Vec<_>>());
+    for _ in 0..3000 {
+        let t = key::make_internal_key(
+            format!("k{:05}", rng.random_range(0..1600)).as_bytes(),
+            rng.random_range(0..20_000),
+            ValueKind::Put,
+        );
+        let ge = forward.iter().find(|k| key::compare(k, &t).is_ge()).cloned();
+        assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
+        let lt = forward.iter().rev().find(|k| key::compare(k, &t).is_lt()).cloned();
+        assert_eq!(list.before(&t).map(|n| n.key().to_vec()), lt);
     }
-    let oldest = list.oldest(nodes[&keys[0]]);
-    assert_eq!(
-        Some(oldest.trailer() >> 8),
-        model
-            .range((keys[0].clone(), std::cmp::Reverse(u64::MAX))..)
-            .take_while(|((k, _), _)| *k == keys[0])
-            .last()
-            .map(|((_, s), _)| s.0)
-    );
 }
 
 /// The hint skips the search: a version of a known node goes on its chain, a key known to be
@@ -131,9 +128,20 @@ fn hints_place_versions_on_known_nodes_and_new_nodes_are_reported() {
         ]
     );
     assert_eq!(list.next(a), Some(b));
+    // A full node: the next version starts a node of its own, before it, and is reported.
+    let mut newest = a;
+    for seq in 5..5 + MAX_CHAIN as u64 {
+        let mut made = None;
+        let (n, new, _) = list.insert(b"a", trailer(seq), b"x", || Hint::Node(newest), |n| made = Some(n));
+        assert_eq!(new, made.is_some());
+        newest = n;
+    }
+    assert_ne!(newest, a, "a's first node filled up");
+    assert_eq!(list.next(newest), Some(a));
+    assert_eq!(walk(&list).iter().filter(|(k, _, _)| k == b"a").count(), MAX_CHAIN + 2);
 }
 
-/// Keys of 64 KiB and more, empty values and values of any length, sequence numbers far from
+/// Keys of 64 KiB and more (the long form), empty values and values of any length, sequence numbers far from
 /// the base (a varint of any length), and deletions' kind all read back.
 #[test]
 fn any_key_value_and_sequence_number_reads_back() {
@@ -146,16 +154,19 @@ fn any_key_value_and_sequence_number_reads_back() {
         let (node, new, _) = list.insert(k, key::pack_trailer(seq, kind), &value, || Hint::Unknown, |_| {});
         assert!(new);
         let v = list.newest(node);
-        assert_eq!((node.key(), v.value(), v.trailer()), (&k[..], &value[..], key::pack_trailer(seq, kind)));
+        assert_eq!((node.user_key(), v.value(), v.trailer()), (&k[..], &value[..], key::pack_trailer(seq, kind)));
     }
     let mut sorted = keys.to_vec();
     sorted.sort();
     let walked: Vec<Vec<u8>> =
-        std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
+        std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.user_key().to_vec()).collect();
     assert_eq!(walked, sorted);
-    // An older version of the first key, below the base: a sequence varint of ten bytes.
-    let (node, _, _) = list.insert(&keys[0], trailer(1), b"old", || Hint::Unknown, |_| {});
-    let older = list.newest(node).older().expect("an older version");
+    // An older version of the first key, below the base (a sequence varint of ten bytes): past
+    // its node's range, so in a node of its own, after it.
+    let first = list.seek(&key::seek_key(&keys[0], key::MAX_SEQUENCE)).expect("the key's node");
+    let (node, new, _) = list.insert(&keys[0], trailer(1), b"old", || Hint::Unknown, |_| {});
+    assert!(new && list.next(first) == Some(node));
+    let older = list.newest(node);
     assert_eq!((older.trailer() >> 8, older.value()), (1, &b"old"[..]));
 }
 
@@ -164,7 +175,8 @@ fn an_empty_list_has_no_nodes() {
     let list = SkipList::new(super::super::arena::MAX_CHUNK);
     assert_eq!(list.len(), 0);
     assert!(list.first().is_none() && list.last().is_none());
-    assert!(list.seek(b"a").is_none() && list.seek_for_prev(b"a").is_none() && list.find(b"a").is_none());
+    let t = key::make_internal_key(b"a", 1, ValueKind::Put);
+    assert!(list.seek(&t).is_none() && list.before(&t).is_none());
 }
 
 #[test]
@@ -179,14 +191,14 @@ fn an_entry_takes_its_bytes_its_links_and_a_few_more_and_a_rewrite_only_its_vers
         charged += c;
         nodes.push(node);
     }
-    // A node: the version pointer, a length byte and 16 key bytes (32 with padding), plus 8
-    // bytes a link (4/3 on average); the version: kind, 3 bytes of sequence number, a length
+    // A node: a word of key length and version pointer and a 24-byte internal key, plus 8
+    // bytes a link (4/3 on average); the version: flags, 3 bytes of sequence number, a length
     // byte and 100 bytes (~148); and the arenas' last chunks, charged whole.
     let per = charged as f64 / n as f64;
     assert!((146.0..154.0).contains(&per), "{per} bytes an entry");
     let mut charged = 0;
     for (i, node) in nodes.iter().enumerate() {
-        let key = node.key().to_vec();
+        let key = node.user_key().to_vec();
         charged += list.insert(&key, trailer(1000 + n + i as u64), &[8u8; 100], || Hint::Node(*node), |_| {}).2;
     }
     // The version alone, with its pointer to the older one.
@@ -209,11 +221,11 @@ fn readers_see_complete_sorted_chains_while_the_writer_inserts() {
                 while !done.load(Ordering::Acquire) || rounds < 3 {
                     rounds += 1;
                     let mut last: Option<Vec<u8>> = None;
-                    let start = if r == 0 { list.first() } else { list.seek(b"k0500") };
+                    let start = if r == 0 { list.first() } else { list.seek(&key::seek_key(b"k0500", u64::MAX >> 8)) };
                     for node in std::iter::successors(start, |n| list.next(*n)) {
-                        assert!(last.as_deref().is_none_or(|l| l < node.key()), "keys ascend");
+                        assert!(last.as_deref().is_none_or(|l| key::compare(l, node.key()).is_lt()), "keys ascend");
                         last = Some(node.key().to_vec());
-                        let k: u64 = std::str::from_utf8(&node.key()[1..]).unwrap().parse().unwrap();
+                        let k: u64 = std::str::from_utf8(&node.user_key()[1..]).unwrap().parse().unwrap();
                         let mut prev_seq = u64::MAX;
                         for v in std::iter::successors(Some(list.newest(node)), |v| v.older()) {
                             let seq = v.trailer() >> 8;
@@ -235,5 +247,5 @@ fn readers_see_complete_sorted_chains_while_the_writer_inserts() {
     for r in readers {
         r.join().unwrap();
     }
-    assert_eq!(list.keys(), 1000);
+    assert!(list.nodes() >= 1000);
 }
