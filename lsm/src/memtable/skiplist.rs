@@ -58,6 +58,10 @@ use super::arena::Arena;
 use crate::coding::{encode_varint, MAX_VARINT_LEN};
 use crate::key;
 
+mod version;
+pub(super) use version::Version;
+use version::{read_len, HAS_OLDER, KIND_BITS};
+
 /// The most links a node has: with a branching factor of 4, a list of 4^12 (16 M) keys still
 /// descends in about 4 steps a level.
 pub(super) const MAX_HEIGHT: usize = 12;
@@ -69,10 +73,6 @@ const WORD: usize = 8;
 const SHORT_POINTER: usize = 1 << 48;
 /// Internal keys shorter than this have their length in a node's first word.
 const SHORT_KEY: usize = 1 << 16;
-/// Bit 7 of a version's flags: a pointer to the next older version follows.
-const HAS_OLDER: u8 = 0x80;
-/// Bits 0-1 of a version's flags: its kind.
-const KIND_BITS: u8 = 0x03;
 /// Versions a node holds at most: a new version of a key whose newest node holds this many
 /// goes into a node of its own.
 pub(super) const MAX_CHAIN: usize = 16;
@@ -94,56 +94,6 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Node").field(&self.0).finish()
     }
-}
-
-/// One version of a node's key: a kind, a sequence number and a value (see the module docs).
-/// Valid as long as its list, as a [`Node`] is.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) struct Version {
-    at: NonNull<u8>,
-    /// The list's base sequence number.
-    base: u64,
-}
-
-// SAFETY: a version's bytes are immutable once it is published.
-unsafe impl Send for Version {}
-unsafe impl Sync for Version {}
-
-impl std::fmt::Debug for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Version").field("trailer", &self.trailer()).finish()
-    }
-}
-
-/// A varint at `p` that the arena holds: its value and length.
-///
-/// # Safety
-/// `p` must point at a varint written by [`SkipList::insert`] into a live node or version.
-#[inline]
-unsafe fn read_len(p: *const u8) -> (usize, usize) {
-    // SAFETY: the caller's; see `read_varint`.
-    let (v, n) = unsafe { read_varint(p) };
-    (v as usize, n)
-}
-
-/// A varint at `p` that the arena holds, and its length.
-///
-/// # Safety
-/// As [`read_len`].
-#[inline]
-unsafe fn read_varint(p: *const u8) -> (u64, usize) {
-    let (mut value, mut shift) = (0u64, 0);
-    for i in 0..MAX_VARINT_LEN {
-        // SAFETY: the caller's: the bytes up to the varint's last (the first below 0x80) are
-        // the arena's.
-        let b = unsafe { *p.add(i) };
-        value |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return (value, i + 1);
-        }
-        shift += 7;
-    }
-    (value, MAX_VARINT_LEN)
 }
 
 impl Node {
@@ -240,67 +190,6 @@ impl Node {
     #[inline]
     fn next(&self) -> Option<Node> {
         NonNull::new(self.link(0).load(Ordering::Acquire)).map(Node)
-    }
-}
-
-impl Version {
-    /// The version's flags (kind, depth, [`HAS_OLDER`]).
-    #[inline]
-    fn flags(&self) -> u8 {
-        // SAFETY: a version's bytes were written before it was published, never again.
-        unsafe { *self.at.as_ptr() }
-    }
-
-    /// The sequence number varint's value and length.
-    #[inline]
-    fn seq_delta(&self) -> (u64, usize) {
-        // SAFETY: the varint follows the flags (see `SkipList::new_version`).
-        unsafe { read_varint(self.at.as_ptr().add(1)) }
-    }
-
-    /// The internal-key trailer of this version (`seq << 8 | kind`).
-    #[inline]
-    pub(super) fn trailer(&self) -> u64 {
-        let (delta, _) = self.seq_delta();
-        self.base.wrapping_add(delta) << 8 | u64::from(self.flags() & KIND_BITS)
-    }
-
-    /// How many versions of its node are older than this one.
-    #[inline]
-    fn depth(&self) -> usize {
-        usize::from((self.flags() >> 2) & 0x1f)
-    }
-
-    /// Where the older pointer (if any) is.
-    #[inline]
-    fn after_seq(&self) -> *const u8 {
-        let (_, n) = self.seq_delta();
-        // SAFETY: within the version (see `SkipList::new_version`).
-        unsafe { self.at.as_ptr().add(1 + n) }
-    }
-
-    /// The next older version of the node.
-    #[inline]
-    pub(super) fn older(&self) -> Option<Version> {
-        if self.flags() & HAS_OLDER == 0 {
-            return None;
-        }
-        // SAFETY: with HAS_OLDER set, the older version's address follows the sequence number
-        // (unaligned), written before this version was published.
-        let p = unsafe { self.after_seq().cast::<*mut u8>().read_unaligned() };
-        NonNull::new(p).map(|at| Version { at, base: self.base })
-    }
-
-    /// The version's value.
-    #[inline]
-    pub(super) fn value(&self) -> &[u8] {
-        let skip = if self.flags() & HAS_OLDER != 0 { LINK } else { 0 };
-        // SAFETY: the value's length varint and bytes follow (see `SkipList::new_version`).
-        unsafe {
-            let v = self.after_seq().add(skip);
-            let (len, m) = read_len(v);
-            std::slice::from_raw_parts(v.add(m), len)
-        }
     }
 }
 
