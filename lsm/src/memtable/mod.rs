@@ -387,7 +387,7 @@ impl Memtable {
                 // The key's newest node: a read at the latest sequence number takes its first
                 // version; an older snapshot may need an older node, which the list finds.
                 Probe::Found(node) => {
-                    if let Some(v) = newest_at_or_below(&self.map, node, ceiling) {
+                    if let Some(v) = self.map.newest(node).first_at_or_below(ceiling) {
                         return Self::lookup_of(v);
                     }
                 }
@@ -396,7 +396,7 @@ impl Memtable {
         }
         let target = key::seek_key(user_key, seq);
         let node = self.map.seek(&target).filter(|n| n.user_key() == user_key)?;
-        newest_at_or_below(&self.map, node, ceiling).and_then(Self::lookup_of)
+        self.map.newest(node).first_at_or_below(ceiling).and_then(Self::lookup_of)
     }
 
     /// What a lookup that found version `v` answers: a copy of its value (the arena's bytes
@@ -432,27 +432,6 @@ impl Memtable {
     pub fn iter(self: &Arc<Self>) -> MemIter {
         MemIter { at: None, key: Vec::new(), mem: Arc::clone(self) }
     }
-}
-
-/// The newest of `node`'s versions whose trailer is at or below `ceiling`.
-fn newest_at_or_below(map: &SkipList, node: Node, ceiling: u64) -> Option<Version> {
-    let mut version = Some(map.newest(node));
-    while let Some(v) = version.filter(|v| v.trailer() > ceiling) {
-        version = v.older();
-    }
-    version
-}
-
-/// The oldest of `node`'s versions whose trailer is at or above `floor`: the last a walk from
-/// the newest meets before it passes `floor`.
-fn oldest_at_or_above(map: &SkipList, node: Node, floor: u64) -> Option<Version> {
-    let mut last = None;
-    let mut version = Some(map.newest(node));
-    while let Some(v) = version.filter(|v| v.trailer() >= floor) {
-        last = Some(v);
-        version = v.older();
-    }
-    last
 }
 
 /// Cursor over a memtable: a version of a node, in the order of internal keys (nodes in
@@ -525,7 +504,7 @@ impl InternalIterator for MemIter {
         // is); of a later key, its newest.
         let (user_key, trailer) = (key::user_key(target), key::trailer(target));
         let at = match self.mem.map.seek(target) {
-            Some(node) if node.user_key() == user_key => match newest_at_or_below(&self.mem.map, node, trailer) {
+            Some(node) if node.user_key() == user_key => match self.mem.map.newest(node).first_at_or_below(trailer) {
                 Some(v) => Some((node, v)),
                 None => self.newest(self.mem.map.next(node)),
             },
@@ -546,7 +525,7 @@ impl InternalIterator for MemIter {
         };
         let found = after
             .filter(|n| n.user_key() == user_key)
-            .and_then(|n| oldest_at_or_above(&self.mem.map, n, trailer).map(|v| (n, v)));
+            .and_then(|n| self.mem.map.newest(n).last_at_or_above(trailer).map(|v| (n, v)));
         let at = found.or_else(|| self.oldest(before));
         self.set(at);
         Ok(())
@@ -564,7 +543,7 @@ impl InternalIterator for MemIter {
         // versions, and a newer one may have been copied since: found by trailer, not by
         // address), else the previous node's oldest.
         let at = self.at.and_then(|(node, at)| {
-            let newer = at.trailer().checked_add(1).and_then(|floor| oldest_at_or_above(&self.mem.map, node, floor));
+            let newer = at.trailer().checked_add(1).and_then(|floor| self.mem.map.newest(node).last_at_or_above(floor));
             match newer {
                 Some(v) => Some((node, v)),
                 None => self.oldest(self.mem.map.prev(node)),

@@ -385,11 +385,8 @@ impl SkipList {
 
     /// The oldest version of `node` (at most [`MAX_CHAIN`] steps).
     pub(super) fn oldest(&self, node: Node) -> Version {
-        let mut v = self.newest(node);
-        while let Some(o) = v.older() {
-            v = o;
-        }
-        v
+        let newest = self.newest(node);
+        newest.last_at_or_above(0).unwrap_or(newest)
     }
 
     /// Writes a version into the value arena: the version and the bytes of memory this took.
@@ -453,6 +450,7 @@ impl SkipList {
         // for the version's internal key finds (the first node at or after it).
         let mut splice = [None; MAX_HEIGHT];
         let mut searched = false;
+        let mut unused = 0;
         let found = match hint() {
             Hint::Node(n) => Some(n),
             Hint::Absent => None,
@@ -475,7 +473,8 @@ impl SkipList {
                 }
                 // A version address the node's short form cannot hold (only where user memory
                 // is mapped above 2^48): the version starts a node of its own instead (the one
-                // written is left unused).
+                // written is left unused, its memory still counted).
+                unused = charge;
             }
             if seq <= newest_seq {
                 return self.insert_older(&mut w, ikey, user_key, trailer, value, on_new_node);
@@ -485,7 +484,8 @@ impl SkipList {
         if !searched {
             self.last_before(ikey, false, Some(&mut splice));
         }
-        self.link_new(&mut w, ikey, trailer, value, &splice, on_new_node)
+        let (node, new, charge) = self.link_new(&mut w, ikey, trailer, value, &splice, on_new_node);
+        (node, new, charge + unused)
     }
 
     /// Makes a node for `ikey` holding one version, linked after the nodes of `splice`: the node

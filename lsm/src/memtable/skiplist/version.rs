@@ -127,4 +127,25 @@ impl Version {
             std::slice::from_raw_parts(v.add(m), len)
         }
     }
+
+    /// The first version from this one down its chain whose trailer is at or below `ceiling`.
+    pub(in crate::memtable) fn first_at_or_below(self, ceiling: u64) -> Option<Version> {
+        let mut version = Some(self);
+        while let Some(v) = version.filter(|v| v.trailer() > ceiling) {
+            version = v.older();
+        }
+        version
+    }
+
+    /// The last version from this one down its chain whose trailer is at or above `floor`
+    /// (None if this one's is below it): with `floor` 0, the chain's oldest.
+    pub(in crate::memtable) fn last_at_or_above(self, floor: u64) -> Option<Version> {
+        let mut last = None;
+        let mut version = Some(self);
+        while let Some(v) = version.filter(|v| v.trailer() >= floor) {
+            last = Some(v);
+            version = v.older();
+        }
+        last
+    }
 }
