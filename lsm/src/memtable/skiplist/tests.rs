@@ -33,7 +33,7 @@ fn walk(list: &SkipList) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
 #[test]
 fn heights_follow_a_branching_factor_of_four() {
     let a = || Arena::new(super::super::arena::MIN_CHUNK);
-    let mut w = Writer { nodes: a(), tall: a(), values: a(), rng: 1 };
+    let mut w = Writer { nodes: a(), tall: a(), values: a(), rng: 1, splice: Splice::default() };
     let mut counts = [0usize; MAX_HEIGHT + 1];
     let n = 400_000;
     for _ in 0..n {
@@ -101,6 +101,68 @@ fn the_list_orders_keys_and_versions_like_a_sorted_model() {
         assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
         let lt = forward.iter().rev().find(|k| key::compare(k, &t).is_lt()).cloned();
         assert_eq!(list.before(&t).map(|n| n.key().to_vec()), lt);
+    }
+}
+
+/// Keys in runs, as list pushes and sequential loads write them: ascending, descending, two
+/// runs interleaved (an LPUSH and an RPUSH queue), and jumps between them. The list matches a
+/// sorted model, and a key next to the last one inserted is linked at the writer's splice
+/// with a key comparison or two, not a descent (counted in the nodes the searches visited).
+#[test]
+fn keys_in_runs_are_linked_at_the_splice_without_a_descent() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let list = SkipList::new(super::super::arena::MIN_CHUNK);
+    let mut model: BTreeMap<(Vec<u8>, std::cmp::Reverse<u64>), Vec<u8>> = BTreeMap::new();
+    let mut seq = 1;
+    let mut insert = |k: Vec<u8>| {
+        put(&list, &k, seq, &seq.to_le_bytes());
+        model.insert((k, std::cmp::Reverse(seq)), seq.to_le_bytes().to_vec());
+        seq += 1;
+    };
+    // A background of random keys, so that a descent has levels to cross.
+    for _ in 0..20_000 {
+        insert(format!("r{:08}", rng.random_range(0..100_000_000)).into_bytes());
+    }
+    let visited = |list: &SkipList| list.writer.lock().unwrap().splice.visited;
+    let runs = 20_000u64;
+    let before = visited(&list);
+    for i in 0..runs {
+        insert(format!("r50000000-up{i:08}").into_bytes());
+    }
+    let ascending = visited(&list) - before;
+    let before = visited(&list);
+    for i in (0..runs).rev() {
+        insert(format!("r60000000-down{i:08}").into_bytes());
+    }
+    let descending = visited(&list) - before;
+    let before = visited(&list);
+    for i in 0..runs {
+        insert(format!("r70000000-left{:08}", runs - i).into_bytes());
+        insert(format!("r70000000-right{i:08}").into_bytes());
+    }
+    let interleaved = visited(&list) - before;
+    let before = visited(&list);
+    for _ in 0..runs {
+        insert(format!("r{:08}x", rng.random_range(0..100_000_000)).into_bytes());
+    }
+    let random = visited(&list) - before;
+    assert!(ascending < runs * 2, "ascending: {ascending} nodes visited for {runs} keys");
+    assert!(descending < runs * 2, "descending: {descending} nodes visited for {runs} keys");
+    assert!(random > runs * 8, "random: {random} nodes visited for {runs} keys (a descent each)");
+    // Two places at once: a descent for each key, and not a longer one than a random key's.
+    assert!(
+        interleaved / (2 * runs) <= random / runs + 2,
+        "interleaved runs: {interleaved} nodes visited for {} keys, random: {random} for {runs}",
+        2 * runs
+    );
+    let expected: Vec<(Vec<u8>, u64, Vec<u8>)> = model.iter().map(|((k, s), v)| (k.clone(), s.0, v.clone())).collect();
+    assert_eq!(walk(&list), expected);
+    // Readers' searches (which never use the splice) agree.
+    let forward: Vec<Vec<u8>> =
+        std::iter::successors(list.first(), |n| list.next(*n)).map(|n| n.key().to_vec()).collect();
+    for k in forward.iter().step_by(97) {
+        assert_eq!(list.seek(k).map(|n| n.key().to_vec()).as_ref(), Some(k));
     }
 }
 
