@@ -117,6 +117,8 @@ pub(crate) struct Vm {
     pub libraries: functions::Libraries,
     /// The RESP version scripts' commands reply in (`redis.setresp`), for the running script.
     pub resp3: Arc<std::sync::atomic::AtomicBool>,
+    /// The run its `redis.call` serves.
+    current: Arc<call::CurrentRun>,
     /// Scripts run since the last garbage-collection step.
     runs: std::sync::atomic::AtomicU32,
 }
@@ -253,6 +255,7 @@ impl Vm {
         let library_api = lua.create_table()?;
         prelude.call::<()>((prim.clone(), library_api.clone()))?;
         api::install(&lua, &prim, &library_api, &resp3)?;
+        let current = call::install(&lua, &prim)?;
         let mut sealed = vec!["redis", "string", "math", "table", "coroutine"];
         sealed.extend(libs::install(&lua)?);
         let seal: Function = prim.get("seal")?;
@@ -264,6 +267,7 @@ impl Vm {
             scripts: HashMap::new(),
             libraries: functions::Libraries::default(),
             resp3,
+            current,
             runs: Default::default(),
         })
     }

@@ -1,7 +1,7 @@
 -- Shale's Lua prelude: Redis's script sandbox on a stock Lua 5.1. Run once per VM as chunk
 -- "=shale", after the Rust side has put the libraries in the globals; `prim` is the table of
--- primitives both sides share (Rust sets `prim.call` and `prim.register` while a script or
--- a FUNCTION LOAD runs). Frames of this chunk are skipped when an error is located.
+-- primitives both sides share (Rust sets `prim.call` and `prim.acl_check` once, which answer
+-- for the script running if any, and `prim.register` while a FUNCTION LOAD runs). Frames of this chunk are skipped when an error is located.
 local prim, library_api = ...
 local G = _G
 local dbg = debug
@@ -73,28 +73,15 @@ end
 -- What redis.call (a C function, see `call_raising`) calls: (true, reply) or (false, error
 -- table); redis.pcall returns the error table instead. The Rust side gets the arguments as
 -- a count and a table (it can hold only so many Lua values at once; Redis takes ~8000).
-local outside = 'ERR redis.call/pcall can only be called inside a script invocation'
 function prim.dispatch(...)
-  local f = prim.call
-  if not f then
-    return false, {err = outside}
-  end
-  return f(select('#', ...), {...})
+  return prim.call(select('#', ...), {...})
 end
 function prim.pcall_api(...)
-  local f = prim.call
-  if not f then
-    return {err = outside}
-  end
-  local _, r = f(select('#', ...), {...})
+  local _, r = prim.call(select('#', ...), {...})
   return r
 end
 function prim.acl_check_api(...)
-  local f = prim.acl_check
-  if not f then
-    error({err = 'ERR redis.acl_check_cmd can only be called inside a script invocation'})
-  end
-  local ok, r = f(select('#', ...), {...})
+  local ok, r = prim.acl_check(select('#', ...), {...})
   if not ok then
     error(r)
   end
