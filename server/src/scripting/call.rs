@@ -304,10 +304,9 @@ fn invoke(vm: &Vm, run: &mut Run<'_, '_>, job: &Job<'_>) -> mlua::Result<(bool, 
     let args =
         lua.create_sequence_from(job.args.iter().map(|a| lua.create_string(a)).collect::<mlua::Result<Vec<_>>>()?)?;
     if job.eval {
-        vm.prim.get::<Function>("set_eval_args")?.call::<()>((keys.clone(), args.clone()))?;
+        vm.set_eval_args.call::<()>((keys.clone(), args.clone()))?;
     }
-    let run: Function = vm.prim.get("run")?;
-    run.call::<(bool, Value)>((job.func.clone(), keys, args))
+    vm.run_fn.call::<(bool, Value)>((job.func.clone(), keys, args))
 }
 
 /// The reply for a script that raised `error` (the handler's table, see `prelude.lua`).

@@ -32,13 +32,22 @@ const SPIN_FOR: Duration = Duration::from_micros(15);
 /// The VM's home: `None` while someone holds it.
 #[derive(Debug)]
 pub(crate) struct VmSlot {
-    vm: Mutex<Option<Box<Vm>>>,
+    vm: Mutex<Home>,
     returned: Condvar,
+}
+
+/// What the slot's lock guards.
+#[derive(Debug)]
+struct Home {
+    vm: Option<Box<Vm>>,
+    /// Threads asleep until the VM comes back: a guard that returns it wakes one only if there
+    /// is one (a wake-up is a system call even when nobody sleeps).
+    sleepers: usize,
 }
 
 impl VmSlot {
     pub(crate) fn new(vm: Vm) -> Arc<Self> {
-        Arc::new(VmSlot { vm: Mutex::new(Some(Box::new(vm))), returned: Condvar::new() })
+        Arc::new(VmSlot { vm: Mutex::new(Home { vm: Some(Box::new(vm)), sleepers: 0 }), returned: Condvar::new() })
     }
 
     /// Takes the VM, waiting while someone else holds it: for [`SPIN_FOR`] by polling, then
@@ -55,16 +64,18 @@ impl VmSlot {
         }
         let mut home = self.vm.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(vm) = home.take() {
+            if let Some(vm) = home.vm.take() {
                 return VmGuard { slot: Arc::clone(self), vm: Some(vm) };
             }
+            home.sleepers += 1;
             home = self.returned.wait(home).unwrap_or_else(|e| e.into_inner());
+            home.sleepers -= 1;
         }
     }
 
     /// Takes the VM if nobody holds it.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<VmGuard> {
-        let vm = self.vm.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let vm = self.vm.lock().unwrap_or_else(|e| e.into_inner()).vm.take()?;
         Some(VmGuard { slot: Arc::clone(self), vm: Some(vm) })
     }
 }
@@ -97,9 +108,12 @@ impl DerefMut for VmGuard {
 impl Drop for VmGuard {
     fn drop(&mut self) {
         let mut home = self.slot.vm.lock().unwrap_or_else(|e| e.into_inner());
-        *home = self.vm.take();
+        home.vm = self.vm.take();
+        let sleepers = home.sleepers;
         drop(home);
-        self.slot.returned.notify_one();
+        if sleepers > 0 {
+            self.slot.returned.notify_one();
+        }
     }
 }
 

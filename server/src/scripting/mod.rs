@@ -119,6 +119,10 @@ pub(crate) struct Vm {
     pub resp3: Arc<std::sync::atomic::AtomicBool>,
     /// The run its `redis.call` serves.
     current: Arc<call::CurrentRun>,
+    /// The prelude's `prim.run` (calls a script under the error handler) and
+    /// `prim.set_eval_args` (KEYS and ARGV of an EVAL script), looked up once.
+    run_fn: Function,
+    set_eval_args: Function,
     /// Scripts run since the last garbage-collection step.
     runs: std::sync::atomic::AtomicU32,
 }
@@ -261,6 +265,7 @@ impl Vm {
         let seal: Function = prim.get("seal")?;
         seal.call::<()>(lua.create_sequence_from(sealed)?)?;
         status::install_hook(&lua, status)?;
+        let (run_fn, set_eval_args) = (prim.get("run")?, prim.get("set_eval_args")?);
         Ok(Vm {
             lua,
             prim,
@@ -268,6 +273,8 @@ impl Vm {
             libraries: functions::Libraries::default(),
             resp3,
             current,
+            run_fn,
+            set_eval_args,
             runs: Default::default(),
         })
     }
