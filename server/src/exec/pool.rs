@@ -29,6 +29,9 @@ type Job = Box<dyn FnOnce() + Send>;
 struct Queue {
     jobs: Mutex<VecDeque<Job>>,
     ready: Condvar,
+    /// Threads asleep in [`Queue::pop`], counted under the `jobs` lock: a push wakes one only
+    /// if there is one (a condvar's notify is a system call even when nobody sleeps).
+    sleepers: AtomicUsize,
     len: AtomicUsize,
     closed: std::sync::atomic::AtomicBool,
 }
@@ -48,9 +51,14 @@ impl Queue {
         if self.closed.load(Ordering::Acquire) {
             return Err(());
         }
-        self.lock().push_back(job);
+        let mut jobs = self.lock();
+        jobs.push_back(job);
         self.len.fetch_add(1, Ordering::Release);
-        self.ready.notify_one();
+        let sleepers = self.sleepers.load(Ordering::Relaxed);
+        drop(jobs);
+        if sleepers > 0 {
+            self.ready.notify_one();
+        }
         Ok(())
     }
 
@@ -66,13 +74,16 @@ impl Queue {
             if self.closed.load(Ordering::Acquire) {
                 return None;
             }
-            jobs = match deadline {
-                None => self.ready.wait(jobs).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let left = d.checked_duration_since(std::time::Instant::now())?;
-                    self.ready.wait_timeout(jobs, left).unwrap_or_else(|e| e.into_inner()).0
-                }
+            let left = match deadline {
+                None => None,
+                Some(d) => Some(d.checked_duration_since(std::time::Instant::now())?),
             };
+            self.sleepers.fetch_add(1, Ordering::Relaxed);
+            jobs = match left {
+                None => self.ready.wait(jobs).unwrap_or_else(|e| e.into_inner()),
+                Some(left) => self.ready.wait_timeout(jobs, left).unwrap_or_else(|e| e.into_inner()).0,
+            };
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
