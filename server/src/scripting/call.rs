@@ -267,24 +267,28 @@ impl CurrentRun {
 /// `current` points at.
 pub(super) fn install(lua: &Lua, prim: &Table) -> mlua::Result<Arc<CurrentRun>> {
     let current = Arc::new(CurrentRun::default());
-    let run = Arc::clone(&current);
-    let call = lua.create_function(move |lua, (n, args): (usize, Table)| {
-        run.with(|cell| cell.borrow_mut().call(lua, n, &args)).unwrap_or_else(|| {
-            let outside = "ERR redis.call/pcall can only be called inside a script invocation";
-            Ok((false, Value::Table(error_table(lua, outside)?)))
-        })
-    })?;
-    let run = Arc::clone(&current);
-    let acl = lua.create_function(move |lua, (n, args): (usize, Table)| {
-        run.with(|cell| cell.borrow().acl_check(lua, n, &args)).unwrap_or_else(|| {
-            let outside = "ERR redis.acl_check_cmd can only be called inside a script invocation";
-            Ok((false, Value::Table(error_table(lua, outside)?)))
-        })
-    })?;
-    prim.raw_set("call", call)?;
-    prim.raw_set("acl_check", acl)?;
+    let functions: [(&str, &'static str, Serve); 2] = [
+        ("call", "ERR redis.call/pcall can only be called inside a script invocation", |cell, lua, n, args| {
+            cell.borrow_mut().call(lua, n, args)
+        }),
+        ("acl_check", "ERR redis.acl_check_cmd can only be called inside a script invocation", |cell, lua, n, args| {
+            cell.borrow().acl_check(lua, n, args)
+        }),
+    ];
+    for (name, outside, serve) in functions {
+        let current = Arc::clone(&current);
+        let f = lua.create_function(move |lua, (n, args): (usize, Table)| {
+            current
+                .with(|cell| serve(cell, lua, n, &args))
+                .unwrap_or_else(|| Ok((false, Value::Table(error_table(lua, outside)?))))
+        })?;
+        prim.raw_set(name, f)?;
+    }
     Ok(current)
 }
+
+/// What one of [`install`]'s functions does for the run in progress, given its arguments.
+type Serve = fn(&RunCell<'_, '_, '_>, &Lua, usize, &Table) -> mlua::Result<(bool, Value)>;
 
 /// Calls the job's function with `redis.call` bound to `run`.
 fn invoke(vm: &Vm, run: &mut Run<'_, '_>, job: &Job<'_>) -> mlua::Result<(bool, Value)> {
