@@ -73,6 +73,9 @@ impl DbBench {
             .block_cache_size(flags.cache_size)
             .table_read_mode(if flags.mmap_read { TableReadMode::Mmap } else { TableReadMode::Pread })
             .bloom_bits_per_key(flags.bloom_bits)
+            .data_block_hash_index(flags.use_data_block_hash_index)
+            .block_size(flags.block_size)
+            .block_restart_interval(flags.block_restart_interval)
             .write_buffer_size(flags.write_buffer_size)
             .sync_mode(SyncMode::Never))
     }

@@ -63,6 +63,16 @@ pub struct Flags {
     /// Bloom filter bits per key (0 disables).
     #[arg(long = "bloom_bits", default_value_t = 10)]
     pub bloom_bits: u32,
+    /// Target uncompressed size of a data block in bytes.
+    #[arg(long = "block_size", default_value_t = 4096)]
+    pub block_size: usize,
+    /// Entries between restart points in a data block.
+    #[arg(long = "block_restart_interval", default_value_t = 16)]
+    pub block_restart_interval: usize,
+    /// Data blocks carry a hash index of their user keys for point lookups (RocksDB's flag for
+    /// `kDataBlockBinaryAndHash`; on by default in Shale, off in RocksDB).
+    #[arg(long = "use_data_block_hash_index", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub use_data_block_hash_index: bool,
     /// Memtable size in bytes.
     #[arg(long = "write_buffer_size", default_value_t = 64 << 20)]
     pub write_buffer_size: usize,

@@ -44,7 +44,14 @@ impl TableBench {
 
     fn table_options(&self) -> Result<TableOptions> {
         let compression: Compression = self.flags.compression.parse()?;
-        Ok(TableOptions { compression, bloom_bits_per_key: self.flags.bloom_bits, ..TableOptions::default() })
+        Ok(TableOptions {
+            compression,
+            bloom_bits_per_key: self.flags.bloom_bits,
+            hash_index: self.flags.use_data_block_hash_index,
+            block_size: self.flags.block_size,
+            restart_interval: self.flags.block_restart_interval,
+            ..TableOptions::default()
+        })
     }
 
     /// Writes a table holding keys `first, first + step, …` below `num`.

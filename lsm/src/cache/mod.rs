@@ -235,6 +235,7 @@ mod tests {
             compression: crate::options::Compression::None,
             zstd_level: 3,
             bloom_bits_per_key: 10,
+            hash_index: true,
             faults: None,
         };
         let mut b = crate::sstable::TableBuilder::new(Vec::new(), opts).unwrap();

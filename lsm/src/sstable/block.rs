@@ -1,11 +1,21 @@
-//! Data and index blocks: prefix-compressed entries with restart points.
+//! Data and index blocks: prefix-compressed entries with restart points, and for data blocks a
+//! hash index of their user keys.
 //!
 //! ```text
 //! entry    = varint shared | varint unshared | varint vlen | key[shared..] | value
-//! block    = entry* | restart_offset u32 LE * n | n u32 LE
+//! block    = entry* | restart_offset u32 LE * n | [bucket u8 * m | m u16 LE] | footer u32 LE
+//! footer   = n | (1 << 31 if the buckets are there)
 //! ```
 //! Every `restart_interval` entries the key is stored whole (`shared = 0`) and its offset goes in
 //! the restart array, so a seek binary-searches restarts and then scans at most one interval.
+//!
+//! The hash index (RocksDB's `kDataBlockBinaryAndHash`) lets a point lookup skip that binary
+//! search, whose every probe reads a restart key from another cache line of the block: bucket
+//! [`bucket_of`]`(xxh3-64(user key), m)` holds the restart interval where the user key's entries
+//! start, [`NO_ENTRY`] if no entry of the block has that user key, or [`COLLISION`] if two
+//! intervals hash there (or one key's entries span intervals); then the lookup falls back to
+//! the binary search. `m` is about 4/3 of the block's distinct user keys, odd. Blocks with more
+//! than [`MAX_HASHED_RESTARTS`] restart points carry no buckets.
 
 use std::cmp::Ordering;
 use std::path::Path;
@@ -18,6 +28,23 @@ use crate::iter::InternalIterator;
 use crate::key;
 use crate::{Error, Result};
 
+/// A bucket no user key of the block hashes to.
+pub const NO_ENTRY: u8 = 255;
+/// A bucket that user keys of different restart intervals hash to.
+pub const COLLISION: u8 = 254;
+/// The most restart points a block with a hash index has (a bucket holds a restart's number
+/// below [`COLLISION`]).
+pub const MAX_HASHED_RESTARTS: usize = 253;
+/// The footer bit saying a block has a hash index.
+const HASHED: u32 = 1 << 31;
+
+/// The bucket of `m` that a user key with [`bloom::hash_key`](super::bloom::hash_key) `hash`
+/// falls in: the high 32 bits scaled onto `0..m` (the filter's line takes the low 32).
+#[inline]
+pub fn bucket_of(hash: u64, m: usize) -> usize {
+    (((hash >> 32) * m as u64) >> 32) as usize
+}
+
 /// Builds one block.
 #[derive(Debug)]
 pub struct BlockBuilder {
@@ -27,6 +54,8 @@ pub struct BlockBuilder {
     counter: usize,
     last_key: Vec<u8>,
     entries: usize,
+    /// With a hash index: each distinct (user key hash, restart point) added, in order.
+    hashed: Option<Vec<(u64, u32)>>,
 }
 
 impl BlockBuilder {
@@ -39,6 +68,34 @@ impl BlockBuilder {
             counter: 0,
             last_key: Vec::new(),
             entries: 0,
+            hashed: None,
+        }
+    }
+
+    /// A builder of data blocks with a hash index of their user keys; entries are added with
+    /// [`BlockBuilder::add_hashed`].
+    pub fn with_hash_index(restart_interval: usize) -> Self {
+        BlockBuilder { hashed: Some(Vec::new()), ..Self::new(restart_interval) }
+    }
+
+    /// [`BlockBuilder::add`] of an internal key whose user key has
+    /// [`bloom::hash_key`](super::bloom::hash_key) `hash`, recorded in the hash index if the
+    /// builder makes one.
+    pub fn add_hashed(&mut self, key: &[u8], value: &[u8], hash: u64) {
+        self.add(key, value);
+        let restart = (self.restarts.len() - 1) as u32;
+        if let Some(h) = &mut self.hashed {
+            if h.last() != Some(&(hash, restart)) {
+                h.push((hash, restart));
+            }
+        }
+    }
+
+    /// Buckets the hash index of the entries added so far would have (0 without one).
+    fn buckets(&self) -> usize {
+        match &self.hashed {
+            Some(h) if !h.is_empty() && self.restarts.len() <= MAX_HASHED_RESTARTS => (h.len() * 4 / 3) | 1,
+            _ => 0,
         }
     }
 
@@ -64,7 +121,8 @@ impl BlockBuilder {
 
     /// Size the finished block would have.
     pub fn estimated_size(&self) -> usize {
-        self.buf.len() + 4 * self.restarts.len() + 4
+        let buckets = self.buckets();
+        self.buf.len() + 4 * self.restarts.len() + 4 + if buckets > 0 { buckets + 2 } else { 0 }
     }
 
     /// True when nothing was added since the last `finish`.
@@ -77,13 +135,34 @@ impl BlockBuilder {
         &self.last_key
     }
 
-    /// Appends the restart array and returns the block's bytes; the builder is reset.
+    /// Appends the restart array (and the hash index) and returns the block's bytes; the
+    /// builder is reset.
     pub fn finish(&mut self) -> Vec<u8> {
         let mut out = std::mem::take(&mut self.buf);
         for r in &self.restarts {
             out.extend_from_slice(&r.to_le_bytes());
         }
-        out.extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        let mut footer = self.restarts.len() as u32;
+        let m = self.buckets();
+        if let Some(hashed) = self.hashed.as_mut() {
+            if m > 0 && m <= u16::MAX as usize {
+                let start = out.len();
+                out.resize(start + m, NO_ENTRY);
+                let buckets = &mut out[start..];
+                for &(hash, restart) in hashed.iter() {
+                    let b = &mut buckets[bucket_of(hash, m)];
+                    *b = match *b {
+                        NO_ENTRY => restart as u8,
+                        same if same == restart as u8 => same,
+                        _ => COLLISION,
+                    };
+                }
+                out.extend_from_slice(&(m as u16).to_le_bytes());
+                footer |= HASHED;
+            }
+            hashed.clear();
+        }
+        out.extend_from_slice(&footer.to_le_bytes());
         self.restarts.clear();
         self.restarts.push(0);
         self.counter = 0;
@@ -128,9 +207,9 @@ pub struct Block {
 }
 
 impl Block {
-    /// Validates the restart array of `data`.
+    /// Validates the restart array (and hash index) of `data`.
     pub fn new(data: Bytes, origin: BlockOrigin) -> Result<Block> {
-        let (restarts_at, num_restarts) = layout(&data).map_err(|reason| origin.corrupt(reason))?;
+        let Layout { restarts_at, num_restarts, .. } = layout(&data).map_err(|reason| origin.corrupt(reason))?;
         Ok(Block { data, restarts_at, num_restarts, origin })
     }
 
@@ -156,18 +235,39 @@ impl Block {
     }
 }
 
-/// Where the entries of the block `data` end (its restart array starts) and how many restart
-/// points it has; the reason if the restart array is malformed.
-fn layout(data: &[u8]) -> std::result::Result<(usize, usize), String> {
+/// Where a block's parts lie.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Where the entries end and the restart array starts.
+    restarts_at: usize,
+    num_restarts: usize,
+    /// Where the hash index's buckets start and how many there are, if the block has one.
+    buckets: Option<(usize, usize)>,
+}
+
+/// Where the parts of the block `data` lie; the reason if its footer, restart array or hash
+/// index do not fit it.
+fn layout(data: &[u8]) -> std::result::Result<Layout, String> {
     let n = data.len();
-    let num_restarts =
-        read_u32(data, n.wrapping_sub(4)).filter(|_| n >= 4).ok_or_else(|| "block too short".to_string())? as usize;
+    let footer = read_u32(data, n.wrapping_sub(4)).filter(|_| n >= 4).ok_or_else(|| "block too short".to_string())?;
+    let num_restarts = (footer & !HASHED) as usize;
+    let (end, buckets) = if footer & HASHED == 0 {
+        (n - 4, None)
+    } else {
+        let m = data.get(n.wrapping_sub(6)..n - 4).filter(|_| n >= 6).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let at = m.and_then(|m| (n - 6).checked_sub(m as usize)).filter(|_| m.is_some_and(|m| m > 0));
+        let at = at.ok_or_else(|| format!("bad hash index size {}", m.unwrap_or(0)))?;
+        if num_restarts > MAX_HASHED_RESTARTS {
+            return Err(format!("hash index with {num_restarts} restarts"));
+        }
+        (at, Some((at, (n - 6 - at))))
+    };
     let restarts_at = num_restarts
         .checked_mul(4)
-        .and_then(|r| n.checked_sub(4 + r))
+        .and_then(|r| end.checked_sub(r))
         .filter(|_| num_restarts > 0)
         .ok_or_else(|| format!("bad restart count {num_restarts}"))?;
-    Ok((restarts_at, num_restarts))
+    Ok(Layout { restarts_at, num_restarts, buckets })
 }
 
 /// The offset restart point `i` names (0 if it lies outside: the entry decoded there is then
@@ -233,26 +333,57 @@ fn restart_before(
     Ok(lo)
 }
 
+/// What a point lookup found in one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seek {
+    /// An entry `>= target`: its value's range (its key is left in the caller's buffer). It is
+    /// the first such entry, or, when the target's user key is not in the block but shares a
+    /// bucket with one that is, an entry of another user key.
+    Found(usize, usize),
+    /// Every entry is smaller than the target.
+    Past,
+    /// The hash index says no entry has the target's user key.
+    Absent,
+}
+
 /// A point lookup in the block `data` without a cursor (no reference counts taken, no block
-/// copied): the first entry whose internal key is `>= target`, its key left in `key` and its
-/// value's range returned; `Ok(None)` if every entry is smaller. `Err` names what is malformed.
+/// copied): the first entry whose internal key is `>= target`, its key left in `key` (a point
+/// lookup reads only whether its user key is the target's; see [`Seek::Found`]). With
+/// `hash`, the [`bloom::hash_key`](super::bloom::hash_key) of the target's user key, a block
+/// with a hash index answers from its bucket where that key's entries start, or
+/// [`Seek::Absent`] when it has none (a block without one, or a collision, binary-searches the
+/// restarts). `Err` names what is malformed.
 pub(super) fn seek_in(
     data: &[u8],
     target: &[u8],
+    hash: Option<u64>,
     key: &mut Vec<u8>,
-) -> std::result::Result<Option<(usize, usize)>, String> {
-    let (restarts_at, num_restarts) = layout(data)?;
+) -> std::result::Result<Seek, String> {
+    let Layout { restarts_at, num_restarts, buckets } = layout(data)?;
+    let restart = match (hash, buckets) {
+        (Some(hash), Some((at, m))) => match data[at + bucket_of(hash, m)] {
+            NO_ENTRY => return Ok(Seek::Absent),
+            COLLISION => None,
+            r if (r as usize) < num_restarts => Some(r as usize),
+            r => return Err(format!("hash bucket names restart {r} of {num_restarts}")),
+        },
+        _ => None,
+    };
+    let restart = match restart {
+        Some(r) => r,
+        None => restart_before(data, restarts_at, num_restarts, target)?,
+    };
     let entries = &data[..restarts_at];
-    let mut at = restart_offset(data, restarts_at, restart_before(data, restarts_at, num_restarts, target)?);
+    let mut at = restart_offset(data, restarts_at, restart);
     key.clear();
     while at < restarts_at {
         let value = next_entry(entries, at, key).ok_or_else(|| format!("bad block entry at block offset {at}"))?;
         if key::compare(key, target) != Ordering::Less {
-            return Ok(Some(value));
+            return Ok(Seek::Found(value.0, value.1));
         }
         at = value.1;
     }
-    Ok(None)
+    Ok(Seek::Past)
 }
 
 /// Cursor over one block. Compares keys as internal keys.
@@ -379,11 +510,17 @@ impl InternalIterator for BlockIter {
 mod tests {
     use super::*;
     use crate::key::{make_internal_key, ValueKind};
+    use crate::sstable::bloom::hash_key;
 
     type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
     fn build(n: usize, interval: usize) -> (Block, Entries) {
-        let mut b = BlockBuilder::new(interval);
+        build_with(n, interval, true)
+    }
+
+    /// A block of `n` entries `key00000`, `key00002`, …, with or without a hash index.
+    fn build_with(n: usize, interval: usize, hashed: bool) -> (Block, Entries) {
+        let mut b = if hashed { BlockBuilder::with_hash_index(interval) } else { BlockBuilder::new(interval) };
         let entries: Vec<_> = (0..n)
             .map(|i| {
                 (
@@ -393,7 +530,7 @@ mod tests {
             })
             .collect();
         for (k, v) in &entries {
-            b.add(k, v);
+            b.add_hashed(k, v, hash_key(key::user_key(k)));
         }
         let origin = BlockOrigin { file: Arc::from(Path::new("test.sst")), offset: 0 };
         (Block::new(Bytes::from(b.finish()), origin).unwrap(), entries)
@@ -470,22 +607,67 @@ mod tests {
 
     #[test]
     fn point_seeks_agree_with_the_cursor() {
-        for interval in [1, 3, 16] {
-            let (block, _) = build(60, interval);
+        for (interval, hashed) in [1, 3, 16].into_iter().flat_map(|i| [(i, true), (i, false)]) {
+            let (block, _) = build_with(60, interval, hashed);
             let mut it = block.iter();
             let mut key = Vec::new();
             for i in 0..125 {
+                let user = format!("key{i:05}");
                 for seq in [0, 1, 2] {
-                    let target = make_internal_key(format!("key{i:05}").as_bytes(), seq, ValueKind::Put);
+                    let target = make_internal_key(user.as_bytes(), seq, ValueKind::Put);
                     it.seek(&target).unwrap();
-                    let got = seek_in(&block.data, &target, &mut key).unwrap();
-                    assert_eq!(got.map(|_| key.clone()), it.valid().then(|| it.key().to_vec()), "{i}@{seq}");
-                    if let Some((vs, ve)) = got {
-                        assert_eq!(&block.data[vs..ve], it.value());
+                    let cursor = it.valid().then(|| it.key().to_vec());
+                    for hash in [None, Some(hash_key(user.as_bytes()))] {
+                        match seek_in(&block.data, &target, hash, &mut key).unwrap() {
+                            Seek::Found(vs, ve) if Some(&key) == cursor.as_ref() => {
+                                assert_eq!(&block.data[vs..ve], it.value());
+                            }
+                            // A key the block does not hold, sharing a bucket with one it does.
+                            Seek::Found(..) => {
+                                assert!(hashed && hash.is_some(), "{i}@{seq}");
+                                assert!(key::compare(&key, &target).is_gt() && key::user_key(&key) != user.as_bytes());
+                                assert!(cursor.as_ref().is_none_or(|c| key::user_key(c) != user.as_bytes()));
+                            }
+                            Seek::Past => assert_eq!(cursor, None, "{i}@{seq}"),
+                            // Only a key the block does not hold, asked with its hash.
+                            Seek::Absent => {
+                                assert!(hashed && hash.is_some() && (i % 2 == 1 || i > 118), "{i}@{seq}");
+                                assert!(cursor.as_ref().is_none_or(|c| key::user_key(c) != user.as_bytes()));
+                            }
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// Most keys of a block get a bucket of their own: the lookups of keys present start at
+    /// their restart interval without a binary search, and most absent keys are answered from
+    /// the bucket alone. Blocks with more restarts than a bucket can name have no index.
+    #[test]
+    fn the_hash_index_answers_most_lookups_from_one_bucket() {
+        let (block, entries) = build(120, 16);
+        let Layout { buckets: Some((at, m)), num_restarts, .. } = layout(&block.data).unwrap() else {
+            panic!("no hash index")
+        };
+        assert_eq!((m, num_restarts), (160 | 1, 8));
+        let bucket = |user: &[u8]| block.data[at + bucket_of(hash_key(user), m)];
+        let direct = entries.iter().filter(|(k, _)| bucket(key::user_key(k)) < COLLISION).count();
+        // With RocksDB's utilisation of 3/4 a key shares its bucket with one of another interval
+        // with probability 1 - e^(-104/161), about half the time here (8 intervals).
+        assert!(direct * 10 >= entries.len() * 4, "{direct} of {} keys with a bucket of their own", entries.len());
+        for (i, (k, _)) in entries.iter().enumerate() {
+            let b = bucket(key::user_key(k));
+            assert!(b == COLLISION || b as usize == i / 16, "entry {i} in interval {}, bucket says {b}", i / 16);
+        }
+        let absent = (0..1000).filter(|i| bucket(format!("absent{i}").as_bytes()) == NO_ENTRY).count();
+        assert!(absent > 300, "{absent} of 1000 absent keys answered from the bucket");
+        let mut many = BlockBuilder::with_hash_index(1);
+        for i in 0..MAX_HASHED_RESTARTS + 1 {
+            let k = make_internal_key(format!("k{i:04}").as_bytes(), 1, ValueKind::Put);
+            many.add_hashed(&k, b"v", hash_key(key::user_key(&k)));
+        }
+        assert!(layout(&many.finish()).unwrap().buckets.is_none());
     }
 
     #[test]
@@ -509,7 +691,9 @@ mod tests {
                     steps += 1;
                 }
                 let _ = it.seek(&make_internal_key(b"key00050", 1, ValueKind::Put));
-                let _ = seek_in(&b.data, &make_internal_key(b"key00050", 1, ValueKind::Put), &mut Vec::new());
+                let target = make_internal_key(b"key00050", 1, ValueKind::Put);
+                let _ = seek_in(&b.data, &target, Some(hash_key(b"key00050")), &mut Vec::new());
+                let _ = seek_in(&b.data, &target, None, &mut Vec::new());
                 let _ = it.seek_to_last();
                 let _ = it.prev();
             }

@@ -24,6 +24,8 @@ pub struct TableOptions {
     pub zstd_level: i32,
     /// Bloom bits per key (0 = no filter).
     pub bloom_bits_per_key: u32,
+    /// Data blocks carry a hash index of their user keys (see [`super::block`]).
+    pub hash_index: bool,
     /// Asked before the finished table is fsynced (tests).
     pub faults: Option<std::sync::Arc<dyn crate::fault::FaultInjector>>,
 }
@@ -37,6 +39,7 @@ impl TableOptions {
             compression: o.compression,
             zstd_level: o.zstd_level,
             bloom_bits_per_key: o.bloom_bits_per_key,
+            hash_index: o.data_block_hash_index,
             faults: o.faults.clone(),
         }
     }
@@ -59,6 +62,8 @@ pub struct TableBuilder<W: Write> {
     /// The last flushed data block, waiting for the next key to pick its index separator.
     pending_index: Option<BlockHandle>,
     last_key: Vec<u8>,
+    /// [`bloom::hash_key`] of `last_key`'s user key.
+    last_hash: u64,
     filter: FilterKeys,
     props: TableProperties,
     scratch: Vec<u8>,
@@ -109,11 +114,16 @@ impl<W: Write> TableBuilder<W> {
         Ok(TableBuilder {
             w,
             offset: 0,
-            data: BlockBuilder::new(opts.restart_interval),
+            data: if opts.hash_index {
+                BlockBuilder::with_hash_index(opts.restart_interval)
+            } else {
+                BlockBuilder::new(opts.restart_interval)
+            },
             index: BlockBuilder::new(1),
             opts,
             pending_index: None,
             last_key: Vec::new(),
+            last_hash: 0,
             filter,
             props,
             scratch: Vec::new(),
@@ -188,10 +198,11 @@ impl<W: Write> TableBuilder<W> {
             self.index.add(&sep, &h);
         }
         if self.props.num_entries == 0 || key::user_key(&self.last_key) != parsed.user_key {
+            self.last_hash = bloom::hash_key(parsed.user_key);
             match &mut self.filter {
                 FilterKeys::None => {}
-                FilterKeys::Hashes(h) => h.push(bloom::hash_key(parsed.user_key)),
-                FilterKeys::Streaming(f) => f.add(bloom::hash_key(parsed.user_key)),
+                FilterKeys::Hashes(h) => h.push(self.last_hash),
+                FilterKeys::Streaming(f) => f.add(self.last_hash),
             }
         }
         if self.props.num_entries == 0 {
@@ -213,7 +224,7 @@ impl<W: Write> TableBuilder<W> {
         self.props.largest_seq = self.props.largest_seq.max(parsed.seq);
         self.last_key.clear();
         self.last_key.extend_from_slice(ikey);
-        self.data.add(ikey, value);
+        self.data.add_hashed(ikey, value, self.last_hash);
         if self.data.estimated_size() >= self.opts.block_size {
             self.flush_data_block()?;
         }

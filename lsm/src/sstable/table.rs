@@ -332,7 +332,15 @@ impl Table {
             let bytes = self.data_block_bytes(ordinal, Fetch { fill_cache: true, cache_only })?;
             let corrupt =
                 |reason: String| Error::corruption(self.path.to_path_buf(), self.index.handle(ordinal).offset, reason);
-            let Some((vs, ve)) = block::seek_in(&bytes, &target, &mut found).map_err(corrupt)? else { continue };
+            let (vs, ve) = match block::seek_in(&bytes, &target, Some(key_hash), &mut found).map_err(corrupt)? {
+                block::Seek::Found(vs, ve) => (vs, ve),
+                // The first entry >= target starts the next block.
+                block::Seek::Past => continue,
+                // No entry of this block has the user key, and the index sent the lookup here:
+                // every entry before the block is < target, and the block's separator, >= target,
+                // is < the next block's first user key, so no later block has the key either.
+                block::Seek::Absent => return Ok(None),
+            };
             let p = key::parse(&found)
                 .ok_or_else(|| Error::corruption(self.path.to_path_buf(), 0, "malformed internal key"))?;
             if p.user_key != user_key {

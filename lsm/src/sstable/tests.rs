@@ -24,12 +24,18 @@ fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
 }
 
 fn build(es: &[(Vec<u8>, Vec<u8>)], compression: Compression, block_size: usize) -> Arc<Table> {
+    build_with(es, compression, block_size, true)
+}
+
+/// [`build`], with or without the data blocks' hash index.
+fn build_with(es: &[(Vec<u8>, Vec<u8>)], compression: Compression, block_size: usize, hash_index: bool) -> Arc<Table> {
     let opts = TableOptions {
         block_size,
         restart_interval: 16,
         compression,
         zstd_level: 3,
         bloom_bits_per_key: 10,
+        hash_index,
         faults: None,
     };
     let mut b = TableBuilder::new(Vec::new(), opts).unwrap();
@@ -49,9 +55,9 @@ fn codecs() -> Vec<Compression> {
 #[test]
 fn scan_both_ways_and_point_lookups() {
     let es = entries(3000);
-    for c in codecs() {
+    for (c, hash_index) in codecs().into_iter().flat_map(|c| [(c, true), (c, false)]) {
         for block_size in [64, 4096] {
-            let t = build(&es, c, block_size);
+            let t = build_with(&es, c, block_size, hash_index);
             let p = t.properties();
             assert_eq!(p.smallest_key, es[0].0);
             assert_eq!(p.largest_key, es.last().unwrap().0);
@@ -81,7 +87,7 @@ fn scan_both_ways_and_point_lookups() {
                 } else {
                     Some(Lookup::Deleted(pk.seq))
                 };
-                assert_eq!(got, want, "{c:?} entry {i}");
+                assert_eq!(got, want, "{c:?} {hash_index} entry {i}");
                 // Not visible to a snapshot older than the write.
                 assert_eq!(t.get(pk.user_key, pk.seq - 1, h).unwrap(), None);
                 // Absent keys in the gaps.
@@ -108,9 +114,9 @@ fn point_lookups_find_versions_split_across_blocks() {
             es.push((make_internal_key(format!("key{k:02}").as_bytes(), seq, kind), v));
         }
     }
-    for c in codecs() {
+    for (c, hash_index) in codecs().into_iter().flat_map(|c| [(c, true), (c, false)]) {
         for block_size in [64, 200, 4096] {
-            let t = build(&es, c, block_size);
+            let t = build_with(&es, c, block_size, hash_index);
             for k in 0..13 {
                 let user = format!("key{k:02}");
                 let h = bloom::hash_key(user.as_bytes());
@@ -123,7 +129,11 @@ fn point_lookups_find_versions_split_across_blocks() {
                             ValueKind::Put => Lookup::Found(Bytes::from(v.clone()), p.seq),
                             _ => Lookup::Deleted(p.seq),
                         });
-                    assert_eq!(t.get(user.as_bytes(), seq, h).unwrap(), want, "{c:?} {block_size} {user}@{seq}");
+                    assert_eq!(
+                        t.get(user.as_bytes(), seq, h).unwrap(),
+                        want,
+                        "{c:?} {hash_index} {block_size} {user}@{seq}"
+                    );
                 }
             }
         }
