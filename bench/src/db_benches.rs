@@ -71,6 +71,7 @@ impl DbBench {
         Ok(opts
             .compression(compression)
             .block_cache_size(flags.cache_size)
+            .row_cache_size(flags.row_cache_size)
             .table_read_mode(if flags.mmap_read { TableReadMode::Mmap } else { TableReadMode::Pread })
             .bloom_bits_per_key(flags.bloom_bits)
             .data_block_hash_index(flags.use_data_block_hash_index)

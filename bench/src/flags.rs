@@ -56,6 +56,9 @@ pub struct Flags {
     /// Block cache size in bytes.
     #[arg(long = "cache_size", default_value_t = 8 << 20)]
     pub cache_size: usize,
+    /// Row cache size in bytes (0: none), as RocksDB's `--row_cache_size`.
+    #[arg(long = "row_cache_size", default_value_t = 0)]
+    pub row_cache_size: usize,
     /// Read tables through memory maps instead of `pread` into the block cache (RocksDB's
     /// `--mmap_read`; both default to pread).
     #[arg(long = "mmap_read", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]

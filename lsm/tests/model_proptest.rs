@@ -93,6 +93,8 @@ fn options() -> Options {
         .max_bytes_for_level_base(16 << 10)
         .max_bytes_for_level_multiplier(3)
         .target_file_size_base(4 << 10)
+        // A row cache small enough to evict: point reads of tables go through it.
+        .row_cache_size(16 << 10)
 }
 
 fn scan(db: &Db, opts: &ReadOptions, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {

@@ -1,6 +1,7 @@
 //! Caches: a sharded block cache bounded in bytes, and a table cache bounding open tables.
 
 mod lru;
+mod row;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::hash::Hasher;
 use bytes::Bytes;
 
 pub use lru::Lru;
+pub use row::RowCache;
 
 use crate::sstable::Table;
 use crate::stripe::Striped;
@@ -29,6 +31,10 @@ pub struct ReadCounters(Striped<ReadCounts>);
 pub struct ReadCounts {
     /// Block reads served by the block cache.
     pub block_cache_hits: AtomicU64,
+    /// Point lookups in a table that the row cache answered.
+    pub row_cache_hits: AtomicU64,
+    /// Point lookups in a table that could have used the row cache and found nothing there.
+    pub row_cache_misses: AtomicU64,
     /// Compressed blocks read and decompressed.
     pub block_cache_misses: AtomicU64,
     /// Bloom filter probes.
@@ -67,19 +73,34 @@ pub fn allocation_size(len: usize) -> usize {
     len.next_multiple_of(1 << spacing)
 }
 
-/// Decompressed blocks keyed by `(file number, block offset)`, in 16 LRU shards bounded in bytes.
-/// Uncompressed blocks are read in place from the memory map and never cached.
+/// Decompressed blocks keyed by `(file number, block offset)`, in 16 LRU shards bounded in bytes,
+/// and beside them, if asked for, the row cache (see [`RowCache`]). Under
+/// [`crate::TableReadMode::Mmap`] uncompressed blocks are read in place from the memory map and
+/// never cached.
 #[derive(Debug)]
 pub struct BlockCache {
     shards: Vec<Mutex<Lru<(u64, u64), Bytes>>>,
+    rows: Option<RowCache>,
     counters: Arc<ReadCounters>,
 }
 
 impl BlockCache {
     /// A cache of about `capacity` bytes.
     pub fn new(capacity: usize, counters: Arc<ReadCounters>) -> Self {
+        Self::with_rows(capacity, 0, counters)
+    }
+
+    /// A cache of about `capacity` bytes of blocks and `row_capacity` bytes of rows (0: no
+    /// row cache).
+    pub fn with_rows(capacity: usize, row_capacity: usize, counters: Arc<ReadCounters>) -> Self {
         let per = capacity / SHARDS;
-        BlockCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect(), counters }
+        let rows = (row_capacity > 0).then(|| RowCache::new(row_capacity));
+        BlockCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect(), rows, counters }
+    }
+
+    /// The row cache, if there is one.
+    pub fn rows(&self) -> Option<&RowCache> {
+        self.rows.as_ref()
     }
 
     fn shard(&self, key: (u64, u64)) -> &Mutex<Lru<(u64, u64), Bytes>> {
@@ -115,6 +136,9 @@ impl BlockCache {
         for shard in &self.shards {
             shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| k.0 != file);
         }
+        if let Some(rows) = &self.rows {
+            rows.evict_table(file);
+        }
     }
 
     /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
@@ -125,9 +149,14 @@ impl BlockCache {
         }
     }
 
-    /// Bytes held.
+    /// Bytes of blocks held.
     pub fn usage(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
+    }
+
+    /// Bytes of rows held (0 without a row cache).
+    pub fn row_usage(&self) -> usize {
+        self.rows.as_ref().map_or(0, RowCache::usage)
     }
 
     /// The counters this cache updates.

@@ -43,6 +43,12 @@ pub struct Stats {
     pub block_cache_misses: u64,
     /// Bytes in the block cache.
     pub block_cache_bytes: usize,
+    /// Point lookups in tables the row cache answered.
+    pub row_cache_hits: u64,
+    /// Point lookups in tables that could have used the row cache and did not find their row.
+    pub row_cache_misses: u64,
+    /// Bytes in the row cache.
+    pub row_cache_bytes: usize,
     /// Bloom filter probes.
     pub bloom_checks: u64,
     /// Probes that avoided a table read.
@@ -110,6 +116,15 @@ impl fmt::Display for Stats {
             ratio * 100.0,
             self.block_cache_bytes as f64 / 1048576.0
         )?;
+        if self.row_cache_hits + self.row_cache_misses + self.row_cache_bytes as u64 > 0 {
+            writeln!(
+                f,
+                "Row cache: {} hits, {} misses, {:.2} MB",
+                self.row_cache_hits,
+                self.row_cache_misses,
+                self.row_cache_bytes as f64 / 1048576.0
+            )?;
+        }
         writeln!(f, "Bloom: {} checks, {} useful", self.bloom_checks, self.bloom_useful)?;
         writeln!(
             f,
@@ -156,6 +171,9 @@ impl DbInner {
             block_cache_hits: r.total(|c| &c.block_cache_hits),
             block_cache_misses: r.total(|c| &c.block_cache_misses),
             block_cache_bytes: self.tables.block_cache().usage(),
+            row_cache_hits: r.total(|c| &c.row_cache_hits),
+            row_cache_misses: r.total(|c| &c.row_cache_misses),
+            row_cache_bytes: self.tables.block_cache().row_usage(),
             bloom_checks: r.total(|c| &c.bloom_checks),
             bloom_useful: r.total(|c| &c.bloom_useful),
             iter_entries: r.total(|c| &c.iter_entries),

@@ -35,6 +35,9 @@ impl Db {
         if changes.block_cache_size.is_some() {
             inner.tables.block_cache().set_capacity(next.block_cache_size);
         }
+        if let (Some(rows), Some(_)) = (inner.tables.block_cache().rows(), changes.row_cache_size) {
+            rows.set_capacity(next.row_cache_size);
+        }
         tracing::info!(target: "lsm::db", ?changes, "options changed");
         // Writers waiting in a stall and idle compaction threads look again.
         inner.signal_work();
@@ -45,12 +48,13 @@ impl Db {
     }
 
     /// Bytes held in memory by the memtables (active and frozen, with their bloom filters and
-    /// point indexes) and the block cache: what the engine's memory use depends on, cheap
-    /// enough to ask before every write.
+    /// point indexes), the block cache and the row cache: what the engine's memory use depends
+    /// on, cheap enough to ask before every write.
     pub fn memory_usage(&self) -> usize {
         let sv = self.inner.super_version();
         let memtables: usize =
             std::iter::once(&sv.mem).chain(sv.imm.iter()).map(|m| m.approximate_size() + m.index_memory()).sum();
-        memtables + self.inner.tables.block_cache().usage()
+        let caches = self.inner.tables.block_cache();
+        memtables + caches.usage() + caches.row_usage()
     }
 }

@@ -314,12 +314,36 @@ impl Table {
         key_hash: u64,
         cache_only: bool,
     ) -> Result<Option<Lookup>> {
+        // The row cache holds this table's newest version of a key: a read that sees every
+        // version in the table may take it from there.
+        let rows = self.cache.as_deref().and_then(BlockCache::rows).filter(|_| seq >= self.props.largest_seq);
         if cache_only && self.is_mapped() {
-            return Err(Error::WouldBlock);
+            return rows.and_then(|r| r.get(self.number, key_hash, user_key)).map(Some).ok_or(Error::WouldBlock);
         }
         if !self.may_contain(key_hash) {
             return Ok(None);
         }
+        if let Some(rows) = rows {
+            let hit = rows.get(self.number, key_hash, user_key);
+            if let Some(c) = &self.cache {
+                let c = c.counters().local();
+                let counter = if hit.is_some() { &c.row_cache_hits } else { &c.row_cache_misses };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if hit.is_some() {
+                return Ok(hit);
+            }
+        }
+        let found = self.search(user_key, seq, key_hash, cache_only)?;
+        if let (Some(rows), Some(found)) = (rows, &found) {
+            rows.insert(self.number, key_hash, user_key, found);
+        }
+        Ok(found)
+    }
+
+    /// The newest version of `user_key` at or below `seq` in the table's blocks (see
+    /// [`Table::get_fetch`], which checked the filter).
+    fn search(&self, user_key: &[u8], seq: u64, key_hash: u64, cache_only: bool) -> Result<Option<Lookup>> {
         // A point lookup searches the blocks themselves, with no cursor: a cursor takes
         // reference counts on the table and its block, and threads reading one hot table would
         // bounce their cache lines.

@@ -1,0 +1,129 @@
+//! The row cache: the newest version of a user key in one table, found by a point lookup,
+//! kept so the next lookup of that key in that table skips the table's index and data block
+//! (RocksDB's `row_cache`).
+//!
+//! Entries are keyed by `(table number, xxh3-64 of the user key)` and hold the user key itself,
+//! compared on every hit, so two keys with one hash never answer for each other. Tables never
+//! change, so an entry never goes stale: it is dropped with its table (see
+//! [`super::BlockCache::evict_file`]) or by the clock. Only lookups that can see the table's
+//! newest version of the key use it (a read at a sequence number at or past the table's
+//! largest), so a snapshot older than the table never reads a version it must not see.
+
+use std::hash::Hasher;
+use std::sync::Mutex;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::lru::{FastHasher, Lru};
+use super::{allocation_size, SHARDS};
+use crate::memtable::Lookup;
+
+/// What one entry costs beyond its bytes: its map slot, its place on the clock and the shared
+/// buffer's header.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// One cached row: the user key followed by the value (empty for a tombstone).
+#[derive(Debug, Clone)]
+struct Row {
+    data: Bytes,
+    key_len: u32,
+    seq: u64,
+    deleted: bool,
+}
+
+/// Rows in 16 CLOCK shards bounded in bytes.
+#[derive(Debug)]
+pub struct RowCache {
+    shards: Vec<Mutex<Lru<(u64, u64), Row>>>,
+}
+
+impl RowCache {
+    /// A cache of about `capacity` bytes.
+    pub fn new(capacity: usize) -> Self {
+        let per = capacity / SHARDS;
+        RowCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect() }
+    }
+
+    fn shard(&self, table: u64, hash: u64) -> &Mutex<Lru<(u64, u64), Row>> {
+        let mut h = FastHasher::default();
+        h.write_u64(table);
+        h.write_u64(hash);
+        &self.shards[(h.finish() >> 60) as usize % SHARDS]
+    }
+
+    /// The newest version of `user_key` (whose xxh3-64 is `hash`) in table `table`, if cached.
+    pub fn get(&self, table: u64, hash: u64, user_key: &[u8]) -> Option<Lookup> {
+        let row = self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner()).get(&(table, hash))?;
+        let k = row.key_len as usize;
+        if &row.data[..k] != user_key {
+            return None;
+        }
+        Some(if row.deleted { Lookup::Deleted(row.seq) } else { Lookup::Found(row.data.slice(k..), row.seq) })
+    }
+
+    /// Caches `found`, the newest version of `user_key` in table `table`.
+    pub fn insert(&self, table: u64, hash: u64, user_key: &[u8], found: &Lookup) {
+        let (value, seq, deleted): (&[u8], u64, bool) = match found {
+            Lookup::Found(v, seq) => (v, *seq, false),
+            Lookup::Deleted(seq) => (&[], *seq, true),
+        };
+        let Ok(key_len) = u32::try_from(user_key.len()) else { return };
+        let mut data = BytesMut::with_capacity(user_key.len() + value.len());
+        data.put_slice(user_key);
+        data.put_slice(value);
+        let charge = allocation_size(data.len()) + ENTRY_OVERHEAD;
+        let row = Row { data: data.freeze(), key_len, seq, deleted };
+        self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner()).insert((table, hash), row, charge);
+    }
+
+    /// Drops the rows of table `table`.
+    pub fn evict_table(&self, table: u64) {
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| k.0 != table);
+        }
+    }
+
+    /// Bytes held.
+    pub fn usage(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
+    }
+
+    /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
+    pub fn set_capacity(&self, capacity: usize) {
+        let per = capacity / SHARDS;
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).set_capacity(per);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_answer_only_for_their_table_and_key() {
+        let c = RowCache::new(1 << 20);
+        c.insert(7, 42, b"apple", &Lookup::Found(Bytes::from_static(b"red"), 9));
+        c.insert(7, 43, b"gone", &Lookup::Deleted(11));
+        assert_eq!(c.get(7, 42, b"apple"), Some(Lookup::Found(Bytes::from_static(b"red"), 9)));
+        assert_eq!(c.get(7, 43, b"gone"), Some(Lookup::Deleted(11)));
+        // Another table, or another key with the same hash: not an answer.
+        assert_eq!(c.get(8, 42, b"apple"), None);
+        assert_eq!(c.get(7, 42, b"apricot"), None);
+        c.evict_table(7);
+        assert_eq!(c.get(7, 42, b"apple"), None);
+        assert_eq!(c.usage(), 0);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_capacity() {
+        let c = RowCache::new(64 << 10);
+        for i in 0..10_000u64 {
+            c.insert(1, i, format!("key{i}").as_bytes(), &Lookup::Found(Bytes::from(vec![b'v'; 100]), i));
+        }
+        assert!(c.usage() <= 64 << 10, "{}", c.usage());
+        let kept = (0..10_000u64).filter(|&i| c.get(1, i, format!("key{i}").as_bytes()).is_some()).count();
+        assert!(kept > 200 && kept < 1000, "{kept} rows kept");
+    }
+}
