@@ -192,7 +192,7 @@ impl ServerState {
     }
 
     /// Bytes of memory the server's data structures hold (INFO `used_memory`): the engine's
-    /// memtables and block cache.
+    /// memtables, block cache and row cache.
     pub fn used_memory(&self) -> u64 {
         self.storage.engine().memory_usage() as u64
     }
@@ -365,6 +365,7 @@ fn engine_changes(old: &Config, new: &Config) -> lsm::MutableOptions {
         compression: changed(old.compression, new.compression),
         block_cache_size: changed(old.effective_block_cache_size(), new.effective_block_cache_size())
             .map(|v| v as usize),
+        row_cache_size: changed(old.effective_row_cache_size(), new.effective_row_cache_size()).map(|v| v as usize),
         wal_size_limit: changed(backlog(old), backlog(new)),
         ..Default::default()
     }

@@ -173,6 +173,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
                 ("number_of_libraries", libraries.to_string()),
                 ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
                 ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
+                ("lsm_row_cache_bytes", stats.row_cache_bytes.to_string()),
                 // Open tables' decoded indexes, bloom filters and range tombstones.
                 ("lsm_table_readers_bytes", stats.table_readers_bytes.to_string()),
                 // Members of collections random picks hit often (SPOP, SRANDMEMBER, …).
@@ -314,6 +315,8 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         fields.push(("lsm_stall_micros".into(), stats.stall_micros.to_string()));
         fields.push(("lsm_block_cache_hits".into(), stats.block_cache_hits.to_string()));
         fields.push(("lsm_block_cache_misses".into(), stats.block_cache_misses.to_string()));
+        fields.push(("lsm_row_cache_hits".into(), stats.row_cache_hits.to_string()));
+        fields.push(("lsm_row_cache_misses".into(), stats.row_cache_misses.to_string()));
         fields.push(("lsm_iter_entries".into(), stats.iter_entries.to_string()));
         fields.push(("lsm_iter_tombstones".into(), stats.iter_tombstones.to_string()));
         fields.push(("lsm_iter_reseeks".into(), stats.iter_reseeks.to_string()));

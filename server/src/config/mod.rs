@@ -102,6 +102,8 @@ pub struct Config {
     pub compaction_rate_limit: u64,
     /// Engine block cache size.
     pub block_cache_size: u64,
+    /// Engine row cache size.
+    pub row_cache_size: u64,
     /// Engine block compression.
     pub compression: lsm::Compression,
     /// Engine: tables read with pread into the block cache, or memory-mapped.
@@ -152,6 +154,7 @@ impl Default for Config {
             disable_auto_compactions: false,
             compaction_rate_limit: 0,
             block_cache_size: 256 << 20,
+            row_cache_size: 32 << 20,
             compression: default_compression(),
             table_read_mode: lsm::TableReadMode::Pread,
             stream_node_max_entries: 100,
@@ -209,12 +212,29 @@ impl Config {
 
     /// The engine's block cache size: `block-cache-size`, made smaller where `maxmemory` needs
     /// it to fit beside two full memtables (the active one and one being flushed; a memtable's
-    /// bloom filter and point index count against its `write-buffer-size`).
+    /// bloom filter and point index count against its `write-buffer-size`) and the row cache.
     pub fn effective_block_cache_size(&self) -> u64 {
-        let memtable = self.write_buffer_size;
+        match self.cache_budget() {
+            None => self.block_cache_size,
+            Some(budget) => self.block_cache_size.min(budget - self.effective_row_cache_size()),
+        }
+    }
+
+    /// The engine's row cache size: `row-cache-size`, but at most a quarter of what
+    /// `maxmemory` leaves the caches.
+    pub fn effective_row_cache_size(&self) -> u64 {
+        match self.cache_budget() {
+            None => self.row_cache_size,
+            Some(budget) => self.row_cache_size.min(budget / 4),
+        }
+    }
+
+    /// What `maxmemory` leaves the block and row caches beside two full memtables (`None`
+    /// without a `maxmemory`).
+    fn cache_budget(&self) -> Option<u64> {
         match self.maxmemory() {
-            0 => self.block_cache_size,
-            max => self.block_cache_size.min(max.saturating_sub(2 * memtable)),
+            0 => None,
+            max => Some(max.saturating_sub(2 * self.write_buffer_size)),
         }
     }
 
@@ -413,6 +433,7 @@ impl Config {
             "latency-monitor-threshold" => self.latency_monitor_threshold = int(0, i64::MAX)? as u64,
             "compaction-rate-limit" => self.compaction_rate_limit = bytes()?,
             "block-cache-size" => self.block_cache_size = bytes()?,
+            "row-cache-size" => self.row_cache_size = bytes()?,
             // Parsed here once rather than by every command that reads them (validated above as
             // integers and memory sizes; Redis takes any value in range).
             "stream-node-max-entries" => self.stream_node_max_entries = int(0, i64::MAX)? as u64,
