@@ -63,12 +63,17 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
 
     /// The value for `k`, marking it recently used.
     pub fn get(&mut self, k: &K) -> Option<V> {
+        self.get_with(k, V::clone)
+    }
+
+    /// What `f` makes of the value for `k` (without cloning it), marking it recently used.
+    pub fn get_with<R>(&mut self, k: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
         let slot = self.map.get_mut(k)?;
         // Written only when it changes: hits on a hot entry leave its cache line clean.
         if !slot.referenced {
             slot.referenced = true;
         }
-        Some(slot.value.clone())
+        Some(f(&slot.value))
     }
 
     /// Changes the capacity, evicting (in the usual order) down to it.

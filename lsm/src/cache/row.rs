@@ -53,12 +53,17 @@ impl RowCache {
 
     /// The newest version of `user_key` (whose xxh3-64 is `hash`) in table `table`, if cached.
     pub fn get(&self, table: u64, hash: u64, user_key: &[u8]) -> Option<Lookup> {
-        let row = self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner()).get(&(table, hash))?;
-        let k = row.key_len as usize;
-        if &row.data[..k] != user_key {
-            return None;
-        }
-        Some(if row.deleted { Lookup::Deleted(row.seq) } else { Lookup::Found(row.data.slice(k..), row.seq) })
+        let mut shard = self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner());
+        // Read in place: one reference count taken (the value's), not the row's too.
+        shard
+            .get_with(&(table, hash), |row| {
+                let k = row.key_len as usize;
+                (&row.data[..k] == user_key).then(|| match row.deleted {
+                    true => Lookup::Deleted(row.seq),
+                    false => Lookup::Found(row.data.slice(k..), row.seq),
+                })
+            })
+            .flatten()
     }
 
     /// Caches `found`, the newest version of `user_key` in table `table`.
