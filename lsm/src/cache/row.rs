@@ -18,9 +18,11 @@ use super::lru::{FastHasher, Lru};
 use super::{allocation_size, SHARDS};
 use crate::memtable::Lookup;
 
-/// What one entry costs beyond its bytes: its map slot, its place on the clock and the shared
-/// buffer's header.
-const ENTRY_OVERHEAD: usize = 96;
+/// What one entry costs beyond its bytes: its map slot (key 16 bytes, the row and the clock's
+/// fields 72, at the map's usual two-thirds load ~130), its place on the clock (24, ~36 with
+/// the ring's slack) and the shared buffer's header (32): ~200 bytes, which for short values
+/// is most of a row's memory.
+const ENTRY_OVERHEAD: usize = 200;
 
 /// One cached row: the user key followed by the value (empty for a tombstone).
 #[derive(Debug, Clone)]
@@ -129,6 +131,7 @@ mod tests {
         }
         assert!(c.usage() <= 64 << 10, "{}", c.usage());
         let kept = (0..10_000u64).filter(|&i| c.get(1, i, format!("key{i}").as_bytes()).is_some()).count();
-        assert!(kept > 200 && kept < 1000, "{kept} rows kept");
+        // About 310 bytes charged a row: at most ~210 fit.
+        assert!(kept > 100 && kept <= 212, "{kept} rows kept");
     }
 }
