@@ -150,6 +150,30 @@ fn a_flush_of_dropped_data_leaves_the_cache_alone() {
     assert_eq!(db.get("key04000").unwrap(), None);
 }
 
+/// A memtable frozen by `flush_in_background` (to return the memory of data the application
+/// just dropped) is flushed without filling the cache either; a flush of a full memtable does
+/// fill it.
+#[test]
+fn a_flush_to_return_memory_leaves_the_cache_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default().prepopulate_block_cache(true)).unwrap();
+    for i in 0..5000u32 {
+        db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+    }
+    assert!(db.flush_in_background(0).unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while db.num_files_at_level(0) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the background flush never ran");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(db.stats().block_cache_bytes, 0, "nothing cached");
+    for i in 0..5000u32 {
+        db.put(format!("more{i:05}"), format!("value{i}")).unwrap();
+    }
+    db.flush().unwrap();
+    assert!(db.stats().block_cache_bytes > 0, "an ordinary flush fills the cache");
+}
+
 /// With a row cache, a key read again from a table is answered from its row (counted as a
 /// hit), and answers stay right: a snapshot older than a table does not take that table's row
 /// for a version it must not see, rows of tables a compaction replaced are dropped, and a

@@ -263,6 +263,9 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .write_buffer_size(config.write_buffer_size as usize)
         .block_cache_size(config.effective_block_cache_size() as usize)
         .row_cache_size(config.effective_row_cache_size() as usize)
+        // Reads of just-flushed keys find their blocks in memory and stay on the connection's
+        // task instead of going to an executor for a pread.
+        .prepopulate_block_cache(true)
         .table_read_mode(config.table_read_mode)
         .compression(config.compression)
         .level0_slowdown_writes_trigger(config.level0_slowdown_writes_trigger)

@@ -119,9 +119,10 @@ impl DbInner {
         let number = lock(&self.versions).new_file_number();
         let options = self.opts();
         let opts = TableOptions::from_options(&options);
-        // A memtable with range deletions mostly holds data just dropped (a deleted collection,
-        // a flushed database), which compaction is about to remove: not worth the cache.
-        let cache = (options.prepopulate_block_cache && !imm.has_range_tombstones())
+        // A memtable with range deletions, or one frozen to return the memory of data just
+        // dropped, mostly holds dead data (a deleted collection, a flushed database), which
+        // compaction is about to remove: not worth the cache.
+        let cache = (options.prepopulate_block_cache && !imm.has_range_tombstones() && !imm.is_dropped())
             .then(|| (Arc::clone(self.tables.block_cache()), options.table_read_mode));
         let file = build_table(&self.dir, number, imm, &opts, cache)?;
         if let Some(f) = &file {

@@ -563,6 +563,8 @@ impl DbInner {
         if sv.mem.is_empty() || sv.mem.approximate_size() < min_bytes {
             return Ok(false);
         }
+        // The memtable make_room freezes (the WAL lock is held: no other takes its place first).
+        w.mem.mark_dropped();
         self.make_room(&mut w, true)?;
         Ok(true)
     }

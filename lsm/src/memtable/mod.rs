@@ -87,6 +87,9 @@ pub struct Memtable {
     lookups: Option<Lookups>,
     /// Set by the first [`Memtable::prefault`].
     prefaulted: std::sync::atomic::AtomicBool,
+    /// Set when the memtable is frozen to return the memory of data just dropped (see
+    /// [`Memtable::mark_dropped`]).
+    dropped: std::sync::atomic::AtomicBool,
 }
 
 /// How large a memtable's bloom filter (in keys) and point index (in slots) are made.
@@ -175,6 +178,7 @@ impl Memtable {
             range_del_count: AtomicUsize::new(0),
             lookups,
             prefaulted: std::sync::atomic::AtomicBool::new(false),
+            dropped: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -414,7 +418,19 @@ impl Memtable {
         self.range_dels.read().unwrap_or_else(|e| e.into_inner()).list.clone()
     }
 
-    /// True if the memtable holds a range tombstone.
+    /// Marks the memtable as frozen to return the memory of data just dropped
+    /// ([`crate::Db::flush_in_background`]): most of what it holds is dead, so its flush does
+    /// not put the blocks it writes into the block cache.
+    pub fn mark_dropped(&self) {
+        self.dropped.store(true, Ordering::Relaxed);
+    }
+
+    /// True if [`Memtable::mark_dropped`] was called.
+    pub fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// True if the memtable holds range tombstones.
     pub fn has_range_tombstones(&self) -> bool {
         self.range_del_count.load(Ordering::Acquire) > 0
     }
