@@ -20,6 +20,48 @@ use crate::Result;
 
 const SHARDS: usize = 16;
 
+/// A map keyed by `(table number, u64)` in [`SHARDS`] CLOCK shards bounded in bytes, each
+/// behind its own lock: the block cache's and the row cache's storage.
+#[derive(Debug)]
+struct Shards<V> {
+    shards: Vec<Mutex<Lru<(u64, u64), V>>>,
+}
+
+impl<V: Clone> Shards<V> {
+    /// Shards holding about `capacity` bytes in all.
+    fn new(capacity: usize) -> Self {
+        Shards { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(capacity / SHARDS))).collect() }
+    }
+
+    /// The locked shard `key` lives in.
+    fn lock(&self, key: (u64, u64)) -> std::sync::MutexGuard<'_, Lru<(u64, u64), V>> {
+        let mut h = lru::FastHasher::default();
+        h.write_u64(key.0);
+        h.write_u64(key.1);
+        // The high bits are the best mixed.
+        self.shards[(h.finish() >> 60) as usize % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn each(&self) -> impl Iterator<Item = std::sync::MutexGuard<'_, Lru<(u64, u64), V>>> {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Drops every entry of table `table`.
+    fn evict_table(&self, table: u64) {
+        self.each().for_each(|mut s| s.retain(|k| k.0 != table));
+    }
+
+    /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
+    fn set_capacity(&self, capacity: usize) {
+        self.each().for_each(|mut s| s.set_capacity(capacity / SHARDS));
+    }
+
+    /// Bytes held.
+    fn usage(&self) -> usize {
+        self.each().map(|s| s.usage()).sum()
+    }
+}
+
 /// Engine-wide read counters, shared by the caches and every open table, striped per thread
 /// (see [`crate::stripe`]): count into [`ReadCounters::local`], read totals with
 /// [`ReadCounters::total`].
@@ -79,7 +121,7 @@ pub fn allocation_size(len: usize) -> usize {
 /// never cached.
 #[derive(Debug)]
 pub struct BlockCache {
-    shards: Vec<Mutex<Lru<(u64, u64), Bytes>>>,
+    blocks: Shards<Bytes>,
     rows: Option<RowCache>,
     counters: Arc<ReadCounters>,
 }
@@ -93,9 +135,8 @@ impl BlockCache {
     /// A cache of about `capacity` bytes of blocks and `row_capacity` bytes of rows (0: no
     /// row cache).
     pub fn with_rows(capacity: usize, row_capacity: usize, counters: Arc<ReadCounters>) -> Self {
-        let per = capacity / SHARDS;
         let rows = (row_capacity > 0).then(|| RowCache::new(row_capacity));
-        BlockCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect(), rows, counters }
+        BlockCache { blocks: Shards::new(capacity), rows, counters }
     }
 
     /// The row cache, if there is one.
@@ -103,18 +144,10 @@ impl BlockCache {
         self.rows.as_ref()
     }
 
-    fn shard(&self, key: (u64, u64)) -> &Mutex<Lru<(u64, u64), Bytes>> {
-        let mut h = lru::FastHasher::default();
-        h.write_u64(key.0);
-        h.write_u64(key.1);
-        // The high bits are the best mixed.
-        &self.shards[(h.finish() >> 60) as usize % SHARDS]
-    }
-
     /// The cached block; with `count`, the lookup is counted as a hit or a miss (background
     /// readers such as compaction pass `false` so the ratio describes user reads).
     pub fn get(&self, file: u64, offset: u64, count: bool) -> Option<Bytes> {
-        let got = self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).get(&(file, offset));
+        let got = self.blocks.lock((file, offset)).get(&(file, offset));
         if count {
             let local = self.counters.local();
             let c = if got.is_some() { &local.block_cache_hits } else { &local.block_cache_misses };
@@ -127,15 +160,13 @@ impl BlockCache {
     /// plus the entry and the shared handle.
     pub fn insert(&self, file: u64, offset: u64, block: Bytes) {
         let charge = allocation_size(block.len()) + 64;
-        self.shard((file, offset)).lock().unwrap_or_else(|e| e.into_inner()).insert((file, offset), block, charge);
+        self.blocks.lock((file, offset)).insert((file, offset), block, charge);
     }
 
     /// Drops every cached block of table `file` (its file is being deleted): blocks of tables
     /// that compaction replaced would otherwise hold memory until the clock reached them.
     pub fn evict_file(&self, file: u64) {
-        for shard in &self.shards {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| k.0 != file);
-        }
+        self.blocks.evict_table(file);
         if let Some(rows) = &self.rows {
             rows.evict_table(file);
         }
@@ -143,15 +174,12 @@ impl BlockCache {
 
     /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
     pub fn set_capacity(&self, capacity: usize) {
-        let per = capacity / SHARDS;
-        for shard in &self.shards {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).set_capacity(per);
-        }
+        self.blocks.set_capacity(capacity);
     }
 
     /// Bytes of blocks held.
     pub fn usage(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
+        self.blocks.usage()
     }
 
     /// Bytes of rows held (0 without a row cache).

@@ -9,13 +9,9 @@
 //! newest version of the key use it (a read at a sequence number at or past the table's
 //! largest), so a snapshot older than the table never reads a version it must not see.
 
-use std::hash::Hasher;
-use std::sync::Mutex;
-
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::lru::{FastHasher, Lru};
-use super::{allocation_size, SHARDS};
+use super::{allocation_size, Shards};
 use crate::memtable::Lookup;
 
 /// What one entry costs beyond its bytes: its map slot (key 16 bytes, the row and the clock's
@@ -36,28 +32,20 @@ struct Row {
 /// Rows in 16 CLOCK shards bounded in bytes.
 #[derive(Debug)]
 pub struct RowCache {
-    shards: Vec<Mutex<Lru<(u64, u64), Row>>>,
+    rows: Shards<Row>,
 }
 
 impl RowCache {
     /// A cache of about `capacity` bytes.
     pub fn new(capacity: usize) -> Self {
-        let per = capacity / SHARDS;
-        RowCache { shards: (0..SHARDS).map(|_| Mutex::new(Lru::new(per))).collect() }
-    }
-
-    fn shard(&self, table: u64, hash: u64) -> &Mutex<Lru<(u64, u64), Row>> {
-        let mut h = FastHasher::default();
-        h.write_u64(table);
-        h.write_u64(hash);
-        &self.shards[(h.finish() >> 60) as usize % SHARDS]
+        RowCache { rows: Shards::new(capacity) }
     }
 
     /// The newest version of `user_key` (whose xxh3-64 is `hash`) in table `table`, if cached.
     pub fn get(&self, table: u64, hash: u64, user_key: &[u8]) -> Option<Lookup> {
-        let mut shard = self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner());
         // Read in place: one reference count taken (the value's), not the row's too.
-        shard
+        self.rows
+            .lock((table, hash))
             .get_with(&(table, hash), |row| {
                 let k = row.key_len as usize;
                 (&row.data[..k] == user_key).then(|| match row.deleted {
@@ -80,27 +68,22 @@ impl RowCache {
         data.put_slice(value);
         let charge = allocation_size(data.len()) + ENTRY_OVERHEAD;
         let row = Row { data: data.freeze(), key_len, seq, deleted };
-        self.shard(table, hash).lock().unwrap_or_else(|e| e.into_inner()).insert((table, hash), row, charge);
+        self.rows.lock((table, hash)).insert((table, hash), row, charge);
     }
 
     /// Drops the rows of table `table`.
     pub fn evict_table(&self, table: u64) {
-        for shard in &self.shards {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|k| k.0 != table);
-        }
+        self.rows.evict_table(table);
     }
 
     /// Bytes held.
     pub fn usage(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).usage()).sum()
+        self.rows.usage()
     }
 
     /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
     pub fn set_capacity(&self, capacity: usize) {
-        let per = capacity / SHARDS;
-        for shard in &self.shards {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).set_capacity(per);
-        }
+        self.rows.set_capacity(capacity);
     }
 }
 

@@ -144,7 +144,7 @@ fn memory(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         ("stats", 2) => {
             let stats = s.state.storage.engine().stats();
-            let used = (stats.memtable_bytes + stats.block_cache_bytes + stats.row_cache_bytes) as i64;
+            let used = s.state.used_memory() as i64;
             let field = |k: &str, v: i64| (Reply::bulk(Bytes::copy_from_slice(k.as_bytes())), Reply::Integer(v));
             Reply::Map(vec![
                 field("peak.allocated", used),
