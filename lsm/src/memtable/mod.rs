@@ -534,11 +534,7 @@ impl InternalIterator for MemIter {
         // oldest of the target's key's versions at or above its trailer; else the oldest
         // version of the node before.
         let (user_key, trailer) = (key::user_key(target), key::trailer(target));
-        let before = self.mem.map.before(target);
-        let after = match before {
-            Some(b) => self.mem.map.next(b),
-            None => self.mem.map.first(),
-        };
+        let (before, after) = self.mem.map.around(target);
         let found = after
             .filter(|n| n.user_key() == user_key)
             .and_then(|n| self.mem.map.newest(n).last_at_or_above(trailer).map(|v| (n, v)));

@@ -311,33 +311,39 @@ impl SkipList {
         }
     }
 
-    /// The last node whose internal key is before `target`; `None` for the head.
+    /// The last node whose internal key is before `target` (`None`: the head) and the node after
+    /// it, the first at or after `target` (`None`: the end), as the search compared them.
+    ///
+    /// The second is the node the search saw after the first, not the first's link loaded
+    /// again: the writer may link a node between the two at any time, and such a node may
+    /// well be before `target` (a seek that reloaded the link could land before its target,
+    /// and a lookup at an older snapshot find a node of its key holding only newer versions).
     #[inline]
-    fn last_before(&self, target: &[u8]) -> Option<Node> {
+    fn search(&self, target: &[u8]) -> (Option<Node>, Option<Node>) {
         let mut x: Option<Node> = None;
+        let mut after = None;
         let mut level = self.height.load(Ordering::Acquire);
         while level > 0 {
             level -= 1;
+            after = None;
             while let Some(next) = NonNull::new(self.link_of(x.as_ref(), level).load(Ordering::Acquire)).map(Node) {
                 // The node after `next` on this level is the one compared next if `next` is
                 // passed: start loading it while `next` is compared (RocksDB's list does too).
                 crate::prefetch(next.link(level).load(Ordering::Relaxed));
                 if key::compare(next.key(), target) != std::cmp::Ordering::Less {
+                    after = Some(next);
                     break;
                 }
                 x = Some(next);
             }
         }
-        x
+        (x, after)
     }
 
     /// The first node whose internal key is at or after `target`: the node holding the first
     /// version at or after it, if any node does.
     pub(super) fn seek(&self, target: &[u8]) -> Option<Node> {
-        match self.last_before(target) {
-            Some(n) => n.next(),
-            None => self.first(),
-        }
+        self.search(target).1
     }
 
     /// The first node.
@@ -365,12 +371,13 @@ impl SkipList {
 
     /// The node before `node` (a search: nodes have no backward links).
     pub(super) fn prev(&self, node: Node) -> Option<Node> {
-        self.last_before(node.key())
+        self.search(node.key()).0
     }
 
-    /// The node before the first node at or after `target` (the last node, if none is).
-    pub(super) fn before(&self, target: &[u8]) -> Option<Node> {
-        self.last_before(target)
+    /// The last node before `target` (the last node, if none is at or after it) and the first
+    /// node at or after it, as one search saw them (see [`SkipList::search`]).
+    pub(super) fn around(&self, target: &[u8]) -> (Option<Node>, Option<Node>) {
+        self.search(target)
     }
 
     /// The newest version of `node`.

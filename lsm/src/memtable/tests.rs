@@ -181,6 +181,72 @@ fn readers_walk_while_the_writer_inserts() {
     assert_eq!(m.len() as u64, N);
 }
 
+/// Lookups and seeks at older sequence numbers run while the writer rewrites a few keys, so a
+/// new node of a key (every [`skiplist::MAX_CHAIN`]-th version) keeps going in right before
+/// the node a reader is looking for: every lookup finds exactly the version its sequence number
+/// sees, and every seek lands on it. (A search that loaded its last link again, instead of
+/// keeping the node it compared, could land on such a new node, which holds only newer
+/// versions: a lookup found nothing of a key the memtable held.)
+#[test]
+fn lookups_at_older_sequence_numbers_see_their_versions_while_new_nodes_go_in() {
+    const KEYS: u64 = 8;
+    let n: u64 = std::env::var("SHALE_MEMTABLE_RACE_WRITES").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    let m = Arc::new(Memtable::with_capacity(1, 64 << 20));
+    // The last sequence number whose insert returned: every version up to it is visible.
+    let published = Arc::new(AtomicU64::new(0));
+    let key_of = |k: u64| format!("key{k}");
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (m, published) = (Arc::clone(&m), Arc::clone(&published));
+            std::thread::spawn(move || {
+                let mut rng = r.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let mut it = m.iter();
+                loop {
+                    let top = published.load(Ordering::Acquire);
+                    if top >= n {
+                        break;
+                    }
+                    if top < KEYS {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    // Just below the newest, where the writer is adding nodes.
+                    let seq = top - rng % KEYS.min(top - KEYS + 1);
+                    let k = rng >> 32 & (KEYS - 1);
+                    // The newest version of key k at or below `seq` (key k is written at the
+                    // sequence numbers that are k modulo KEYS).
+                    let want = seq - (seq + KEYS - k) % KEYS;
+                    let user_key = key_of(k);
+                    let value = want.to_le_bytes();
+                    assert_eq!(
+                        m.get(user_key.as_bytes(), seq),
+                        Some(Lookup::Found(Bytes::copy_from_slice(&value), want)),
+                        "reader {r}: {user_key} at {seq}"
+                    );
+                    let target = key::seek_key(user_key.as_bytes(), seq);
+                    it.seek(&target).unwrap();
+                    assert!(it.valid(), "reader {r}: seek to {user_key} at {seq} found nothing");
+                    assert_eq!(
+                        (key::user_key(it.key()), key::trailer(it.key()) >> 8, it.value()),
+                        (user_key.as_bytes(), want, &value[..]),
+                        "reader {r}: seek to {user_key} at {seq}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for seq in 1..=n {
+        m.insert(seq, ValueKind::Put, key_of(seq % KEYS).as_bytes(), &seq.to_le_bytes());
+        published.store(seq, Ordering::Release);
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+}
+
 #[test]
 fn iterator_walks_both_ways() {
     let m = Arc::new(Memtable::new(1));

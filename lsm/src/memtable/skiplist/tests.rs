@@ -100,7 +100,7 @@ fn the_list_orders_keys_and_versions_like_a_sorted_model() {
         let ge = forward.iter().find(|k| key::compare(k, &t).is_ge()).cloned();
         assert_eq!(list.seek(&t).map(|n| n.key().to_vec()), ge);
         let lt = forward.iter().rev().find(|k| key::compare(k, &t).is_lt()).cloned();
-        assert_eq!(list.before(&t).map(|n| n.key().to_vec()), lt);
+        assert_eq!(list.around(&t).0.map(|n| n.key().to_vec()), lt);
     }
 }
 
@@ -238,7 +238,7 @@ fn an_empty_list_has_no_nodes() {
     assert_eq!(list.len(), 0);
     assert!(list.first().is_none() && list.last().is_none());
     let t = key::make_internal_key(b"a", 1, ValueKind::Put);
-    assert!(list.seek(&t).is_none() && list.before(&t).is_none());
+    assert!(list.seek(&t).is_none() && list.around(&t).0.is_none());
 }
 
 #[test]
