@@ -17,7 +17,9 @@
 # Environment: SCALE (1M | 10M | 100M: sets NUM, and CACHE_SIZE to ~1/10 of the raw data),
 # NUM (1000000), RUNS (3), COMPRESSION (snappy|zstd|none), VALUE_SIZE (100), KEY_SIZE (16),
 # CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), HASH_INDEX (1: both engines' data
-# blocks carry a hash index for point lookups, `--use_data_block_hash_index`), THREADS (1; readers of
+# blocks carry a hash index for point lookups, `--use_data_block_hash_index`), CHARGE_TABLE_READER
+# (1: both engines charge open tables' indexes and filters to the block cache, `--charge_table_reader`,
+# Shale's default; 0: neither, RocksDB's default), THREADS (1; readers of
 # read_while_writing and threads of every other benchmark), BATCH_SIZE (1, keys per multi_get),
 # READ_WRITE_PERCENT (90), WRITE_RATE_LIMIT (0: none, bytes/s), READS (--reads: reads per
 # thread, default --num), PREFILL (benchmarks run first on one thread and not reported, e.g.
@@ -45,6 +47,7 @@ fi
 CACHE_SIZE=${CACHE_SIZE:-8388608}
 BLOOM_BITS=${BLOOM_BITS:-10}
 HASH_INDEX=${HASH_INDEX:-1}
+CHARGE_TABLE_READER=${CHARGE_TABLE_READER:-1}
 THREADS=${THREADS:-1}
 BATCH_SIZE=${BATCH_SIZE:-1}
 READ_WRITE_PERCENT=${READ_WRITE_PERCENT:-90}
@@ -85,7 +88,7 @@ to_rocks() {
 }
 common=(--num="$NUM" --key_size="$KEY_SIZE" --value_size="$VALUE_SIZE" --compression_ratio=0.5
         --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --write_buffer_size=67108864
-        --use_data_block_hash_index="$HASH_INDEX"
+        --use_data_block_hash_index="$HASH_INDEX" --charge_table_reader="$CHARGE_TABLE_READER"
         --batch_size="$BATCH_SIZE" --readwritepercent="$READ_WRITE_PERCENT"
         --benchmark_write_rate_limit="$WRITE_RATE_LIMIT")
 if [ -n "$READS" ]; then common+=(--reads="$READS"); fi

@@ -72,6 +72,7 @@ impl DbBench {
             .compression(compression)
             .block_cache_size(flags.cache_size)
             .row_cache_size(flags.row_cache_size)
+            .charge_table_readers(flags.charge_table_reader)
             .table_read_mode(if flags.mmap_read { TableReadMode::Mmap } else { TableReadMode::Pread })
             .bloom_bits_per_key(flags.bloom_bits)
             .data_block_hash_index(flags.use_data_block_hash_index)

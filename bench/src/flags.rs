@@ -76,6 +76,11 @@ pub struct Flags {
     /// `kDataBlockBinaryAndHash`; on by default in Shale, off in RocksDB).
     #[arg(long = "use_data_block_hash_index", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
     pub use_data_block_hash_index: bool,
+    /// Charge the open tables' indexes and bloom filters to the block cache, so
+    /// `--cache_size` bounds both (RocksDB's flag for `CacheEntryRole::kBlockBasedTableReader`;
+    /// on by default in Shale, off in RocksDB).
+    #[arg(long = "charge_table_reader", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
+    pub charge_table_reader: bool,
     /// Memtable size in bytes.
     #[arg(long = "write_buffer_size", default_value_t = 64 << 20)]
     pub write_buffer_size: usize,

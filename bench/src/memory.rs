@@ -52,10 +52,13 @@ impl Memory {
         }
         m.mapped_mb = mib(lsm::allocator::mapped_bytes() as u64);
         if let Some(db) = db {
-            let cache = db.stats().block_cache_bytes;
+            let stats = db.stats();
+            let (cache, tables) = (stats.block_cache_bytes, stats.table_readers_bytes);
             m.block_cache_mb = Some(mib(cache as u64));
-            m.memtables_mb = Some(mib(db.memory_usage().saturating_sub(cache) as u64));
-            m.tables_mb = Some(mib(db.stats().table_readers_bytes as u64));
+            // What the engine holds besides blocks, table metadata and rows: its memtables.
+            let rest = db.memory_usage().saturating_sub(cache + tables + stats.row_cache_bytes);
+            m.memtables_mb = Some(mib(rest as u64));
+            m.tables_mb = Some(mib(tables as u64));
         }
         m
     }

@@ -227,3 +227,38 @@ fn the_row_cache_answers_repeated_reads_without_stale_versions() {
         assert_eq!(db.get("key0007").unwrap(), None);
     }
 }
+
+/// With `charge_table_readers` (the default) the block cache's size bounds cached blocks and
+/// the open tables' indexes and filters together; without it, blocks fill the whole cache and
+/// the tables' memory comes on top. Either way `memory_usage` counts both.
+#[test]
+fn the_block_cache_bounds_blocks_and_table_metadata_together() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let opts = Options::default().write_buffer_size(256 << 10).block_size(1024).disable_auto_compactions(true);
+        let db = Db::open(dir.path(), opts).unwrap();
+        for i in 0..60_000u32 {
+            db.put(format!("key{i:06}"), format!("{i}-{}", "v".repeat(40))).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    const CACHE: usize = 512 << 10;
+    for charge in [true, false] {
+        let db = Db::open(dir.path(), Options::default().block_cache_size(CACHE).charge_table_readers(charge)).unwrap();
+        for i in (0..60_000u32).step_by(7) {
+            assert!(db.get(format!("key{i:06}")).unwrap().is_some());
+        }
+        let stats = db.stats();
+        let (blocks, tables) = (stats.block_cache_bytes, stats.table_readers_bytes);
+        assert!(tables > 64 << 10 && tables < CACHE / 2, "the tables' indexes and filters: {tables}");
+        // The cache's shards are each bounded to within a block of their share.
+        let slack = 16 * 2048;
+        if charge {
+            assert!(blocks + tables <= CACHE + slack, "charged: blocks {blocks} + tables {tables} within {CACHE}");
+            assert!(blocks + tables > CACHE - slack - 16 * 2048, "charged: the cache is used: {blocks} + {tables}");
+        } else {
+            assert!(blocks <= CACHE + slack && blocks > CACHE - 2 * slack, "uncharged: blocks {blocks} fill {CACHE}");
+        }
+        assert!(db.memory_usage() >= blocks + tables, "memory_usage counts blocks and tables");
+    }
+}

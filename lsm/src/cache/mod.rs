@@ -4,7 +4,7 @@ mod lru;
 mod row;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::hash::Hasher;
@@ -119,11 +119,29 @@ pub fn allocation_size(len: usize) -> usize {
 /// and beside them, if asked for, the row cache (see [`RowCache`]). Under
 /// [`crate::TableReadMode::Mmap`] uncompressed blocks are read in place from the memory map and
 /// never cached.
+///
+/// **Charging table readers.** An open table holds its index and bloom filter outside the
+/// cache, about 1.5 bytes per entry at 10 bits a key: a database of a hundred million entries
+/// holds ~150 MB that no cache size bounds. With [`BlockCache::charge_readers`] on (the
+/// default, [`crate::Options::charge_table_readers`]; RocksDB's `charge_table_reader`), the
+/// open tables' memory is charged to the cache: blocks get the capacity less that, so the
+/// cache's capacity bounds blocks and table metadata together. The charge is capped at half
+/// the capacity, so a database whose metadata outgrows the cache still caches blocks (memory
+/// then passes the capacity by the metadata beyond that half, as it would uncharged) rather
+/// than reading every block from the file.
 #[derive(Debug)]
 pub struct BlockCache {
     blocks: Shards<Bytes>,
     rows: Option<RowCache>,
     counters: Arc<ReadCounters>,
+    /// Capacity in bytes (blocks and the charge together), what `set_capacity` last set.
+    capacity: AtomicUsize,
+    /// Bytes of the open tables' indexes and filters last reported.
+    readers: AtomicUsize,
+    /// Charge `readers` to the capacity.
+    charge_readers: AtomicBool,
+    /// Serialises changes of the blocks' capacity (the atomics above are read under it).
+    resize: Mutex<()>,
 }
 
 impl BlockCache {
@@ -136,7 +154,53 @@ impl BlockCache {
     /// row cache).
     pub fn with_rows(capacity: usize, row_capacity: usize, counters: Arc<ReadCounters>) -> Self {
         let rows = (row_capacity > 0).then(|| RowCache::new(row_capacity));
-        BlockCache { blocks: Shards::new(capacity), rows, counters }
+        BlockCache {
+            blocks: Shards::new(capacity),
+            rows,
+            counters,
+            capacity: AtomicUsize::new(capacity),
+            readers: AtomicUsize::new(0),
+            charge_readers: AtomicBool::new(false),
+            resize: Mutex::new(()),
+        }
+    }
+
+    /// Charges the open tables' memory (reported by [`BlockCache::set_readers_memory`]) to
+    /// the capacity, or stops charging it (see the type's docs).
+    pub fn charge_readers(&self, on: bool) {
+        self.charge_readers.store(on, Ordering::Relaxed);
+        self.resize_blocks();
+    }
+
+    /// Tells the cache how many bytes the open tables hold beside it (their indexes and
+    /// filters); with charging on, the blocks' share shrinks or grows to match.
+    pub fn set_readers_memory(&self, bytes: usize) {
+        if self.readers.swap(bytes, Ordering::Relaxed) != bytes && self.charge_readers.load(Ordering::Relaxed) {
+            self.resize_blocks();
+        }
+    }
+
+    /// Bytes the open tables hold beside the cache (their indexes and filters), as last
+    /// reported (see [`BlockCache::set_readers_memory`]).
+    pub fn readers_memory(&self) -> usize {
+        self.readers.load(Ordering::Relaxed)
+    }
+
+    /// The part of the capacity the open tables are charged: their memory, up to half the
+    /// capacity, with charging on; else nothing.
+    pub fn readers_charge(&self) -> usize {
+        if !self.charge_readers.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.readers.load(Ordering::Relaxed).min(self.capacity.load(Ordering::Relaxed) / 2)
+    }
+
+    /// Sets the blocks' capacity to the capacity less the readers' charge, evicting what no
+    /// longer fits.
+    fn resize_blocks(&self) {
+        let _serial = self.resize.lock().unwrap_or_else(|e| e.into_inner());
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        self.blocks.set_capacity(capacity - self.readers_charge());
     }
 
     /// The row cache, if there is one.
@@ -172,9 +236,11 @@ impl BlockCache {
         }
     }
 
-    /// Changes the capacity to about `capacity` bytes, evicting what no longer fits.
+    /// Changes the capacity to about `capacity` bytes (blocks and the readers' charge),
+    /// evicting what no longer fits.
     pub fn set_capacity(&self, capacity: usize) {
-        self.blocks.set_capacity(capacity);
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.resize_blocks();
     }
 
     /// Bytes of blocks held.
@@ -224,9 +290,11 @@ impl TableCache {
         self.open.load()
     }
 
-    /// Republishes the open tables after `tables` changed (called under its lock).
+    /// Republishes the open tables after `tables` changed (called under its lock), and tells
+    /// the block cache what they hold (see [`BlockCache::charge_readers`]).
     fn publish(&self, tables: &Lru<u64, Arc<Table>>) {
         self.open.store(Arc::new(tables.iter().map(|(n, t)| (*n, Arc::clone(t))).collect()));
+        self.block_cache.set_readers_memory(tables.iter().map(|(_, t)| t.memory()).sum());
     }
 
     /// The open table `number`, opening it if needed.
@@ -341,6 +409,64 @@ mod tests {
             let class = allocation_size(len);
             assert!(class >= len && (class - len) * 4 < len.max(64), "{len} -> {class}");
         }
+    }
+
+    #[test]
+    fn open_tables_are_charged_to_the_capacity_up_to_half_of_it() {
+        // 64 KiB a shard; blocks charged 4096 + 64 each.
+        let cache = BlockCache::new(16 << 16, Arc::default());
+        let fill = |cache: &BlockCache, file: u64| {
+            for i in 0..400 {
+                cache.insert(file, i * 4096, Bytes::from(vec![0u8; 4096]));
+            }
+        };
+        fill(&cache, 1);
+        let full = cache.usage();
+        assert!(full > 15 << 16 && full <= 16 << 16, "{full}");
+        // Uncharged (the cache's own default), readers' memory changes nothing.
+        cache.set_readers_memory(4 << 16);
+        assert_eq!(cache.usage(), full);
+        assert_eq!(cache.readers_charge(), 0);
+        // Charged: the blocks make room for it.
+        cache.charge_readers(true);
+        assert_eq!(cache.readers_charge(), 4 << 16);
+        assert!(cache.usage() <= 12 << 16 && cache.usage() > 11 << 16, "{}", cache.usage());
+        fill(&cache, 2);
+        assert!(cache.usage() + cache.readers_charge() <= 16 << 16);
+        // Never more than half the capacity, however much the tables hold.
+        cache.set_readers_memory(100 << 20);
+        assert_eq!(cache.readers_charge(), 8 << 16);
+        fill(&cache, 3);
+        assert!(cache.usage() <= 8 << 16 && cache.usage() > 7 << 16, "{}", cache.usage());
+        // A new capacity keeps the charge: 32 shards' worth of 64 KiB, 4 of them charged.
+        cache.set_readers_memory(4 << 16);
+        cache.set_capacity(32 << 16);
+        fill(&cache, 4);
+        fill(&cache, 5);
+        assert!(cache.usage() <= 28 << 16 && cache.usage() > 26 << 16, "{}", cache.usage());
+        assert_eq!(cache.readers_memory(), 4 << 16);
+    }
+
+    #[test]
+    fn a_table_cache_reports_its_tables_memory_to_the_block_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 1..=3 {
+            table_file(dir.path(), n);
+        }
+        let blocks = Arc::new(BlockCache::new(1 << 20, Arc::new(ReadCounters::default())));
+        blocks.charge_readers(true);
+        let cache = TableCache::new(dir.path().to_path_buf(), 2, Arc::clone(&blocks), crate::TableReadMode::Pread);
+        assert_eq!(blocks.readers_memory(), 0);
+        let one = cache.get(1).unwrap().memory();
+        assert!(one > 0);
+        assert_eq!(blocks.readers_memory(), one);
+        cache.get(2).unwrap();
+        cache.get(3).unwrap();
+        assert_eq!(blocks.readers_memory(), cache.readers_memory(), "two tables open (at most 2)");
+        assert_eq!(blocks.readers_charge(), cache.readers_memory());
+        cache.evict(2);
+        cache.evict(3);
+        assert_eq!(blocks.readers_memory(), cache.readers_memory());
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     let read_counters = Arc::new(ReadCounters::default());
     let block_cache =
         Arc::new(BlockCache::with_rows(opts.block_cache_size, opts.row_cache_size, Arc::clone(&read_counters)));
+    block_cache.charge_readers(opts.charge_table_readers);
     let tables = Arc::new(TableCache::new(dir.to_path_buf(), opts.max_open_files, block_cache, opts.table_read_mode));
     let exists = dir.join("CURRENT").exists();
     let mut versions = if exists {

@@ -48,13 +48,15 @@ impl Db {
     }
 
     /// Bytes held in memory by the memtables (active and frozen, with their bloom filters and
-    /// point indexes), the block cache and the row cache: what the engine's memory use depends
-    /// on, cheap enough to ask before every write.
+    /// point indexes), the block cache, the open tables' indexes and filters (charged to the
+    /// block cache's capacity by default, see [`crate::Options::charge_table_readers`]) and
+    /// the row cache: what the engine's memory use depends on, cheap enough to ask before
+    /// every write.
     pub fn memory_usage(&self) -> usize {
         let sv = self.inner.super_version();
         let memtables: usize =
             std::iter::once(&sv.mem).chain(sv.imm.iter()).map(|m| m.approximate_size() + m.index_memory()).sum();
         let caches = self.inner.tables.block_cache();
-        memtables + caches.usage() + caches.row_usage()
+        memtables + caches.usage() + caches.readers_memory() + caches.row_usage()
     }
 }
