@@ -45,7 +45,9 @@
 //! its predecessor's link with `Release`, level 0 first; a new version is published by storing
 //! it into its node's newest-version pointer with `Release`. Readers load links and that
 //! pointer with `Acquire`, so whatever they reach through them is complete; a version's own
-//! older pointer is written before the version is published and never changed. A version
+//! older pointer is written before the version is published and never changed. A search
+//! answers with the nodes it compared (`SkipList::search`), never with a link loaded again
+//! afterwards: a node linked in between may lie on either side of the target. A version
 //! inside a node's range of versions but older than its newest (never inserted by the engine,
 //! which applies writes in sequence order, but allowed) is inserted by copying the versions
 //! newer than it in front of it and publishing the copy: readers that hold the old ones keep a
