@@ -67,6 +67,28 @@ fn jemalloc_stat(name: &std::ffi::CStr) -> Option<usize> {
     ok.then_some(value)
 }
 
+/// Turns jemalloc's background threads on or off (its `background_thread` control, what
+/// Redis's `jemalloc-bg-thread` sets). With them, freed pages go back to the OS as they age
+/// (jemalloc's 10-second decay) even while the program makes no allocator calls; without,
+/// the decay only advances inside allocator calls, so an idle process keeps what it freed.
+/// False if jemalloc refused. Only with the `jemalloc` feature, in a program whose global
+/// allocator is tikv-jemallocator.
+#[cfg(feature = "jemalloc")]
+pub fn jemalloc_background_thread(on: bool) -> bool {
+    let mut value = on;
+    // SAFETY: a NUL-terminated mallctl name; the new value is a `bool` (what this control
+    // takes) that lives across the call, and nothing is read back.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"background_thread".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&mut value as *mut bool).cast(),
+            std::mem::size_of::<bool>(),
+        ) == 0
+    }
+}
+
 /// Returns every jemalloc arena's freed pages to the OS (`arena.<MALLCTL_ARENAS_ALL>.purge`,
 /// what Redis's `MEMORY PURGE` does). Only with the `jemalloc` feature, in a program whose
 /// global allocator is tikv-jemallocator.

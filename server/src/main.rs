@@ -277,6 +277,7 @@ fn open(config: Config, log_hook: LogHook) -> Result<(lsm::Db, Arc<ServerState>)
         .compaction_filter(Arc::clone(&filter) as Arc<dyn lsm::CompactionFilter>)
         // A flushed memtable's memory goes back to the OS at once, not seconds later.
         .memory_release(Arc::new(shale_server::commands::purge_allocator));
+    shale_server::commands::configure_allocator(&config);
     let db = lsm::Db::open(&config.dir, opts)?;
     filter.attach(&db);
     let state = Arc::new(ServerState::new(config, db.clone()).map_err(|e| e as Box<dyn std::error::Error>)?);

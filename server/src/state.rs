@@ -257,6 +257,9 @@ impl ServerState {
         self.replication.configure(&new);
         self.notify_flags.store(new.notify_keyspace_events, Ordering::Relaxed);
         self.maxmemory.store(new.maxmemory(), Ordering::Relaxed);
+        if new.get("jemalloc-bg-thread") != cfg.get("jemalloc-bg-thread") {
+            crate::commands::configure_allocator(&new);
+        }
         configure_access_times(&self.access, &new);
         self.command_stats.set_latency_tracking(new.latency_tracking);
         self.slowlog.configure(new.slowlog_log_slower_than, new.slowlog_max_len);

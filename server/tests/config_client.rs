@@ -103,6 +103,29 @@ fn runtime_settings_take_effect() {
     assert!(String::from_utf8_lossy(&reply).contains("-ERR Protocol error: invalid bulk length"), "{reply:?}");
 }
 
+/// `jemalloc-bg-thread` (on by default, as in Redis) switches jemalloc's background threads,
+/// which hand freed pages back to the OS while the server is idle; jemalloc's own statistics
+/// say whether they run.
+#[test]
+fn jemalloc_background_threads_follow_the_setting() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let running = |c: &mut redis::Connection| {
+        let stats: String = cmd("MEMORY").arg("MALLOC-STATS").query(c).unwrap();
+        let on = stats.contains("(background_thread: true)");
+        assert!(on || stats.contains("(background_thread: false)"), "{}", &stats[..stats.len().min(2000)]);
+        on
+    };
+    assert!(running(&mut c), "on from the start");
+    cmd("CONFIG").arg("SET").arg("jemalloc-bg-thread").arg("no").query::<()>(&mut c).unwrap();
+    assert!(!running(&mut c));
+    cmd("CONFIG").arg("SET").arg("jemalloc-bg-thread").arg("yes").query::<()>(&mut c).unwrap();
+    assert!(running(&mut c));
+    drop(server);
+    let server = Server::start(&["--jemalloc-bg-thread", "no"]);
+    assert!(!running(&mut server.client()), "off from the command line");
+}
+
 #[test]
 fn config_rewrite_keeps_the_file_and_survives_a_restart() {
     let server = Server::start_with_config("# my settings\nhz 20\n\nsave 900 1\n", &[]);

@@ -26,7 +26,7 @@ mod redis_meta;
 pub(crate) mod replication;
 mod scripting;
 mod server;
-pub use server::purge_allocator;
+pub use server::{configure_allocator, purge_allocator};
 mod sets;
 mod sort;
 mod sorted_sets;

@@ -210,6 +210,21 @@ pub fn purge_allocator() {
     lsm::allocator::trim();
 }
 
+/// Applies `jemalloc-bg-thread` (Redis's default `yes`): jemalloc's background threads hand
+/// freed pages back to the OS while the server is idle (see
+/// `lsm::allocator::jemalloc_background_thread`). Nothing without the `jemalloc` feature.
+pub fn configure_allocator(config: &crate::config::Config) {
+    #[cfg(feature = "jemalloc")]
+    {
+        let on = config.get("jemalloc-bg-thread") != Some("no");
+        if !lsm::allocator::jemalloc_background_thread(on) {
+            tracing::warn!(target: "shale::server", on, "jemalloc refused to switch its background threads");
+        }
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    let _ = config;
+}
+
 #[cfg(not(feature = "jemalloc"))]
 fn malloc_stats() -> Vec<u8> {
     b"Stats not supported for the current allocator".to_vec()

@@ -72,6 +72,7 @@ pub const EFFECTIVE: &[&str] = &[
     "full-sync-rate-limit",
     "hash-max-listpack-entries",
     "hash-max-listpack-value",
+    "jemalloc-bg-thread",
     "latency-monitor-threshold",
     "latency-tracking",
     "latency-tracking-info-percentiles",
