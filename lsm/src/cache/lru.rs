@@ -366,3 +366,83 @@ mod clock_tests {
         assert!(l.usage() <= 35);
     }
 }
+
+#[cfg(test)]
+mod model_tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u16, u32, usize),
+        Get(u16),
+        Remove(u16),
+        /// Drops the keys whose low bits equal this (a table's entries).
+        Retain(u16),
+        SetCapacity(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u16..1024, any::<u32>(), 1usize..6).prop_map(|(k, v, c)| Op::Insert(k, v, c)),
+            3 => (0u16..1024).prop_map(Op::Get),
+            1 => (0u16..1024).prop_map(Op::Remove),
+            1 => (0u16..4).prop_map(Op::Retain),
+            1 => (0usize..3000).prop_map(Op::SetCapacity),
+        ]
+    }
+
+    proptest! {
+        /// Against a map of what was last inserted: the cache never answers with a value that
+        /// is not the key's latest, a removed key is gone, usage is the sum of the charges of
+        /// what it holds and stays within the capacity, and `iter`/`len` agree with `get`.
+        #[test]
+        fn the_cache_holds_a_subset_of_the_latest_values_within_its_capacity(ops in proptest::collection::vec(op(), 1..3000)) {
+            // Small charges, so that a cache holds up to a thousand entries and a removal
+            // of a table's or a smaller capacity leaves the slot array sparse (rebuilt).
+            let mut lru: Lru<(u64, u64), u32> = Lru::new(3000);
+            let mut latest: HashMap<u16, (u32, usize)> = HashMap::new();
+            let mut capacity = 3000;
+            let key = |k: u16| (u64::from(k & 3), u64::from(k));
+            for op in ops {
+                match op {
+                    Op::Insert(k, v, c) => {
+                        lru.insert(key(k), v, c);
+                        latest.insert(k, (v, c));
+                    }
+                    Op::Get(k) => {
+                        if let Some(v) = lru.get(&key(k)) {
+                            prop_assert_eq!(Some(v), latest.get(&k).map(|e| e.0));
+                        }
+                    }
+                    Op::Remove(k) => {
+                        lru.remove(&key(k));
+                        latest.remove(&k);
+                        prop_assert_eq!(lru.get(&key(k)), None);
+                    }
+                    Op::Retain(table) => {
+                        lru.retain(|k| k.0 != u64::from(table));
+                        latest.retain(|k, _| k & 3 != table);
+                    }
+                    Op::SetCapacity(c) => {
+                        lru.set_capacity(c);
+                        capacity = c;
+                    }
+                }
+                let held: Vec<((u64, u64), u32)> = lru.iter().map(|(k, v)| (*k, *v)).collect();
+                prop_assert_eq!(held.len(), lru.len());
+                let mut charged = 0;
+                for (k, v) in held {
+                    let (value, charge) = latest[&(k.1 as u16)];
+                    prop_assert_eq!(v, value);
+                    charged += charge;
+                }
+                prop_assert_eq!(lru.usage(), charged);
+                prop_assert!(lru.usage() <= capacity);
+            }
+        }
+    }
+}
