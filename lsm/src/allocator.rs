@@ -31,6 +31,13 @@ pub fn jemalloc_active_and_metadata() -> Option<(usize, usize)> {
     Some((jemalloc_stat(c"stats.active")?, jemalloc_stat(c"stats.metadata")?))
 }
 
+/// Bytes of jemalloc's pages that are resident (`stats.resident`: active pages, metadata, and
+/// freed pages not yet handed back to the OS).
+#[cfg(feature = "jemalloc")]
+pub fn jemalloc_resident() -> Option<usize> {
+    jemalloc_stat(c"stats.resident")
+}
+
 /// Bytes the program has allocated from glibc's malloc and not yet freed: heap blocks in use
 /// plus mmap'd blocks (`mallinfo2`).
 #[cfg(target_env = "gnu")]

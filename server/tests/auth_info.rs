@@ -71,6 +71,19 @@ fn info_time_and_client_commands() {
     ] {
         assert!(info.contains(field), "INFO lacks {field}:\n{info}");
     }
+    // jemalloc's view of its memory, as Redis reports it: allocated <= active <= resident.
+    let field = |name: &str| -> i64 {
+        let line = info.lines().find_map(|l| l.strip_prefix(name).and_then(|l| l.strip_prefix(':')));
+        line.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("INFO lacks {name}:\n{info}"))
+    };
+    let (allocated, active, resident) =
+        (field("allocator_allocated"), field("allocator_active"), field("allocator_resident"));
+    assert!(allocated > 0 && active >= allocated && resident >= active, "{info}");
+    assert_eq!(field("allocator_frag_bytes"), active - allocated);
+    assert_eq!(field("allocator_rss_bytes"), resident - active);
+    for ratio in ["allocator_frag_ratio:", "allocator_rss_ratio:", "rss_overhead_ratio:", "rss_overhead_bytes:"] {
+        assert!(info.contains(ratio), "INFO lacks {ratio}\n{info}");
+    }
     assert!(info.contains("db5:keys=1,expires=0,avg_ttl=0\r\n"), "{info}");
     // avg_ttl is the remaining TTL in ms, as Redis reports it (b was set with EX 100).
     let db0 = info.lines().find(|l| l.starts_with("db0:")).unwrap_or_default();

@@ -60,6 +60,20 @@ fn cpu_seconds() -> (f64, f64) {
 
 /// Resident bytes in all, of anonymous memory (heap: memtables, block cache, buffers) and of
 /// mapped files (the engine's tables and WAL), from `/proc/self/status`.
+/// jemalloc's allocated, active and resident bytes (INFO's `allocator_*` fields, as Redis
+/// reports them with jemalloc); `None` with another allocator.
+fn allocator_stats() -> Option<(u64, u64, u64)> {
+    #[cfg(feature = "jemalloc")]
+    {
+        let allocated = lsm::allocator::jemalloc_allocated()?;
+        let (active, _) = lsm::allocator::jemalloc_active_and_metadata()?;
+        let resident = lsm::allocator::jemalloc_resident()?;
+        Some((allocated as u64, active as u64, resident as u64))
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    None
+}
+
 fn rss() -> (u64, u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
@@ -146,56 +160,81 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         let (rss, anon, file) = rss();
         let lua = st.scripting.memory() as u64;
         let (scripts, libraries, functions) = st.scripting.counts();
-        section(
-            "Memory",
-            vec![
-                ("used_memory", used.to_string()),
-                ("used_memory_human", human(used)),
-                ("used_memory_rss", rss.to_string()),
-                ("used_memory_rss_human", human(rss)),
-                ("maxmemory", cfg.get("maxmemory").unwrap_or("0").to_string()),
-                ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
-                ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
-                ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
-                // UNLINK and FLUSHDB/FLUSHALL ASYNC leave nothing pending: a key, of any size,
-                // goes with one metadata write, and compaction reclaims its records. Values
-                // Redis would have freed in the background are counted as freed lazily.
-                ("lazyfree_pending_objects", "0".into()),
-                ("lazyfreed_objects", st.lazyfreed_objects.load(Ordering::Relaxed).to_string()),
-                // One Lua VM runs both EVAL scripts and functions (see `scripting`).
-                ("used_memory_lua", lua.to_string()),
-                ("used_memory_vm_eval", lua.to_string()),
-                ("used_memory_lua_human", human(lua)),
-                ("used_memory_vm_total", lua.to_string()),
-                ("used_memory_vm_total_human", human(lua)),
-                ("number_of_cached_scripts", scripts.to_string()),
-                ("number_of_functions", functions.to_string()),
-                ("number_of_libraries", libraries.to_string()),
-                ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
-                ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
-                ("lsm_row_cache_bytes", stats.row_cache_bytes.to_string()),
-                // Open tables' decoded indexes, bloom filters and range tombstones.
-                ("lsm_table_readers_bytes", stats.table_readers_bytes.to_string()),
-                // Members of collections random picks hit often (SPOP, SRANDMEMBER, …).
-                ("pick_cache_bytes", s.state.storage.pick_cache_bytes().to_string()),
-                // How tables are read. mmap: RSS counts the pages of mapped tables that were
-                // touched (the kernel can drop them under memory pressure, unlike the anonymous
-                // part); pread: table data is in memory only as block-cache blocks. The WAL is
-                // mapped in both modes.
-                ("lsm_table_read_mode", cfg.get("table-read-mode").unwrap_or("pread").to_string()),
-                (
-                    "lsm_mapped_table_bytes",
-                    if cfg.get("table-read-mode") == Some("mmap") {
-                        stats.levels.iter().map(|l| l.bytes).sum::<u64>()
-                    } else {
-                        0
-                    }
-                    .to_string(),
-                ),
-                ("used_memory_rss_anon", anon.to_string()),
-                ("used_memory_rss_file", file.to_string()),
-            ],
-        );
+        let allocator = allocator_stats();
+        let mut fields = vec![
+            ("used_memory", used.to_string()),
+            ("used_memory_human", human(used)),
+            ("used_memory_rss", rss.to_string()),
+            ("used_memory_rss_human", human(rss)),
+        ];
+        if let Some((allocated, active, resident)) = allocator {
+            fields.extend([
+                ("allocator_allocated", allocated.to_string()),
+                ("allocator_active", active.to_string()),
+                ("allocator_resident", resident.to_string()),
+            ]);
+        }
+        fields.extend([
+            ("maxmemory", cfg.get("maxmemory").unwrap_or("0").to_string()),
+            ("maxmemory_policy", cfg.get("maxmemory-policy").unwrap_or("noeviction").to_string()),
+        ]);
+        if let Some((allocated, active, resident)) = allocator {
+            // Redis's breakdown of RSS: free space in the allocator's used pages, its resident
+            // pages beyond those, and what the process holds outside the allocator (here the
+            // memtables' arenas, the WAL's and mapped tables' pages, the binary).
+            let ratio = |a: u64, b: u64| format!("{:.2}", a as f64 / b.max(1) as f64);
+            let diff = |a: u64, b: u64| (a as i64 - b as i64).to_string();
+            fields.extend([
+                ("allocator_frag_ratio", ratio(active, allocated)),
+                ("allocator_frag_bytes", diff(active, allocated)),
+                ("allocator_rss_ratio", ratio(resident, active)),
+                ("allocator_rss_bytes", diff(resident, active)),
+                ("rss_overhead_ratio", ratio(rss, resident)),
+                ("rss_overhead_bytes", diff(rss, resident)),
+            ]);
+        }
+        fields.extend(vec![
+            ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
+            ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
+            // UNLINK and FLUSHDB/FLUSHALL ASYNC leave nothing pending: a key, of any size,
+            // goes with one metadata write, and compaction reclaims its records. Values
+            // Redis would have freed in the background are counted as freed lazily.
+            ("lazyfree_pending_objects", "0".into()),
+            ("lazyfreed_objects", st.lazyfreed_objects.load(Ordering::Relaxed).to_string()),
+            // One Lua VM runs both EVAL scripts and functions (see `scripting`).
+            ("used_memory_lua", lua.to_string()),
+            ("used_memory_vm_eval", lua.to_string()),
+            ("used_memory_lua_human", human(lua)),
+            ("used_memory_vm_total", lua.to_string()),
+            ("used_memory_vm_total_human", human(lua)),
+            ("number_of_cached_scripts", scripts.to_string()),
+            ("number_of_functions", functions.to_string()),
+            ("number_of_libraries", libraries.to_string()),
+            ("lsm_memtable_bytes", stats.memtable_bytes.to_string()),
+            ("lsm_block_cache_bytes", stats.block_cache_bytes.to_string()),
+            ("lsm_row_cache_bytes", stats.row_cache_bytes.to_string()),
+            // Open tables' decoded indexes, bloom filters and range tombstones.
+            ("lsm_table_readers_bytes", stats.table_readers_bytes.to_string()),
+            // Members of collections random picks hit often (SPOP, SRANDMEMBER, …).
+            ("pick_cache_bytes", s.state.storage.pick_cache_bytes().to_string()),
+            // How tables are read. mmap: RSS counts the pages of mapped tables that were
+            // touched (the kernel can drop them under memory pressure, unlike the anonymous
+            // part); pread: table data is in memory only as block-cache blocks. The WAL is
+            // mapped in both modes.
+            ("lsm_table_read_mode", cfg.get("table-read-mode").unwrap_or("pread").to_string()),
+            (
+                "lsm_mapped_table_bytes",
+                if cfg.get("table-read-mode") == Some("mmap") {
+                    stats.levels.iter().map(|l| l.bytes).sum::<u64>()
+                } else {
+                    0
+                }
+                .to_string(),
+            ),
+            ("used_memory_rss_anon", anon.to_string()),
+            ("used_memory_rss_file", file.to_string()),
+        ]);
+        section("Memory", fields);
     }
     if show("persistence") {
         section(
