@@ -58,8 +58,6 @@ fn cpu_seconds() -> (f64, f64) {
     (ticks(11), ticks(12))
 }
 
-/// Resident bytes in all, of anonymous memory (heap: memtables, block cache, buffers) and of
-/// mapped files (the engine's tables and WAL), from `/proc/self/status`.
 /// jemalloc's allocated, active and resident bytes (INFO's `allocator_*` fields, as Redis
 /// reports them with jemalloc); `None` with another allocator.
 fn allocator_stats() -> Option<(u64, u64, u64)> {
@@ -74,6 +72,8 @@ fn allocator_stats() -> Option<(u64, u64, u64)> {
     None
 }
 
+/// Resident bytes in all, of anonymous memory (heap: memtables, block cache, buffers) and of
+/// mapped files (the engine's tables and WAL), from `/proc/self/status`.
 fn rss() -> (u64, u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
