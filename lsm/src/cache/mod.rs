@@ -226,7 +226,7 @@ impl BlockCache {
     }
 
     /// Caches a decompressed block, charged what it occupies: its allocation's size class,
-    /// plus [`BLOCK_ENTRY_OVERHEAD`].
+    /// plus `BLOCK_ENTRY_OVERHEAD` (the entry, its share of the index and clock, the handle).
     pub fn insert(&self, file: u64, offset: u64, block: Bytes) {
         let charge = allocation_size(block.len()) + BLOCK_ENTRY_OVERHEAD;
         self.blocks.lock((file, offset)).insert((file, offset), block, charge);
