@@ -56,14 +56,18 @@ mod point_index;
 mod skiplist;
 use arena::Arena;
 use point_index::{PointIndex, Probe};
-use skiplist::{Hint, Node, SkipList, Version};
+use skiplist::{Hint, Node, Place, SkipList, Version};
 
 /// What a range tombstone is charged beside its bounds (it lives in the memtable's
 /// [`MemTombstones`], not in the list).
 const RANGE_DEL_OVERHEAD: usize = 64;
 
-/// Updates [`Memtable::apply`] prefetches for at a time.
-const APPLY_WINDOW: usize = 8;
+/// Updates [`Memtable::apply`] prefetches for, and searches for, at a time.
+const APPLY_WINDOW: usize = skiplist::MAX_SEARCHES;
+
+/// Internal keys up to this long are searched for together by [`Memtable::apply`] (longer
+/// ones on their own, when they are inserted).
+const PLACED_KEY: usize = 64;
 
 /// The memtable's bloom filter is sized for one key per this many bytes of capacity...
 const BLOOM_BYTES_PER_KEY: usize = 64;
@@ -292,11 +296,20 @@ impl Memtable {
 
     /// Inserts one record (for a range delete, `user_key..value` is the range).
     pub fn insert(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8]) {
-        self.insert_hashed(seq, kind, user_key, value, bloom::hash_key(user_key));
+        self.insert_hashed(seq, kind, user_key, value, bloom::hash_key(user_key), None);
     }
 
-    /// [`Memtable::insert`] of a key whose [`bloom::hash_key`] is `hash`.
-    fn insert_hashed(&self, seq: u64, kind: ValueKind, user_key: &[u8], value: &[u8], hash: u64) {
+    /// [`Memtable::insert`] of a key whose [`bloom::hash_key`] is `hash`, with where it goes in
+    /// the list if that was searched for already.
+    fn insert_hashed(
+        &self,
+        seq: u64,
+        kind: ValueKind,
+        user_key: &[u8],
+        value: &[u8],
+        hash: u64,
+        place: Option<&Place>,
+    ) {
         if kind == ValueKind::RangeDelete {
             self.size.fetch_add(user_key.len() + value.len() + RANGE_DEL_OVERHEAD, Ordering::Relaxed);
             let t = RangeTombstone { start: user_key.to_vec(), end: value.to_vec(), seq };
@@ -325,11 +338,11 @@ impl Memtable {
                     }
                 };
                 let inserted =
-                    self.map.insert(user_key, trailer, value, hint, |node| l.index.note(hash, user_key, node));
+                    self.map.insert(user_key, trailer, value, hint, |node| l.index.note(hash, user_key, node), place);
                 l.bloom.add(hash);
                 inserted
             }
-            None => self.map.insert(user_key, trailer, value, || Hint::Unknown, |_| {}),
+            None => self.map.insert(user_key, trailer, value, || Hint::Unknown, |_| {}, place),
         };
         self.size.fetch_add(charge, Ordering::Relaxed);
         self.largest_seq.fetch_max(seq, Ordering::Relaxed);
@@ -339,7 +352,10 @@ impl Memtable {
     ///
     /// The updates go in windows of [`APPLY_WINDOW`]: the bloom-filter line and point-index
     /// slot of every key of a window are prefetched before the first is inserted, so a batch of
-    /// random keys waits on memory for those once per window instead of twice per key.
+    /// random keys waits on memory for those once per window instead of twice per key; and the
+    /// places in the list of the window's keys that the point index does not know (new keys,
+    /// which need a node) are searched for all at once (the list's `search_places`), so their
+    /// searches wait on memory together rather than one after another.
     pub fn apply(&self, batch: &WriteBatch) -> Result<()> {
         let mut entries = batch.iter();
         let mut seq = batch.sequence();
@@ -364,8 +380,11 @@ impl Memtable {
                 window[n] = (e.kind, e.key, e.value, hash);
                 n += 1;
             }
-            for &(kind, key, value, hash) in &window[..n] {
-                self.insert_hashed(seq, kind, key, value, hash);
+            let mut places = [Place::default(); APPLY_WINDOW];
+            let searched = self.place_new_keys(&window[..n], seq, &mut places);
+            for (i, &(kind, key, value, hash)) in window[..n].iter().enumerate() {
+                let place = places.get(searched[i]);
+                self.insert_hashed(seq, kind, key, value, hash, place);
                 seq += 1;
             }
             if let Some(e) = failed {
@@ -375,6 +394,57 @@ impl Memtable {
                 return Ok(());
             }
         }
+    }
+
+    /// Searches for the places in the list of the keys of `window` (updates numbered from
+    /// `seq`) that will need a node, all at once ([`SkipList::search_places`]): keys the point
+    /// index does not know, if there are two or more and not every one of them goes right at
+    /// the writer's splice (a run of keys, which is linked there without a search). Where `window[i]` goes is in
+    /// `places[searched[i]]`; `searched[i]` is out of range for a key not searched for.
+    fn place_new_keys(
+        &self,
+        window: &[(ValueKind, &[u8], &[u8], u64)],
+        seq: u64,
+        places: &mut [Place; APPLY_WINDOW],
+    ) -> [usize; APPLY_WINDOW] {
+        let mut ikeys = [[0u8; PLACED_KEY]; APPLY_WINDOW];
+        let mut searched = [usize::MAX; APPLY_WINDOW];
+        let mut k = 0;
+        for (i, &(kind, key, _, hash)) in window.iter().enumerate() {
+            let len = key.len() + key::TRAILER_LEN;
+            if kind == ValueKind::RangeDelete || len > PLACED_KEY || self.knows(key, hash) {
+                continue;
+            }
+            ikeys[i][..key.len()].copy_from_slice(key);
+            ikeys[i][key.len()..len].copy_from_slice(&key::pack_trailer(seq + i as u64, kind).to_le_bytes());
+            searched[i] = k;
+            k += 1;
+        }
+        if k < 2 {
+            // One search has nothing to overlap with: it is made when the key is linked.
+            return [usize::MAX; APPLY_WINDOW];
+        }
+        let mut targets = [&[][..]; APPLY_WINDOW];
+        for (i, &(_, key, _, _)) in window.iter().enumerate() {
+            if let Some(t) = targets.get_mut(searched[i]) {
+                *t = &ikeys[i][..key.len() + key::TRAILER_LEN];
+            }
+        }
+        let mut at_splice = [false; APPLY_WINDOW];
+        self.map.at_splice(&targets[..k], &mut at_splice[..k]);
+        if at_splice[..k].iter().all(|&a| a) {
+            return [usize::MAX; APPLY_WINDOW];
+        }
+        self.map.search_places(&targets[..k], &mut places[..k]);
+        searched
+    }
+
+    /// True if the point index knows a node of `user_key` (whose hash is `hash`): a new
+    /// version of it joins that node's chain, with no search of the list.
+    fn knows(&self, user_key: &[u8], hash: u64) -> bool {
+        self.lookups
+            .as_ref()
+            .is_some_and(|l| l.bloom.may_contain(hash) && matches!(l.index.probe(hash, user_key), Probe::Found(_)))
     }
 
     /// The newest version of `user_key` with sequence number `<= seq`.

@@ -36,6 +36,15 @@
 //! right after or right before it (a sequential load, list pushes, pops' tombstones over
 //! consecutive elements) is linked there after a comparison or two, without a descent.
 //!
+//! **Searches ahead.** A batch's new keys scattered over the list (a group of writes to many
+//! members, a pipeline of SETs) each need a descent, and a descent of a large list waits on
+//! memory at almost every node. The memtable searches for a window of them at once
+//! ([`SkipList::search_places`]): the searches take turns, each loading the node it compares
+//! next before the others go on, so their cache misses overlap; each key is then linked from
+//! the place found ([`SkipList::seek_place`]), walking forward over whatever the batch linked
+//! there since. A random batch's inserts took ~25 % less time (about 1.1 µs → 0.8 µs a key in a
+//! memtable of 400K entries).
+//!
 //! A node of height `h` (probability `4^-(h-1)·¾`, at most [`MAX_HEIGHT`]) has `h` links, 1.33
 //! on average; link `i` is the next node at level `i`.
 //!
@@ -69,6 +78,7 @@ mod splice;
 mod version;
 pub(super) use node::Node;
 use splice::Splice;
+pub(super) use splice::{Place, MAX_SEARCHES};
 pub(super) use version::Version;
 use version::{HAS_OLDER, KIND_BITS};
 
@@ -315,7 +325,8 @@ impl SkipList {
     /// holds it, whether the node is new, and the bytes of memory this took. `hint` is asked
     /// (under the writer lock) what the caller knows of the key's newest node; `on_new_node`
     /// is told of a node made for the key, before the insert returns. A version already in the
-    /// list (the same write applied twice) is left as it is.
+    /// list (the same write applied twice) is left as it is. `place`, if the caller searched
+    /// for the version's internal key ahead ([`SkipList::search_places`]), saves the search.
     pub(super) fn insert(
         &self,
         user_key: &[u8],
@@ -323,6 +334,7 @@ impl SkipList {
         value: &[u8],
         hint: impl FnOnce() -> Hint,
         on_new_node: impl FnOnce(Node),
+        place: Option<&Place>,
     ) -> (Node, bool, usize) {
         debug_assert!(trailer & 0xff <= u64::from(KIND_BITS), "a kind fits in two bits");
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -349,7 +361,7 @@ impl SkipList {
             Hint::Absent => None,
             Hint::Unknown => {
                 searched = true;
-                self.seek_splice(&mut w, ikey);
+                self.seek_to(&mut w, ikey, place);
                 w.splice.next[0].filter(|n| n.user_key() == user_key)
             }
         };
@@ -373,10 +385,19 @@ impl SkipList {
             // The key's newest node is full: the version starts a node of its own, before it.
         }
         if !searched {
-            self.seek_splice(&mut w, ikey);
+            self.seek_to(&mut w, ikey, place);
         }
         let (node, new, charge) = self.link_new(&mut w, ikey, trailer, value, on_new_node);
         (node, new, charge + unused)
+    }
+
+    /// Moves the writer's splice to `ikey`: from `place` if one was found for it, else by
+    /// [`SkipList::seek_splice`].
+    fn seek_to(&self, w: &mut Writer, ikey: &[u8], place: Option<&Place>) {
+        match place {
+            Some(place) => self.seek_place(w, ikey, place),
+            None => self.seek_splice(w, ikey),
+        }
     }
 
     /// Makes a node for `ikey` holding one version, linked at the writer's splice (which

@@ -9,7 +9,7 @@ fn trailer(seq: u64) -> u64 {
 
 /// Inserts without a hint (the list is searched), as a memtable without a point index does.
 fn put(list: &SkipList, k: &[u8], seq: u64, v: &[u8]) -> (Node, bool, usize) {
-    list.insert(k, trailer(seq), v, || Hint::Unknown, |_| {})
+    list.insert(k, trailer(seq), v, || Hint::Unknown, |_| {}, None)
 }
 
 /// Every version in the list's order: key ascending, sequence number descending.
@@ -104,6 +104,69 @@ fn the_list_orders_keys_and_versions_like_a_sorted_model() {
     }
 }
 
+/// The keys of each level, walked from the head by that level's links.
+fn level_keys(list: &SkipList, level: usize) -> Vec<Vec<u8>> {
+    let first = NonNull::new(list.head[level].load(Ordering::Acquire)).map(Node);
+    std::iter::successors(first, |n| NonNull::new(n.link(level).load(Ordering::Acquire)).map(Node))
+        .map(|n| n.key().to_vec())
+        .collect()
+}
+
+/// Keys placed by a search ahead ([`SkipList::search_places`]) go where a search at insert time
+/// would put them, though the batch links other keys first: neighbours of each other (a
+/// batch's keys then lie between a place found and its key, at every level), keys before the
+/// first and after the last, repeated keys, keys in any order and the first keys of an empty
+/// list. Every level stays sorted and the list matches a sorted model.
+#[test]
+fn keys_placed_ahead_are_linked_where_a_search_would_put_them() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let list = SkipList::new(super::super::arena::MIN_CHUNK);
+    let mut model: BTreeMap<(Vec<u8>, std::cmp::Reverse<u64>), Vec<u8>> = BTreeMap::new();
+    let mut seq = 1u64;
+    for round in 0..3000u64 {
+        let n = rng.random_range(1..=16);
+        let base: u32 = rng.random_range(0..2000);
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| match (round % 4, i % 3) {
+                // Neighbours: one stretch of the key space, in order or reversed.
+                (0, _) => format!("k{:05}", base * 8 + i).into_bytes(),
+                (1, _) => format!("k{:05}", base * 8 + (16 - i)).into_bytes(),
+                // Anywhere, some before every key and some after.
+                (2, 0) => format!("a{}", rng.random_range(0..100)).into_bytes(),
+                (2, 1) => format!("z{}", rng.random_range(0..100)).into_bytes(),
+                // A few hot keys, repeated within a batch.
+                (3, _) => format!("k{:05}", rng.random_range(0..4)).into_bytes(),
+                _ => format!("k{:05}", rng.random_range(0..16_000)).into_bytes(),
+            })
+            .collect();
+        let ikeys: Vec<Vec<u8>> =
+            keys.iter().enumerate().map(|(i, k)| key::make_internal_key(k, seq + i as u64, ValueKind::Put)).collect();
+        let targets: Vec<&[u8]> = ikeys.iter().map(|k| &k[..]).collect();
+        let mut places = vec![Place::default(); n as usize];
+        list.search_places(&targets, &mut places);
+        for (k, place) in keys.iter().zip(&places) {
+            let v = seq.to_le_bytes();
+            let (node, _, _) = list.insert(k, trailer(seq), &v, || Hint::Unknown, |_| {}, Some(place));
+            assert_eq!(node.user_key(), &k[..]);
+            model.insert((k.clone(), std::cmp::Reverse(seq)), v.to_vec());
+            seq += 1;
+        }
+    }
+    let expected: Vec<(Vec<u8>, u64, Vec<u8>)> = model.iter().map(|((k, s), v)| (k.clone(), s.0, v.clone())).collect();
+    assert_eq!(walk(&list), expected);
+    let height = list.height.load(Ordering::Acquire);
+    assert!(height > 3, "a list of {} nodes has levels to check", list.nodes());
+    for level in 0..height {
+        let keys = level_keys(&list, level);
+        assert!(keys.windows(2).all(|w| key::compare(&w[0], &w[1]).is_lt()), "level {level} is sorted");
+        assert!(level == 0 || keys.len() <= level_keys(&list, level - 1).len());
+    }
+    for level in height..MAX_HEIGHT {
+        assert!(level_keys(&list, level).is_empty());
+    }
+}
+
 /// Keys in runs, as list pushes and sequential loads write them: ascending, descending, two
 /// runs interleaved (an LPUSH and an RPUSH queue), and jumps between them. The list matches a
 /// sorted model, and a key next to the last one inserted is linked at the writer's splice
@@ -172,13 +235,13 @@ fn keys_in_runs_are_linked_at_the_splice_without_a_descent() {
 fn hints_place_versions_on_known_nodes_and_new_nodes_are_reported() {
     let list = SkipList::new(super::super::arena::MIN_CHUNK);
     let mut made = Vec::new();
-    let (a, new, _) = list.insert(b"a", trailer(1), b"1", || Hint::Absent, |n| made.push(n));
+    let (a, new, _) = list.insert(b"a", trailer(1), b"1", || Hint::Absent, |n| made.push(n), None);
     assert!(new);
-    let (c, _, _) = list.insert(b"c", trailer(2), b"2", || Hint::Absent, |n| made.push(n));
+    let (c, _, _) = list.insert(b"c", trailer(2), b"2", || Hint::Absent, |n| made.push(n), None);
     assert_eq!(made, vec![a, c]);
-    let (again, new, _) = list.insert(b"a", trailer(3), b"3", || Hint::Node(a), |_| panic!("no new node"));
+    let (again, new, _) = list.insert(b"a", trailer(3), b"3", || Hint::Node(a), |_| panic!("no new node"), None);
     assert!(!new && again == a);
-    let (b, new, _) = list.insert(b"b", trailer(4), b"4", || Hint::Unknown, |_| {});
+    let (b, new, _) = list.insert(b"b", trailer(4), b"4", || Hint::Unknown, |_| {}, None);
     assert!(new);
     assert_eq!(
         walk(&list),
@@ -194,7 +257,7 @@ fn hints_place_versions_on_known_nodes_and_new_nodes_are_reported() {
     let mut newest = a;
     for seq in 5..5 + MAX_CHAIN as u64 {
         let mut made = None;
-        let (n, new, _) = list.insert(b"a", trailer(seq), b"x", || Hint::Node(newest), |n| made = Some(n));
+        let (n, new, _) = list.insert(b"a", trailer(seq), b"x", || Hint::Node(newest), |n| made = Some(n), None);
         assert_eq!(new, made.is_some());
         newest = n;
     }
@@ -213,7 +276,7 @@ fn any_key_value_and_sequence_number_reads_back() {
         let value = vec![i as u8; i * 50];
         let seq = [5, 200, 1 << 40, key::MAX_SEQUENCE, 6][i];
         let kind = if i == 3 { ValueKind::Delete } else { ValueKind::Put };
-        let (node, new, _) = list.insert(k, key::pack_trailer(seq, kind), &value, || Hint::Unknown, |_| {});
+        let (node, new, _) = list.insert(k, key::pack_trailer(seq, kind), &value, || Hint::Unknown, |_| {}, None);
         assert!(new);
         let v = list.newest(node);
         assert_eq!((node.user_key(), v.value(), v.trailer()), (&k[..], &value[..], key::pack_trailer(seq, kind)));
@@ -226,7 +289,7 @@ fn any_key_value_and_sequence_number_reads_back() {
     // An older version of the first key, below the base (a sequence varint of ten bytes): past
     // its node's range, so in a node of its own, after it.
     let first = list.seek(&key::seek_key(&keys[0], key::MAX_SEQUENCE)).expect("the key's node");
-    let (node, new, _) = list.insert(&keys[0], trailer(1), b"old", || Hint::Unknown, |_| {});
+    let (node, new, _) = list.insert(&keys[0], trailer(1), b"old", || Hint::Unknown, |_| {}, None);
     assert!(new && list.next(first) == Some(node));
     let older = list.newest(node);
     assert_eq!((older.trailer() >> 8, older.value()), (1, &b"old"[..]));
@@ -249,7 +312,7 @@ fn an_entry_takes_its_bytes_its_links_and_a_few_more_and_a_rewrite_only_its_vers
     let mut nodes = Vec::new();
     for i in 0..n {
         let k = format!("{:016}", i.wrapping_mul(0x9e37_79b9) % n);
-        let (node, _, c) = list.insert(k.as_bytes(), trailer(1000 + i), &[7u8; 100], || Hint::Absent, |_| {});
+        let (node, _, c) = list.insert(k.as_bytes(), trailer(1000 + i), &[7u8; 100], || Hint::Absent, |_| {}, None);
         charged += c;
         nodes.push(node);
     }
@@ -261,7 +324,7 @@ fn an_entry_takes_its_bytes_its_links_and_a_few_more_and_a_rewrite_only_its_vers
     let mut charged = 0;
     for (i, node) in nodes.iter().enumerate() {
         let key = node.user_key().to_vec();
-        charged += list.insert(&key, trailer(1000 + n + i as u64), &[8u8; 100], || Hint::Node(*node), |_| {}).2;
+        charged += list.insert(&key, trailer(1000 + n + i as u64), &[8u8; 100], || Hint::Node(*node), |_| {}, None).2;
     }
     // The version alone, with its pointer to the older one.
     let per = charged as f64 / n as f64;
@@ -303,7 +366,7 @@ fn readers_see_complete_sorted_chains_while_the_writer_inserts() {
     for seq in 1..60_000u64 {
         let k = (seq * 7919) % 1000;
         let key = format!("k{k:04}");
-        list.insert(key.as_bytes(), trailer(seq), &value_of(k, seq), || Hint::Unknown, |_| {});
+        list.insert(key.as_bytes(), trailer(seq), &value_of(k, seq), || Hint::Unknown, |_| {}, None);
     }
     done.store(true, Ordering::Release);
     for r in readers {
