@@ -1,6 +1,7 @@
 //! The memtable's unit tests.
 
 use super::*;
+use crate::batch::WriteBatch;
 
 #[test]
 fn get_sees_newest_version_at_snapshot() {
