@@ -107,11 +107,18 @@ fn a_repeated_write_keeps_one_entry() {
     assert_eq!(m.get(b"k", 9), Some(Lookup::Found(Bytes::from_static(b"v"), 7)));
 }
 
-/// Cursors and lookups run while the writer inserts (no locks, see `skiplist`): every
-/// walk, forwards or backwards, sees keys in order, and every entry inserted before it started;
-/// seeks land on the right side of their targets.
+/// Cursors and lookups run while the writer inserts (no locks, see `skiplist`), one key at a
+/// time or in batches whose new keys are searched for ahead (as readers search, then linked
+/// from there): every walk, forwards or backwards, sees keys in order, and every entry
+/// inserted before it started; seeks land on the right side of their targets.
 #[test]
 fn readers_walk_while_the_writer_inserts() {
+    // One key at a time, then batches of 16 whose new keys are searched for ahead.
+    readers_walk_while_the_writer_writes(false);
+    readers_walk_while_the_writer_writes(true);
+}
+
+fn readers_walk_while_the_writer_writes(batched: bool) {
     const N: u64 = 20_000;
     let m = Arc::new(Memtable::with_capacity(1, 1 << 20));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -170,10 +177,22 @@ fn readers_walk_while_the_writer_inserts() {
             })
         })
         .collect();
-    for seq in 1..=N {
-        // Keys in a scrambled order, so inserts land all over the list.
-        let k = format!("key{:08}", seq.wrapping_mul(7_777_777) % N);
-        m.insert(seq, ValueKind::Put, k.as_bytes(), k.as_bytes());
+    // Keys in a scrambled order, so inserts land all over the list.
+    let key_of = |seq: u64| format!("key{:08}", seq.wrapping_mul(7_777_777) % N);
+    if batched {
+        for first in (1..=N).step_by(16) {
+            let mut batch = WriteBatch::new();
+            for seq in first..(first + 16).min(N + 1) {
+                batch.put(key_of(seq), key_of(seq));
+            }
+            batch.set_sequence(first);
+            m.apply(&batch).unwrap();
+        }
+    } else {
+        for seq in 1..=N {
+            let k = key_of(seq);
+            m.insert(seq, ValueKind::Put, k.as_bytes(), k.as_bytes());
+        }
     }
     done.store(true, Ordering::Release);
     for r in readers {
