@@ -46,10 +46,9 @@ impl Memtable {
                 window[n] = (e.kind, e.key, e.value, hash);
                 n += 1;
             }
-            let mut places = [Place::default(); APPLY_WINDOW];
-            let searched = self.place_new_keys(&window[..n], seq, &mut places);
+            let placed = self.place_new_keys(&window[..n], seq);
             for (i, &(kind, key, value, hash)) in window[..n].iter().enumerate() {
-                let place = places.get(searched[i]);
+                let place = placed.as_ref().and_then(|(searched, places)| places.get(searched[i]));
                 self.insert_hashed(seq, kind, key, value, hash, place);
                 seq += 1;
             }
@@ -65,18 +64,17 @@ impl Memtable {
     /// Searches for the places in the list of the keys of `window` (updates numbered from
     /// `seq`) that will need a node, all at once ([`SkipList::search_places`]): keys the point
     /// index does not know, if there are two or more and not every one of them goes right at
-    /// the writer's splice (a run of keys, which is linked there without a search). Where
-    /// `window[i]` goes is in `places[searched[i]]`; `searched[i]` is out of range for a key
-    /// not searched for.
+    /// the writer's splice (a run of keys, which is linked there without a search). Returns
+    /// `(searched, places)`, `window[i]`'s place being `places[searched[i]]` (`searched[i]` out
+    /// of range for a key not searched for); `None` if nothing was searched for.
     fn place_new_keys(
         &self,
         window: &[(ValueKind, &[u8], &[u8], u64)],
         seq: u64,
-        places: &mut [Place; APPLY_WINDOW],
-    ) -> [usize; APPLY_WINDOW] {
+    ) -> Option<([usize; APPLY_WINDOW], [Place; APPLY_WINDOW])> {
         if window.len() < 2 {
             // (A batch of one update, as most single commands write: nothing to overlap with.)
-            return [usize::MAX; APPLY_WINDOW];
+            return None;
         }
         let mut ikeys = [[0u8; PLACED_KEY]; APPLY_WINDOW];
         let mut searched = [usize::MAX; APPLY_WINDOW];
@@ -93,7 +91,7 @@ impl Memtable {
         }
         if k < 2 {
             // One search has nothing to overlap with: it is made when the key is linked.
-            return [usize::MAX; APPLY_WINDOW];
+            return None;
         }
         let mut targets = [&[][..]; APPLY_WINDOW];
         for (i, &(_, key, _, _)) in window.iter().enumerate() {
@@ -104,10 +102,11 @@ impl Memtable {
         let mut at_splice = [false; APPLY_WINDOW];
         self.map.at_splice(&targets[..k], &mut at_splice[..k]);
         if at_splice[..k].iter().all(|&a| a) {
-            return [usize::MAX; APPLY_WINDOW];
+            return None;
         }
+        let mut places = [Place::default(); APPLY_WINDOW];
         self.map.search_places(&targets[..k], &mut places[..k]);
-        searched
+        Some((searched, places))
     }
 
     /// True if the point index knows a node of `user_key` (whose hash is `hash`): a new

@@ -161,6 +161,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         let lua = st.scripting.memory() as u64;
         let (scripts, libraries, functions) = st.scripting.counts();
         let allocator = allocator_stats();
+        let ratio = |a: u64, b: u64| format!("{:.2}", a as f64 / b.max(1) as f64);
         let mut fields = vec![
             ("used_memory", used.to_string()),
             ("used_memory_human", human(used)),
@@ -182,7 +183,6 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
             // Redis's breakdown of RSS: free space in the allocator's used pages, its resident
             // pages beyond those, and what the process holds outside the allocator (here the
             // memtables' arenas, the WAL's and mapped tables' pages, the binary).
-            let ratio = |a: u64, b: u64| format!("{:.2}", a as f64 / b.max(1) as f64);
             let diff = |a: u64, b: u64| (a as i64 - b as i64).to_string();
             fields.extend([
                 ("allocator_frag_ratio", ratio(active, allocated)),
@@ -194,7 +194,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
             ]);
         }
         fields.extend(vec![
-            ("mem_fragmentation_ratio", format!("{:.2}", rss as f64 / used.max(1) as f64)),
+            ("mem_fragmentation_ratio", ratio(rss, used)),
             ("mem_allocator", if cfg!(feature = "jemalloc") { "jemalloc" } else { "libc" }.into()),
             // UNLINK and FLUSHDB/FLUSHALL ASYNC leave nothing pending: a key, of any size,
             // goes with one metadata write, and compaction reclaims its records. Values
