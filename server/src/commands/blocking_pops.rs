@@ -13,10 +13,10 @@ use crate::state::ServerState;
 use crate::storage::ExecContext;
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
-    spec("blpop", -3, &["write", "blocking"], (1, -2, 1), blpop),
-    spec("brpop", -3, &["write", "blocking"], (1, -2, 1), brpop),
-    spec("blmove", 6, &["write", "denyoom", "blocking"], (1, 2, 1), blmove),
-    spec("brpoplpush", 4, &["write", "denyoom", "blocking"], (1, 2, 1), brpoplpush),
+    spec("blpop", -3, &["write", "noscript", "blocking"], (1, -2, 1), blpop),
+    spec("brpop", -3, &["write", "noscript", "blocking"], (1, -2, 1), brpop),
+    spec("blmove", 6, &["write", "denyoom", "noscript", "blocking"], (1, 2, 1), blmove),
+    spec("brpoplpush", 4, &["write", "denyoom", "noscript", "blocking"], (1, 2, 1), brpoplpush),
     spec("blmpop", -5, &["write", "blocking"], (0, 0, 0), blmpop),
 ];
 

@@ -137,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn a_command_without_subcommands_is_listed_exactly_when_its_entry_is_flagged_noscript() {
+        // `Run::admit_call` checks the flag, and looks up only containers here.
+        for spec in crate::commands::all().into_iter().filter(|c| c.known().acl.subcommands.is_empty()) {
+            let listed = listed(spec.name.as_bytes(), None);
+            assert_eq!(spec.has(crate::commands::flag::NOSCRIPT), listed, "{}", spec.name);
+        }
+    }
+
+    #[test]
     fn commands_and_subcommands_are_matched_in_any_case() {
         let argv = |a: &[&str]| a.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect::<Vec<_>>();
         assert!(no_script(&argv(&["WATCH", "k"])));
