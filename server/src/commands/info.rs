@@ -159,6 +159,7 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
         let used = st.used_memory();
         let (rss, anon, file) = rss();
         let lua = st.scripting.memory() as u64;
+        let spares = st.scripting.spare_memory() as u64;
         let (scripts, libraries, functions) = st.scripting.counts();
         let allocator = allocator_stats();
         let ratio = |a: u64, b: u64| format!("{:.2}", a as f64 / b.max(1) as f64);
@@ -201,12 +202,14 @@ pub(super) fn info(s: &mut Session, args: &[Bytes]) -> Reply {
             // Redis would have freed in the background are counted as freed lazily.
             ("lazyfree_pending_objects", "0".into()),
             ("lazyfreed_objects", st.lazyfreed_objects.load(Ordering::Relaxed).to_string()),
-            // One Lua VM runs both EVAL scripts and functions (see `scripting`).
+            // One Lua VM runs functions and EVAL scripts; spare VMs run EVAL scripts on
+            // connections' tasks (see `scripting::lease`), counted in the total only.
             ("used_memory_lua", lua.to_string()),
             ("used_memory_vm_eval", lua.to_string()),
             ("used_memory_lua_human", human(lua)),
-            ("used_memory_vm_total", lua.to_string()),
-            ("used_memory_vm_total_human", human(lua)),
+            ("used_memory_vm_spares", spares.to_string()),
+            ("used_memory_vm_total", (lua + spares).to_string()),
+            ("used_memory_vm_total_human", human(lua + spares)),
             ("number_of_cached_scripts", scripts.to_string()),
             ("number_of_functions", functions.to_string()),
             ("number_of_libraries", libraries.to_string()),

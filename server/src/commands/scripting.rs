@@ -9,7 +9,7 @@ use crate::resp::Reply;
 use crate::scripting::call::{run, Job};
 use crate::scripting::functions::RestorePolicy;
 use crate::scripting::status::{KillRefused, Running};
-use crate::scripting::{eval_shebang, sha1_hex, Script};
+use crate::scripting::NotCompiled;
 
 /// Key positions of EVAL and FCALL: a count at argument 2, then the keys (locked by EXEC and
 /// write groups as "every argument").
@@ -39,26 +39,6 @@ fn split_keys<'a>(args: &'a [Bytes], count_error: &str) -> Result<(&'a [Bytes], 
     Ok((&args[3..3 + n], &args[3 + n..]))
 }
 
-/// Compiles `body` into the script cache (SCRIPT LOAD, EVAL of a new script); its SHA1.
-fn cache_script(vm: &mut crate::scripting::Vm, body: &Bytes) -> Result<String, Reply> {
-    let sha = sha1_hex(body);
-    if vm.scripts.contains_key(&sha) {
-        return Ok(sha);
-    }
-    let (flags, start) = eval_shebang(body).map_err(|e| Reply::error(format!("ERR {e}")))?;
-    let env: mlua::Table = vm.prim.get("eval_globals").map_err(|e| Reply::error(format!("ERR {e}")))?;
-    let func =
-        vm.lua.load(&body[start..]).set_name("@user_script").set_environment(env).into_function().map_err(|e| {
-            let msg = match e {
-                mlua::Error::SyntaxError { message, .. } => message,
-                other => other.to_string(),
-            };
-            Reply::error(format!("ERR Error compiling script (new function): {msg}"))
-        })?;
-    vm.scripts.insert(sha.clone(), Script { flags, func });
-    Ok(sha)
-}
-
 /// Scripts' commands go to MONITOR after the script's own line (EVAL and FCALL are flagged
 /// `skip_monitor` so the usual feed, after the command, leaves them out).
 fn feed_monitors(s: &Session, args: &[Bytes]) {
@@ -68,6 +48,10 @@ fn feed_monitors(s: &Session, args: &[Bytes]) {
         }
     }
 }
+
+/// Most bytes of script source a VM compiles on a connection's task (longer ones compile on
+/// an executor thread, once per VM).
+const TASK_COMPILE_LIMIT: usize = 16 * 1024;
 
 fn eval(s: &mut Session, args: &[Bytes]) -> Reply {
     feed_monitors(s, args);
@@ -81,21 +65,34 @@ fn eval(s: &mut Session, args: &[Bytes]) -> Reply {
         return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
     }
     let state = std::sync::Arc::clone(&s.state);
-    let mut vm = s.take_script_vm();
+    let scripting = &state.scripting;
+    // On a connection's task (memory-only mode, see `scripting::call`) the script runs on a
+    // spare VM, never waiting for one: without one it is void and runs on an executor.
+    let task = s.exec.memory_only();
+    let void = |s: &mut Session| {
+        s.exec.void();
+        Reply::Null
+    };
+    let vm = if task { scripting.spare() } else { Some(s.take_script_vm()) };
+    let Some(mut vm) = vm else { return void(s) };
+    let limit = if task { TASK_COMPILE_LIMIT } else { usize::MAX };
     let sha = if by_sha {
         String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+    } else if args[1].len() > limit {
+        return void(s);
     } else {
-        match cache_script(&mut vm, &args[1]) {
+        match scripting.cache_script(&mut vm, &args[1]) {
             Ok(sha) => sha,
-            Err(reply) => return reply,
+            Err(e) => return Reply::error(format!("ERR {e}")),
         }
     };
-    let Some(script) = vm.scripts.get(&sha) else {
-        return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
+    let (func, flags) = match scripting.compiled(&mut vm, &sha, limit) {
+        Ok(found) => found,
+        Err(NotCompiled::Unknown) => return Reply::error("NOSCRIPT No matching script. Please use EVAL."),
+        Err(NotCompiled::TooLong) => return void(s),
     };
-    let (func, flags) = (script.func.clone(), script.flags);
     let job = Job { func, name: sha, flags, eval: true, ro: name.ends_with("_ro"), keys, args: rest, command: args };
-    run(s, &state.scripting, job, vm)
+    run(s, scripting, job, vm)
 }
 
 fn fcall(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -160,21 +157,17 @@ fn script(s: &mut Session, args: &[Bytes]) -> Reply {
             Reply::ok()
         }
         ("flush", _) => Reply::error("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
-        ("exists", n) if n >= 3 => {
-            let vm = scripting.vm();
-            Reply::Array(
-                args[2..]
-                    .iter()
-                    .map(|sha| {
-                        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-                        Reply::Integer(vm.scripts.contains_key(&sha) as i64)
-                    })
-                    .collect(),
-            )
-        }
-        ("load", 3) => match cache_script(&mut scripting.vm(), &args[2]) {
+        ("exists", n) if n >= 3 => Reply::Array(
+            args[2..]
+                .iter()
+                .map(|sha| {
+                    Reply::Integer(scripting.script_exists(&String::from_utf8_lossy(sha).to_ascii_lowercase()) as i64)
+                })
+                .collect(),
+        ),
+        ("load", 3) => match scripting.cache_script(&mut scripting.vm(), &args[2]) {
             Ok(sha) => Reply::bulk(sha),
-            Err(reply) => reply,
+            Err(e) => Reply::error(format!("ERR {e}")),
         },
         ("kill", 2) => kill_reply(scripting.status.kill(true), true),
         ("debug", 3) => {

@@ -84,10 +84,7 @@ pub(super) fn done_event(
 }
 
 fn get(s: &mut Session, args: &[Bytes]) -> Reply {
-    let hit = |s: &Session, found: bool| {
-        let c = if found { &s.state.keyspace_hits } else { &s.state.keyspace_misses };
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    };
+    let hit = crate::exec::observe::keyspace_hit;
     match string_at(s, &args[1]) {
         Ok(Some(m)) => {
             hit(s, true);

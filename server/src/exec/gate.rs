@@ -266,7 +266,7 @@ fn may_replicate(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "eval" => script_may_write(crate::scripting::eval_shebang(&args[1]).ok().map(|(f, _)| f)),
         "evalsha" => {
             let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-            script_may_write(s.state.scripting.vm().scripts.get(&sha).map(|script| script.flags))
+            script_may_write(s.state.scripting.script_flags(&sha))
         }
         "fcall" => {
             let name = String::from_utf8_lossy(&args[1]).into_owned();

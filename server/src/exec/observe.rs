@@ -33,6 +33,49 @@ pub(super) fn failed_sets(s: &Session, reply: Reply, ids: impl IntoIterator<Item
     reply
 }
 
+/// What a script's command on a connection's task left to record, recorded only once the
+/// script is known to count (see [`Session::observations`]).
+#[derive(Debug)]
+pub enum Observation {
+    /// A command ran ([`observe`]).
+    Called { spec: &'static CommandSpec, args: Vec<Bytes>, error: Option<String>, counted: bool, took: Duration },
+    /// A command was refused before it ran (`CommandStats::rejected`).
+    Rejected { id: Option<usize>, why: String },
+    /// A keyspace hit (true) or miss.
+    Hit(bool),
+}
+
+/// Records what `observations` hold, in order.
+pub(crate) fn replay(s: &mut Session, observations: Vec<Observation>) {
+    for observation in observations {
+        match observation {
+            Observation::Called { spec, args, error, counted, took } => {
+                record(s, spec, &args, error.as_deref(), counted, took);
+            }
+            Observation::Rejected { id, why } => s.state.command_stats.rejected(id, &why),
+            Observation::Hit(found) => keyspace_hit(s, found),
+        }
+    }
+}
+
+/// Counts a command refused before it ran (see [`Observation::Rejected`]).
+pub(crate) fn rejected(s: &mut Session, id: Option<usize>, why: &str) {
+    match &mut s.observations {
+        Some(later) => later.push(Observation::Rejected { id, why: why.to_string() }),
+        None => s.state.command_stats.rejected(id, why),
+    }
+}
+
+/// Counts a keyspace hit (`found`) or miss (`INFO stats`).
+pub(crate) fn keyspace_hit(s: &mut Session, found: bool) {
+    if let Some(later) = &mut s.observations {
+        later.push(Observation::Hit(found));
+        return;
+    }
+    let counter = if found { &s.state.keyspace_hits } else { &s.state.keyspace_misses };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What the server records about a command that ran: its statistics, the slow log, the
 /// latency monitor, and the MONITOR clients.
 pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes], reply: &Reply, took: Duration) {
@@ -40,8 +83,25 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
         Reply::Error(why) => Some(why.as_str()),
         _ => None,
     };
+    let counted = std::mem::take(&mut s.error_counted);
+    if let Some(later) = &mut s.observations {
+        let error = error.map(str::to_string);
+        later.push(Observation::Called { spec, args: args.to_vec(), error, counted, took });
+        return;
+    }
+    record(s, spec, args, error, counted, took);
+}
+
+fn record(
+    s: &mut Session,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    error: Option<&str>,
+    counted: bool,
+    took: Duration,
+) {
     let id = stats_id(spec, args);
-    if std::mem::take(&mut s.error_counted) && error.is_some() {
+    if counted && error.is_some() {
         s.state.command_stats.called_failed_counted(id, took);
     } else {
         s.state.command_stats.called(id, took, error);

@@ -1,5 +1,6 @@
 //! Read-modify-write commands on the connection's own task: a run of writes that may join a
-//! write group (INCR, HSET, LPUSH, …, see `write_group::GROUPABLE`) runs right where it was
+//! write group (INCR, HSET, LPUSH, …, see `write_group::GROUPABLE`, and EVAL scripts of their
+//! declared keys, see `scripting::call`) runs right where it was
 //! read, as one write group whose commit is queued with the engine and awaited, instead of
 //! going to an executor thread and back (two thread hand-offs, which cost more CPU than the
 //! command itself at one request per round).
@@ -30,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::gate::{dispatch, panic_message};
 use super::session::Session;
-use super::write_group::groupable;
+use super::write_group::{groupable, session_may_group};
 use crate::commands::{engine_error, flag, lookup, queued_keys, CommandSpec};
 use crate::resp::Reply;
 use crate::services::notifications::KeyEvent;
@@ -73,7 +74,38 @@ fn may_run(s: &Session, args: &[Bytes]) -> bool {
 
 /// [`may_run`] of a call of `spec`.
 fn may_run_spec(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    if is_task_script(spec) {
+        return session_may_group(s);
+    }
     !spec.has(flag::NOT_ON_TASK) && groupable(s, spec, args) && !(spec.name == "xadd" && trims(args))
+}
+
+/// EVAL scripts join a group here: they run on a spare VM, may touch only their declared keys
+/// and call only what [`script_may_call`] allows, or are void (see `scripting::call`).
+/// Functions (FCALL) need the one VM, which another thread may hold: they go to executors.
+fn is_task_script(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+}
+
+/// True if a script running here may call `args` of `spec`: what may run here itself (a
+/// write that may join a group, a read memory can answer), but no pub/sub command (a message
+/// cannot be taken back if the script turns out void), and TIME.
+pub(crate) fn script_may_call(spec: &CommandSpec, args: &[Bytes]) -> bool {
+    let write = spec.has(flag::GROUPABLE) && !spec.has(flag::NOT_ON_TASK) && !(spec.name == "xadd" && trims(args));
+    write || (spec.has(flag::MEMORY_READ) && !spec.has(flag::PUBSUB)) || spec.name == "time"
+}
+
+/// The keys a request of a run here locks and counts: a script's declared keys, any other
+/// command's (see `queued_keys`). A script's bad key count gives none (it fails at once).
+fn request_keys(db: u32, args: &[Bytes]) -> Vec<(u32, Bytes)> {
+    if lookup(&args[0]).is_some_and(is_task_script) {
+        let n = args.get(2).and_then(|n| crate::commands::parse_i64(n)).unwrap_or(-1);
+        return match usize::try_from(n) {
+            Ok(n) if n <= args.len().saturating_sub(3) => args[3..3 + n].iter().map(|k| (db, k.clone())).collect(),
+            _ => Vec::new(),
+        };
+    }
+    queued_keys(db, std::slice::from_ref(&args.to_vec()))
 }
 
 /// True if an XADD may trim (MAXLEN or MINID among its leading options, after a NOMKSTREAM):
@@ -160,12 +192,8 @@ pub(super) fn run_queued(
     output_bound: usize,
 ) -> Option<PendingWrites> {
     let state = Arc::clone(&s.state);
-    let each: Vec<Vec<(u32, Bytes)>> = requests
-        .iter()
-        .take(MAX_RUN)
-        .take_while(|a| may_run(s, a))
-        .map(|a| queued_keys(s.db, std::slice::from_ref(a)))
-        .collect();
+    let each: Vec<Vec<(u32, Bytes)>> =
+        requests.iter().take(MAX_RUN).take_while(|a| may_run(s, a)).map(|a| request_keys(s.db, a)).collect();
     let mut guard = state.storage.try_lock_settled(&each.concat())?;
     // The run ends before the first command with a key whose state before needs the disk.
     let mut befores = Befores::default();

@@ -125,6 +125,10 @@ pub struct Session {
     /// Set by the gate before a command runs: the request after it is a script, so a script
     /// may keep the VM in [`Session::script_vm`] when it ends.
     pub script_next: bool,
+    /// While a script runs on a connection's task, what its commands leave to record
+    /// (statistics, slow log, keyspace hits), recorded when it ends — unless it turned out void
+    /// and runs again on an executor thread, where they are recorded as they happen.
+    pub observations: Option<Vec<super::observe::Observation>>,
     /// The running command's execution context (transaction buffer, read snapshot, held
     /// stripes), reset after every top-level command.
     pub exec: ExecContext,
@@ -189,6 +193,7 @@ impl Session {
             tracking_script_read: false,
             script_vm: None,
             script_next: false,
+            observations: None,
             exec: ExecContext::for_client(id),
             state,
         }

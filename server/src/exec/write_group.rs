@@ -84,13 +84,12 @@ const MAX_GROUP: usize = 256;
 /// cheaper batch). Clients of a restricted ACL user run their writes one by one, so a refusal is
 /// logged as a top-level command, never as part of a transaction.
 pub(super) fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    spec.has(flag::GROUPABLE)
-        && !(spec.name == "set" && args.len() == 3)
-        && s.authenticated
-        && s.user.unrestricted()
-        && s.multi.is_none()
-        && !s.in_exec
-        && !s.subscribed()
+    spec.has(flag::GROUPABLE) && !(spec.name == "set" && args.len() == 3) && session_may_group(s)
+}
+
+/// Whether this session's writes may run in a write group now (see [`groupable`]).
+pub(super) fn session_may_group(s: &Session) -> bool {
+    s.authenticated && s.user.unrestricted() && s.multi.is_none() && !s.in_exec && !s.subscribed()
 }
 
 /// The run of groupable requests at the front of `requests`.

@@ -10,6 +10,17 @@
 //! retries, or for FLUSHALL/FLUSHDB/SWAPDB, every stripe). A script that already published a
 //! message, or one run inside EXEC, cannot run again: it waits for the stripe instead, and
 //! fails with an error (nothing written) if it stays busy for a second.
+//!
+//! **On a connection's task.** An EVAL script may run inside a write group on its
+//! connection's task (`exec::queued`), which locked its declared keys and knows their counts;
+//! it runs on a spare VM and in memory-only mode, and is *void* — its writes and events rolled
+//! back, its commands' statistics (kept aside in [`Session::observations`] until it ends)
+//! dropped, its reply discarded — as soon as it would need what the task cannot give: a VM
+//! (all spares held), a key it did not declare, a command that may not run there
+//! (`exec::queued::script_may_call`: no pub/sub, nothing that walks or waits), a read from
+//! disk, or more than [`super::status::TASK_LIMIT`] of time (the count hook stops it, a
+//! `pcall` cannot hold it). A void script runs again from the start on an executor thread,
+//! as above; only what that run does is seen or counted.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -97,6 +108,11 @@ enum OnBusy {
     Retry,
     /// Wait for the stripe (a run that cannot be repeated).
     Wait,
+    /// On a connection's task: any key but the declared ones (locked and counted up front by
+    /// the task's write group), any command that may not run there, a read that needs the
+    /// disk or a run past [`super::status::TASK_LIMIT`] makes the script void — nothing it
+    /// did is kept or counted — and it runs again on an executor thread.
+    Void,
 }
 
 /// One run of a script: what its commands need of the session and the locks.
@@ -117,7 +133,11 @@ struct Run<'s, 'g> {
     /// The error the last command returned was already counted in the error statistics.
     counted_error: bool,
     on_busy: OnBusy,
-    /// Set when the run must be abandoned and repeated (see [`OnBusy::Retry`]).
+    /// The declared keys, the only ones a run on a connection's task may touch.
+    declared: Vec<(u32, Bytes)>,
+    /// When a run on a connection's task must have ended.
+    deadline: Option<Instant>,
+    /// Set when the run must be abandoned and repeated (see [`OnBusy::Retry`], [`OnBusy::Void`]).
     conflict: bool,
     /// …with every stripe locked.
     needs_everything: bool,
@@ -138,6 +158,9 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
     let read_only = job.ro || (!job.flags.compat && job.flags.no_writes);
     // `lua-time-limit` is its alias, as in Redis 7.
     let threshold = state.config().busy_reply_threshold;
+    // On a connection's task (the caller's write group runs in memory-only mode): see
+    // `OnBusy::Void`.
+    let task = s.exec.memory_only();
     let (caller_db, caller_protocol, caller_in_exec, caller_in_script) = (s.db, s.protocol, s.in_exec, s.in_script);
     // Inside EXEC (or a write group) the script joins the running transaction.
     let nested = s.exec.in_transaction();
@@ -167,7 +190,11 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         s.in_script = true;
         let vm = held.take().unwrap_or_else(|| scripting.vm());
         vm.resp3.store(false, std::sync::atomic::Ordering::Relaxed);
-        scripting.status.begin(job.name.clone(), job.command.to_vec(), s.id, job.eval, threshold);
+        let status = Arc::clone(&vm.status);
+        status.begin(job.name.clone(), job.command.to_vec(), s.id, (job.eval, task), threshold);
+        if task {
+            s.observations = Some(Vec::new());
+        }
         let mut run = Run {
             s: &mut *s,
             storage,
@@ -175,11 +202,17 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
             touched: Vec::new(),
             read_only,
             resp3: Arc::clone(&vm.resp3),
-            status: Arc::clone(&scripting.status),
+            status: Arc::clone(&status),
             dirty: false,
             oom_at_start,
             counted_error: false,
-            on_busy: if nested { OnBusy::Wait } else { OnBusy::Retry },
+            on_busy: match (task, nested) {
+                (true, _) => OnBusy::Void,
+                (false, true) => OnBusy::Wait,
+                (false, false) => OnBusy::Retry,
+            },
+            declared: if task { wanted.clone() } else { Vec::new() },
+            deadline: task.then(|| Instant::now() + super::status::TASK_LIMIT),
             conflict: false,
             needs_everything: false,
         };
@@ -192,15 +225,16 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         };
         let reply = match outcome {
             Ok((true, value)) => lua_to_reply(&value, vm.resp3.load(std::sync::atomic::Ordering::Relaxed)),
-            Ok((false, error)) => error_reply(&error, &job.name, scripting.status.killed()),
+            Ok((false, error)) => error_reply(&error, &job.name, status.killed()),
             Err(e) => Reply::error(format!("ERR Error running script {}, {e}", job.name)),
         };
         run.s.error_counted = counted && matches!(reply, Reply::Error(_));
-        scripting.status.end();
+        let void = task && (run.conflict || run.s.exec.voided() || status.overran());
+        status.end();
         vm.after_run();
         let Run { extra, touched, conflict, needs_everything, .. } = run;
         // Kept for the next script of a pipeline (through the commit below), else returned now.
-        if s.script_next && !conflict {
+        if s.script_next && !conflict && !vm.is_spare() {
             s.script_vm = Some(vm);
         } else {
             drop(vm);
@@ -209,6 +243,14 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         s.protocol = caller_protocol;
         s.in_exec = caller_in_exec;
         s.in_script = caller_in_script;
+        if task {
+            let observations = s.observations.take().unwrap_or_default();
+            if void {
+                s.exec.void();
+                return Reply::Null;
+            }
+            crate::exec::observe::replay(s, observations);
+        }
         if nested {
             return reply;
         }
@@ -382,19 +424,20 @@ impl Run<'_, '_> {
     /// it is known.
     fn admit_call(&mut self, argv: &[Bytes]) -> Result<Spec, (Option<Spec>, Reply)> {
         let plain = |msg: &str| Reply::Error(super::api::error_text(msg));
-        if no_script(argv) {
-            return Err((lookup(&argv[0]), plain("This Redis command is not allowed from script")));
-        }
+        let not_allowed = "This Redis command is not allowed from script";
         let Some(spec) = lookup(&argv[0]) else {
-            return Err((None, plain("Unknown Redis command called from script")));
+            let why = if no_script(argv) { not_allowed } else { "Unknown Redis command called from script" };
+            return Err((None, plain(why)));
         };
         let refuse = |reply: Reply| Err((Some(spec), reply));
+        // A command's own flag says it for itself; a container's subcommands are looked up.
+        let subcommands = !spec.known().acl.subcommands.is_empty();
+        if spec.has(flag::NOSCRIPT) || (subcommands && no_script(argv)) {
+            return refuse(plain(not_allowed));
+        }
         let n = argv.len() as i32;
         if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
             return refuse(plain("Wrong number of args calling Redis command from script"));
-        }
-        if spec.has(flag::NOSCRIPT) {
-            return refuse(plain("This Redis command is not allowed from script"));
         }
         if let Err(Reply::Error(denied)) = crate::commands::acl::permit(self.s, spec, argv) {
             let what = if denied.contains("keys") {
@@ -434,14 +477,21 @@ impl Run<'_, '_> {
                 // is one) as rejected, the error once.
                 if let Reply::Error(why) = &refused {
                     let id = spec.map(|c| crate::exec::observe::stats_id(c, argv));
-                    self.s.state.command_stats.rejected(id, why);
+                    crate::exec::observe::rejected(self.s, id, why);
                 }
                 self.counted_error = true;
                 return refused;
             }
         };
         let write = spec.has(flag::WRITE);
-        if let Err(busy) = self.lock_keys(spec.name, argv) {
+        if self.on_busy == OnBusy::Void {
+            // Its keys are then held already (the task's group locked the declared ones).
+            let late = self.deadline.is_some_and(|at| Instant::now() >= at);
+            if late || !crate::exec::queued::script_may_call(spec, argv) || !self.declares(spec, argv) {
+                self.conflict = true;
+                return Reply::Null;
+            }
+        } else if let Err(busy) = self.lock_keys(spec.name, argv) {
             return busy;
         }
         if self.conflict {
@@ -458,9 +508,27 @@ impl Run<'_, '_> {
         let resp3 = self.resp3.load(std::sync::atomic::Ordering::Relaxed);
         self.s.protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
         let reply = crate::exec::run_command(self.s, spec, argv);
+        if self.s.exec.voided() {
+            // It needed the disk (on a connection's task): the script runs again elsewhere.
+            self.conflict = true;
+            return Reply::Null;
+        }
         // The command's statistics counted its error.
         self.counted_error = matches!(reply, Reply::Error(_));
         reply
+    }
+
+    /// True if every key `argv` (a call of `spec`) names is one the script declared (see
+    /// [`OnBusy::Void`]): as `queued_keys` finds them, every argument of a command that
+    /// locates its keys by a count.
+    fn declares(&self, spec: Spec, argv: &[Bytes]) -> bool {
+        let db = self.s.db;
+        let declared = |key: &Bytes| self.declared.iter().any(|(d, k)| *d == db && k == key);
+        if spec.first_key == 0 {
+            argv[1..].iter().all(declared)
+        } else {
+            spec.key_positions(argv.len()).all(|i| declared(&argv[i]))
+        }
     }
 
     /// Takes the stripes of the keys `argv` names that the run does not hold yet.

@@ -13,8 +13,15 @@
 //! Whoever holds the guard never *waits* for a key stripe (see `call.rs`), and a session lets
 //! go of its guard before any command but a script runs, so a guard kept between scripts can
 //! never be part of a deadlock.
+//!
+//! **Spare VMs.** EVAL scripts that run on a connection's own task (see `call.rs`) must never
+//! wait, for the VM either: they take one of the [`Spares`], VMs that hold only compiled EVAL
+//! scripts (no function libraries, whose local state their functions share, so FCALL stays on
+//! the one VM). A spare is made when none is idle, up to one per core, and dropped when it
+//! comes back after a `SCRIPT FLUSH` (a generation number tells).
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,7 +72,7 @@ impl VmSlot {
         let mut home = self.vm.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(vm) = home.vm.take() {
-                return VmGuard { slot: Arc::clone(self), vm: Some(vm) };
+                return VmGuard { home: Owner::Slot(Arc::clone(self)), vm: Some(vm) };
             }
             home.sleepers += 1;
             home = self.returned.wait(home).unwrap_or_else(|e| e.into_inner());
@@ -76,14 +83,107 @@ impl VmSlot {
     /// Takes the VM if nobody holds it.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<VmGuard> {
         let vm = self.vm.lock().unwrap_or_else(|e| e.into_inner()).vm.take()?;
-        Some(VmGuard { slot: Arc::clone(self), vm: Some(vm) })
+        Some(VmGuard { home: Owner::Slot(Arc::clone(self)), vm: Some(vm) })
     }
 }
 
-/// The VM, taken out of its slot; it goes back when this drops (a panic too).
+/// The spare VMs (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Spares {
+    idle: Mutex<Idle>,
+    /// Most spares alive at once.
+    max: usize,
+    /// Bumped by `SCRIPT FLUSH`: a spare of an older generation is dropped, not reused.
+    generation: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Idle {
+    /// Spares nobody holds, with their generation.
+    vms: Vec<(u64, Box<Vm>)>,
+    /// Spares alive (idle or held).
+    made: usize,
+}
+
+impl Spares {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Spares { idle: Mutex::default(), max, generation: AtomicU64::new(0) })
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle spare, or a new one if fewer than the most are alive; `None` (never waiting)
+    /// if all are held or a new one cannot start.
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<VmGuard> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut idle = self.idle();
+        while let Some((made_in, vm)) = idle.vms.pop() {
+            if made_in == generation {
+                return Some(VmGuard { home: Owner::Spare(Arc::clone(self), generation), vm: Some(vm) });
+            }
+            idle.made -= 1;
+        }
+        if idle.made >= self.max {
+            return None;
+        }
+        idle.made += 1;
+        drop(idle);
+        match Vm::new(Arc::default()) {
+            Ok(vm) => Some(VmGuard { home: Owner::Spare(Arc::clone(self), generation), vm: Some(Box::new(vm)) }),
+            Err(e) => {
+                tracing::warn!(target: "shale::scripting", error = %e, "a spare Lua VM failed to start");
+                self.idle().made -= 1;
+                None
+            }
+        }
+    }
+
+    /// `SCRIPT FLUSH`: idle spares go now, held ones when they come back.
+    pub(crate) fn flush(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let mut idle = self.idle();
+        idle.made -= idle.vms.len();
+        idle.vms.clear();
+    }
+
+    /// Bytes the idle spares' Lua states use.
+    pub(crate) fn memory(&self) -> usize {
+        self.idle().vms.iter().map(|(_, vm)| vm.lua.used_memory()).sum()
+    }
+
+    fn give_back(&self, generation: u64, vm: Box<Vm>) {
+        let mut idle = self.idle();
+        if generation == self.generation.load(Ordering::Acquire) {
+            idle.vms.push((generation, vm));
+        } else {
+            idle.made -= 1;
+            drop(idle);
+            drop(vm);
+        }
+    }
+}
+
+/// Where a guard's VM goes back to.
+enum Owner {
+    /// The one VM's slot.
+    Slot(Arc<VmSlot>),
+    /// The spares, as of the generation it was taken in.
+    Spare(Arc<Spares>, u64),
+}
+
+/// The VM, taken out of its slot (or the spares); it goes back when this drops (a panic too).
 pub(crate) struct VmGuard {
-    slot: Arc<VmSlot>,
+    home: Owner,
     vm: Option<Box<Vm>>,
+}
+
+impl VmGuard {
+    /// True for a spare VM (EVAL scripts only).
+    pub(crate) fn is_spare(&self) -> bool {
+        matches!(self.home, Owner::Spare(..))
+    }
 }
 
 impl std::fmt::Debug for VmGuard {
@@ -107,12 +207,18 @@ impl DerefMut for VmGuard {
 
 impl Drop for VmGuard {
     fn drop(&mut self) {
-        let mut home = self.slot.vm.lock().unwrap_or_else(|e| e.into_inner());
-        home.vm = self.vm.take();
-        let sleepers = home.sleepers;
-        drop(home);
-        if sleepers > 0 {
-            self.slot.returned.notify_one();
+        let Some(vm) = self.vm.take() else { return };
+        match &self.home {
+            Owner::Slot(slot) => {
+                let mut home = slot.vm.lock().unwrap_or_else(|e| e.into_inner());
+                home.vm = Some(vm);
+                let sleepers = home.sleepers;
+                drop(home);
+                if sleepers > 0 {
+                    slot.returned.notify_one();
+                }
+            }
+            Owner::Spare(spares, generation) => spares.give_back(*generation, vm),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Lua scripting: EVAL scripts and FUNCTION libraries on one embedded Lua 5.1 VM.
+//! Lua scripting: EVAL scripts and FUNCTION libraries on embedded Lua 5.1 VMs.
 //!
 //! Redis embeds Lua 5.1; so does Shale, through `mlua` with its `lua51` and `vendored` features
 //! (the interpreter's C sources, built by the machine's C compiler: the same language, the same
@@ -10,17 +10,22 @@
 //! The libraries Redis bundles (`cjson`, `cmsgpack`, `bit`, `struct`) are written in Rust in
 //! [`libs`]; `redis.*` is in [`api`].
 //!
-//! **One script at a time.** There is one VM, taken out of its slot by whoever runs Lua
-//! ([`lease`]): a script or function runs from start to end on the executor thread of its
-//! client while it holds it, as Redis runs one script at a time (a pipeline of scripts holds it
-//! from the first to the last). **Isolation** comes from the key stripes, as for EXEC (see
-//! [`call`]): the declared keys are locked before the script starts, every key a command of
-//! the script names is locked before that command runs, and all writes go into one
-//! transaction buffer committed as one engine batch when the script ends — no client sees
-//! part of a script, and replication ships it whole. A script may name keys it did not declare
-//! (Redis allows it outside cluster mode): their stripes are taken without waiting; if one is
-//! busy, the run is abandoned (nothing it wrote is visible) and run again with every key seen
-//! so far locked up front, in order, so two clients can never deadlock.
+//! **Where scripts run.** Function libraries live on one VM, taken out of its slot by whoever
+//! runs Lua on it ([`lease`]): a function (and an EVAL script sent to an executor thread) runs
+//! from start to end on the executor thread of its client while it holds it (a pipeline of
+//! scripts holds it from the first to the last). An EVAL script that a connection's own task
+//! can run — its keys declared, in memory, free — runs there instead, inside the task's write
+//! group, on one of a few *spare* VMs that hold only compiled EVAL scripts (a script keeps no
+//! state between runs: its globals are read-only), never waiting for one; anything that would
+//! make it wait or run long makes it void and it runs again on an executor (see [`call`]).
+//! EVAL's cache of scripts is shared by all VMs ([`cache`]). **Isolation** comes from the key
+//! stripes, as for EXEC (see [`call`]): the declared keys are locked before the script starts,
+//! every key a command of the script names is locked before that command runs, and all writes
+//! go into one transaction buffer committed as one engine batch when the script ends — no
+//! client sees part of a script, and replication ships it whole. A script may name keys it did
+//! not declare (Redis allows it outside cluster mode): their stripes are taken without
+//! waiting; if one is busy, the run is abandoned (nothing it wrote is visible) and run again
+//! with every key seen so far locked up front, in order, so two clients can never deadlock.
 //!
 //! **Busy scripts.** A script that runs longer than `busy-reply-threshold` makes every other
 //! client's command (but those Redis allows while busy: `SCRIPT KILL`, `FUNCTION KILL`,
@@ -34,6 +39,7 @@
 //! primary's stream changes it. EVAL's script cache lives in memory only, as in Redis.
 
 pub(crate) mod api;
+mod cache;
 pub(crate) mod call;
 pub(crate) mod convert;
 pub(crate) mod functions;
@@ -48,8 +54,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use mlua::{Function, Lua, Table};
 
+pub(crate) use cache::NotCompiled;
 pub(crate) use lease::VmGuard;
-use lease::VmSlot;
+use lease::{Spares, VmSlot};
 pub use status::RunStatus;
 
 /// The flags a script declares in its shebang (`#!lua flags=no-writes,allow-stale`) or a
@@ -111,7 +118,7 @@ pub(crate) struct Vm {
     pub lua: Lua,
     /// Primitives shared with the prelude (see `prelude.lua`).
     pub prim: Table,
-    /// EVAL scripts by SHA1 (lower-case hex).
+    /// EVAL scripts compiled on this VM, by SHA1 (lower-case hex; see [`cache`]).
     pub scripts: HashMap<String, Script>,
     /// FUNCTION libraries and their functions.
     pub libraries: functions::Libraries,
@@ -119,6 +126,9 @@ pub(crate) struct Vm {
     pub resp3: Arc<std::sync::atomic::AtomicBool>,
     /// The run its `redis.call` serves.
     current: Arc<call::CurrentRun>,
+    /// What its count hook checks: the server's [`Scripting::status`] for the one VM, its own
+    /// for a spare.
+    pub status: Arc<RunStatus>,
     /// The prelude's `prim.run` (calls a script under the error handler) and
     /// `prim.set_eval_args` (KEYS and ARGV of an EVAL script), looked up once.
     run_fn: Function,
@@ -137,6 +147,10 @@ impl std::fmt::Debug for Vm {
 #[derive(Debug)]
 pub struct Scripting {
     vm: Arc<VmSlot>,
+    /// Spare VMs for EVAL scripts on connections' tasks (see [`lease`]).
+    spares: Arc<Spares>,
+    /// EVAL scripts' sources (see [`cache`]).
+    sources: cache::Sources,
     /// The running script, for BUSY replies, SCRIPT KILL and FUNCTION STATS.
     pub status: Arc<RunStatus>,
     /// What [`Scripting::memory`] and [`Scripting::counts`] last saw, answered while a
@@ -149,7 +163,14 @@ impl Scripting {
     pub fn new() -> Self {
         let status = Arc::new(RunStatus::default());
         let vm = Vm::new(Arc::clone(&status)).expect("the Lua VM starts");
-        Scripting { vm: VmSlot::new(vm), status, seen: Mutex::default() }
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Scripting {
+            vm: VmSlot::new(vm),
+            spares: Spares::new(cores),
+            sources: cache::Sources::default(),
+            status,
+            seen: Mutex::default(),
+        }
     }
 
     /// The VM, for one script or library load at a time.
@@ -157,11 +178,18 @@ impl Scripting {
         self.vm.take()
     }
 
+    /// A spare VM for an EVAL script, if one is idle or may be made (never waiting).
+    pub(crate) fn spare(&self) -> Option<VmGuard> {
+        self.spares.try_take()
+    }
+
     /// `SCRIPT FLUSH`: forgets every cached script.
     ///
     /// As Redis's, it starts a fresh VM (scripts' leftovers and library settings such as
     /// `cjson.encode_max_depth` are gone); the function libraries are loaded into it again.
     pub fn flush_scripts(&self) {
+        self.sources.clear();
+        self.spares.flush();
         let mut vm = self.vm();
         let libraries = vm.libraries.dump();
         let fresh = Vm::new(Arc::clone(&self.status)).map_err(|e| e.to_string()).and_then(|mut fresh| {
@@ -219,14 +247,20 @@ impl Scripting {
         self.vm().libraries.iter().map(|lib| lib.code.clone()).collect()
     }
 
-    /// Bytes the VM uses (`INFO memory` `used_memory_vm_eval`).
+    /// Bytes the one VM uses (`INFO memory` `used_memory_lua`).
     pub fn memory(&self) -> usize {
         self.observe().0
     }
 
+    /// Bytes the idle spare VMs use (`INFO memory` `used_memory_vm_spares`).
+    pub fn spare_memory(&self) -> usize {
+        self.spares.memory()
+    }
+
     /// (cached scripts, function libraries, functions).
     pub fn counts(&self) -> (usize, usize, usize) {
-        self.observe().1
+        let (_, (_, libraries, functions)) = self.observe();
+        (self.sources.len(), libraries, functions)
     }
 
     /// The VM's memory and counts now, or as last seen if a script is running (INFO must not
@@ -234,7 +268,7 @@ impl Scripting {
     fn observe(&self) -> (usize, (usize, usize, usize)) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(vm) = self.vm.try_take() {
-            *seen = (vm.lua.used_memory(), (vm.scripts.len(), vm.libraries.len(), vm.libraries.function_count()));
+            *seen = (vm.lua.used_memory(), (self.sources.len(), vm.libraries.len(), vm.libraries.function_count()));
         }
         *seen
     }
@@ -264,7 +298,7 @@ impl Vm {
         sealed.extend(libs::install(&lua)?);
         let seal: Function = prim.get("seal")?;
         seal.call::<()>(lua.create_sequence_from(sealed)?)?;
-        status::install_hook(&lua, status)?;
+        status::install_hook(&lua, Arc::clone(&status))?;
         let (run_fn, set_eval_args) = (prim.get("run")?, prim.get("set_eval_args")?);
         Ok(Vm {
             lua,
@@ -273,6 +307,7 @@ impl Vm {
             libraries: functions::Libraries::default(),
             resp3,
             current,
+            status,
             run_fn,
             set_eval_args,
             runs: Default::default(),

@@ -21,6 +21,11 @@ pub struct RunStatus {
     threshold_ms: AtomicU64,
     /// A FUNCTION LOAD is running its library (its own time limit applies).
     loading: AtomicBool,
+    /// The script runs on a connection's task: past [`TASK_LIMIT`] it is stopped (and run
+    /// again on an executor thread), never busy.
+    on_task: AtomicBool,
+    /// …and it ran past that.
+    overran: AtomicBool,
     current: Mutex<Option<Current>>,
 }
 
@@ -60,9 +65,20 @@ pub enum KillRefused {
 /// How long a library's load may run (Redis's `LOAD_TIMEOUT_MS`).
 const LOAD_TIMEOUT_MS: u128 = 500;
 
+/// How long a script may run on a connection's task, where every other client of that thread
+/// waits for it.
+pub(crate) const TASK_LIMIT: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl RunStatus {
-    /// Marks a script as started.
-    pub(crate) fn begin(&self, name: String, command: Vec<Bytes>, client: u64, eval: bool, threshold_ms: u64) {
+    /// Marks a script as started (on a connection's task if `on_task`).
+    pub(crate) fn begin(
+        &self,
+        name: String,
+        command: Vec<Bytes>,
+        client: u64,
+        (eval, on_task): (bool, bool),
+        threshold_ms: u64,
+    ) {
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Current { name, command, client, started: Instant::now() });
         self.eval.store(eval, Ordering::Relaxed);
@@ -70,6 +86,8 @@ impl RunStatus {
         self.wrote.store(false, Ordering::Relaxed);
         self.killed.store(false, Ordering::Relaxed);
         self.timed_out.store(false, Ordering::Relaxed);
+        self.on_task.store(on_task, Ordering::Relaxed);
+        self.overran.store(false, Ordering::Relaxed);
         self.running.store(true, Ordering::Release);
     }
 
@@ -78,6 +96,8 @@ impl RunStatus {
         self.running.store(false, Ordering::Release);
         self.timed_out.store(false, Ordering::Release);
         self.killed.store(false, Ordering::Relaxed);
+        self.on_task.store(false, Ordering::Relaxed);
+        self.overran.store(false, Ordering::Relaxed);
         self.current.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
@@ -100,6 +120,23 @@ impl RunStatus {
     /// True once the run was killed.
     pub(crate) fn killed(&self) -> bool {
         self.killed.load(Ordering::Acquire)
+    }
+
+    /// True if the script runs on a connection's task and has run past [`TASK_LIMIT`] (it
+    /// stays so until it ends).
+    pub(crate) fn overran(&self) -> bool {
+        if self.overran.load(Ordering::Relaxed) {
+            return true;
+        }
+        if !self.on_task.load(Ordering::Relaxed) || !self.running.load(Ordering::Acquire) {
+            return false;
+        }
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let over = current.as_ref().is_some_and(|c| c.started.elapsed() >= TASK_LIMIT);
+        if over {
+            self.overran.store(true, Ordering::Relaxed);
+        }
+        over
     }
 
     /// `Some(is_eval)` while a script runs past the busy threshold, for a client other than
@@ -175,6 +212,10 @@ impl RunStatus {
         if self.killed.load(Ordering::Acquire) {
             return Err("Script killed by user with SCRIPT KILL...");
         }
+        if self.on_task.load(Ordering::Relaxed) {
+            // Never busy: stopped instead, to run again on an executor thread.
+            return if self.overran() { Err("the script ran too long for a connection's task") } else { Ok(()) };
+        }
         if !self.timed_out.load(Ordering::Relaxed) {
             let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(c) = current.as_ref() {
@@ -197,9 +238,10 @@ const CHECK_EVERY: u32 = 10_000;
 
 /// Installs the count hook that checks the running script every 10,000 instructions.
 ///
-/// Once the script is killed, the hook checks at every instruction and line, so the kill
-/// error is raised again right after any `pcall` that caught it (as Redis's line hook does);
-/// the next check after the script ended goes back to the normal pace.
+/// Once the script is killed (or overran its time on a connection's task), the hook checks at
+/// every instruction and line, so the error is raised again right after any `pcall` that
+/// caught it (as Redis's line hook does); the next check after the script ended goes back to
+/// the normal pace.
 pub(super) fn install_hook(lua: &mlua::Lua, status: Arc<RunStatus>) -> mlua::Result<()> {
     set_hook(lua, status, false)
 }
@@ -213,13 +255,13 @@ fn set_hook(lua: &mlua::Lua, status: Arc<RunStatus>, eager: bool) -> mlua::Resul
     let own = Arc::clone(&status);
     lua.set_hook(triggers, move |lua, _| match own.check() {
         Ok(()) => {
-            if eager && !own.killed() {
+            if eager && !own.killed() && !own.overran() {
                 set_hook(lua, Arc::clone(&own), false)?;
             }
             Ok(mlua::VmState::Continue)
         }
         Err(why) => {
-            if !eager && own.killed() {
+            if !eager && (own.killed() || own.overran()) {
                 set_hook(lua, Arc::clone(&own), true)?;
             }
             Err(mlua::Error::runtime(why))

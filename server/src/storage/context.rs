@@ -217,6 +217,20 @@ impl ExecContext {
         true
     }
 
+    /// True in memory-only mode (a connection's task runs the command).
+    pub fn memory_only(&self) -> bool {
+        self.memory_only.get()
+    }
+
+    /// Makes the command running in memory-only mode void, for a reason of its own (a script
+    /// that would have to wait, or names a key it did not declare): it runs again where it
+    /// may block. Outside memory-only mode it does nothing.
+    pub fn void(&self) {
+        if self.memory_only.get() {
+            self.missed.set(true);
+        }
+    }
+
     /// True if the command running in memory-only mode needed the disk (its outcome is void).
     pub fn voided(&self) -> bool {
         self.memory_only.get() && self.missed.get()

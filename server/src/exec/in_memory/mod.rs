@@ -307,4 +307,6 @@ fn queue_sets(s: &mut Session, requests: &mut VecDeque<Vec<Bytes>>) -> PendingSe
 }
 
 #[cfg(test)]
+mod script_tests;
+#[cfg(test)]
 mod tests;

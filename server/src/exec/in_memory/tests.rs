@@ -204,7 +204,7 @@ fn read_modify_writes_run_in_memory_as_a_group_until_one_needs_the_disk() {
 }
 
 /// Drives `run_in_memory` as a connection does, committing queued SETs on this thread.
-fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &mut BytesMut) {
+pub(super) fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &mut BytesMut) {
     loop {
         match run_in_memory(s, queue, out, 1 << 20) {
             InMemory::Stopped(_) => return,
