@@ -97,7 +97,7 @@ pub(crate) fn script_may_call(spec: &CommandSpec, args: &[Bytes]) -> bool {
 
 /// The keys a request of a run here locks and counts: a script's declared keys, any other
 /// command's (see `queued_keys`). A script's bad key count gives none (it fails at once).
-fn request_keys(db: u32, args: &[Bytes]) -> Vec<(u32, Bytes)> {
+fn request_keys(db: u32, args: &Vec<Bytes>) -> Vec<(u32, Bytes)> {
     if lookup(&args[0]).is_some_and(is_task_script) {
         let n = args.get(2).and_then(|n| crate::commands::parse_i64(n)).unwrap_or(-1);
         return match usize::try_from(n) {
@@ -105,7 +105,7 @@ fn request_keys(db: u32, args: &[Bytes]) -> Vec<(u32, Bytes)> {
             _ => Vec::new(),
         };
     }
-    queued_keys(db, std::slice::from_ref(&args.to_vec()))
+    queued_keys(db, std::slice::from_ref(args))
 }
 
 /// True if an XADD may trim (MAXLEN or MINID among its leading options, after a NOMKSTREAM):
