@@ -13,7 +13,13 @@ const LOG_LEVELS: [(&str, i64); 4] = [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LO
 /// Fills the `redis` global and `library_api` (FUNCTION LOAD's `redis`), and replaces
 /// `math.random`/`math.randomseed`. Rust functions answering (ok, …) are made into ones
 /// that raises as a C library would (see [`super::raising`]).
-pub(super) fn install(lua: &Lua, prim: &Table, library_api: &Table, resp3: &Arc<AtomicBool>) -> mlua::Result<()> {
+pub(super) fn install(
+    lua: &Lua,
+    prim: &Table,
+    library_api: &Table,
+    resp3: &Arc<AtomicBool>,
+    rng: &Rng,
+) -> mlua::Result<()> {
     let redis = lua.create_table()?;
     let wrapped = |f: Function| super::raising(lua, f);
     let call: Function = prim.get("dispatch")?;
@@ -101,7 +107,7 @@ pub(super) fn install(lua: &Lua, prim: &Table, library_api: &Table, resp3: &Arc<
     library_api.set("log", log)?;
     library_api.set("register_function", prim.get::<Function>("register_api")?)?;
     lua.globals().set("redis", redis)?;
-    install_random(lua)
+    install_random(lua, rng)
 }
 
 /// `7.2.4` → `0x070204`.
@@ -131,11 +137,19 @@ fn redis_log(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
     done(lua, ())
 }
 
+/// The generator behind `math.random`, shared by the VMs of one script cache (see
+/// [`super::Shared`]), so scripts draw from one sequence as from Redis's one VM.
+pub(crate) type Rng = Arc<Mutex<Rand48>>;
+
+/// A generator with a random seed, as Redis's is at start.
+pub(crate) fn new_rng() -> Rng {
+    Arc::new(Mutex::new(Rand48::seeded(rand::random::<u32>() as i32)))
+}
+
 /// Redis's `math.random` and `math.randomseed`: its own `rand48` generator, so a seeded
 /// script draws what it would on Redis.
-fn install_random(lua: &Lua) -> mlua::Result<()> {
-    let seed = rand::random::<u32>() as i32;
-    let state = Arc::new(Mutex::new(Rand48::seeded(seed)));
+fn install_random(lua: &Lua, rng: &Rng) -> mlua::Result<()> {
+    let state = Arc::clone(rng);
     let math: Table = lua.globals().get("math")?;
     let rng = Arc::clone(&state);
     let random = lua.create_function(move |lua, args: MultiValue| {
@@ -192,7 +206,7 @@ fn install_random(lua: &Lua) -> mlua::Result<()> {
 
 /// Redis's `redisLrand48`: the 48-bit linear congruential generator of `rand48`.
 #[derive(Debug)]
-struct Rand48(u64);
+pub(crate) struct Rand48(u64);
 
 impl Rand48 {
     fn seeded(seed: i32) -> Self {

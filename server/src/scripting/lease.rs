@@ -18,14 +18,15 @@
 //! wait, for the VM either: they take one of the [`Spares`], VMs that hold only compiled EVAL
 //! scripts (no function libraries, whose local state their functions share, so FCALL stays on
 //! the one VM). A spare is made when none is idle, up to one per core, and dropped when it
-//! comes back after a `SCRIPT FLUSH` (a generation number tells).
+//! comes back after a `SCRIPT FLUSH` (a generation number tells). What a script can leave behind
+//! in a VM for later scripts — `math.random`'s sequence, `cjson`'s settings — all VMs of a
+//! generation share ([`super::Shared`]); globals and library tables are read-only.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Vm;
+use super::{Shared, Vm};
 
 /// How long a thread that wants the VM polls for it before it sleeps. A script of a few
 /// commands holds the VM for 10–20 µs, and a sleep and a wake-up cost about as much again
@@ -93,21 +94,23 @@ pub(crate) struct Spares {
     idle: Mutex<Idle>,
     /// Most spares alive at once.
     max: usize,
-    /// Bumped by `SCRIPT FLUSH`: a spare of an older generation is dropped, not reused.
-    generation: AtomicU64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Idle {
     /// Spares nobody holds, with their generation.
     vms: Vec<(u64, Box<Vm>)>,
     /// Spares alive (idle or held).
     made: usize,
+    /// Bumped by `SCRIPT FLUSH`: a spare of an older generation is dropped, not reused.
+    generation: u64,
+    /// What the VMs of this generation share.
+    shared: Shared,
 }
 
 impl Spares {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Spares { idle: Mutex::default(), max, generation: AtomicU64::new(0) })
+    pub(crate) fn new(max: usize, shared: Shared) -> Arc<Self> {
+        Arc::new(Spares { idle: Mutex::new(Idle { vms: Vec::new(), made: 0, generation: 0, shared }), max })
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
@@ -117,8 +120,8 @@ impl Spares {
     /// An idle spare, or a new one if fewer than the most are alive; `None` (never waiting)
     /// if all are held or a new one cannot start.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<VmGuard> {
-        let generation = self.generation.load(Ordering::Acquire);
         let mut idle = self.idle();
+        let generation = idle.generation;
         while let Some((made_in, vm)) = idle.vms.pop() {
             if made_in == generation {
                 return Some(VmGuard { home: Owner::Spare(Arc::clone(self), generation), vm: Some(vm) });
@@ -129,8 +132,9 @@ impl Spares {
             return None;
         }
         idle.made += 1;
+        let shared = idle.shared.clone();
         drop(idle);
-        match Vm::new(Arc::default()) {
+        match Vm::new(Arc::default(), &shared) {
             Ok(vm) => Some(VmGuard { home: Owner::Spare(Arc::clone(self), generation), vm: Some(Box::new(vm)) }),
             Err(e) => {
                 tracing::warn!(target: "shale::scripting", error = %e, "a spare Lua VM failed to start");
@@ -140,10 +144,12 @@ impl Spares {
         }
     }
 
-    /// `SCRIPT FLUSH`: idle spares go now, held ones when they come back.
-    pub(crate) fn flush(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+    /// `SCRIPT FLUSH`: idle spares go now, held ones when they come back; new ones share
+    /// `shared`.
+    pub(crate) fn flush(&self, shared: Shared) {
         let mut idle = self.idle();
+        idle.generation += 1;
+        idle.shared = shared;
         idle.made -= idle.vms.len();
         idle.vms.clear();
     }
@@ -155,7 +161,7 @@ impl Spares {
 
     fn give_back(&self, generation: u64, vm: Box<Vm>) {
         let mut idle = self.idle();
-        if generation == self.generation.load(Ordering::Acquire) {
+        if generation == idle.generation {
             idle.vms.push((generation, vm));
         } else {
             idle.made -= 1;
@@ -229,7 +235,7 @@ mod tests {
 
     #[test]
     fn the_vm_goes_home_when_its_guard_drops_and_waiters_get_it() {
-        let slot = VmSlot::new(Vm::new(Arc::default()).unwrap());
+        let slot = VmSlot::new(Vm::new(Arc::default(), &Shared::default()).unwrap());
         let guard = slot.take();
         assert!(slot.try_take().is_none(), "held by the guard");
         let waiter = {
@@ -248,7 +254,7 @@ mod tests {
 
     #[test]
     fn a_panic_while_holding_the_vm_returns_it() {
-        let slot = VmSlot::new(Vm::new(Arc::default()).unwrap());
+        let slot = VmSlot::new(Vm::new(Arc::default(), &Shared::default()).unwrap());
         let held = Arc::clone(&slot);
         let result = std::thread::spawn(move || {
             let _vm = held.take();

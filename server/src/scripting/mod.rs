@@ -15,8 +15,9 @@
 //! from start to end on the executor thread of its client while it holds it (a pipeline of
 //! scripts holds it from the first to the last). An EVAL script that a connection's own task
 //! can run — its keys declared, in memory, free — runs there instead, inside the task's write
-//! group, on one of a few *spare* VMs that hold only compiled EVAL scripts (a script keeps no
-//! state between runs: its globals are read-only), never waiting for one; anything that would
+//! group, on one of a few *spare* VMs that hold only compiled EVAL scripts (what a script can
+//! leave for later ones — `math.random`'s sequence, `cjson`'s settings — all VMs share; its
+//! globals are read-only), never waiting for one; anything that would
 //! make it wait or run long makes it void and it runs again on an executor (see [`call`]).
 //! EVAL's cache of scripts is shared by all VMs ([`cache`]). **Isolation** comes from the key
 //! stripes, as for EXEC (see [`call`]): the declared keys are locked before the script starts,
@@ -113,6 +114,21 @@ pub(crate) struct Script {
     pub func: Function,
 }
 
+/// What the VMs of one script cache share (until `SCRIPT FLUSH` starts afresh): `math.random`'s
+/// generator and `cjson`'s settings, which Redis keeps in its one VM — so a script draws the
+/// next number, and encodes with the settings an earlier script chose, whichever VM it runs on.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    rng: api::Rng,
+    cjson: libs::cjson::Shared,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared { rng: api::new_rng(), cjson: Default::default() }
+    }
+}
+
 /// The Lua VM and what is compiled in it.
 pub(crate) struct Vm {
     pub lua: Lua,
@@ -162,11 +178,12 @@ impl Scripting {
     /// A fresh VM with Redis's libraries and sandbox.
     pub fn new() -> Self {
         let status = Arc::new(RunStatus::default());
-        let vm = Vm::new(Arc::clone(&status)).expect("the Lua VM starts");
+        let shared = Shared::default();
+        let vm = Vm::new(Arc::clone(&status), &shared).expect("the Lua VM starts");
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Scripting {
             vm: VmSlot::new(vm),
-            spares: Spares::new(cores),
+            spares: Spares::new(cores, shared),
             sources: cache::Sources::default(),
             status,
             seen: Mutex::default(),
@@ -189,10 +206,11 @@ impl Scripting {
     /// `cjson.encode_max_depth` are gone); the function libraries are loaded into it again.
     pub fn flush_scripts(&self) {
         self.sources.clear();
-        self.spares.flush();
+        let shared = Shared::default();
+        self.spares.flush(shared.clone());
         let mut vm = self.vm();
         let libraries = vm.libraries.dump();
-        let fresh = Vm::new(Arc::clone(&self.status)).map_err(|e| e.to_string()).and_then(|mut fresh| {
+        let fresh = Vm::new(Arc::clone(&self.status), &shared).map_err(|e| e.to_string()).and_then(|mut fresh| {
             fresh.restore_libraries(&libraries, functions::RestorePolicy::Flush, &self.status).map(|()| fresh)
         });
         match fresh {
@@ -281,7 +299,7 @@ impl Default for Scripting {
 }
 
 impl Vm {
-    fn new(status: Arc<RunStatus>) -> mlua::Result<Vm> {
+    fn new(status: Arc<RunStatus>, shared: &Shared) -> mlua::Result<Vm> {
         use mlua::{LuaOptions, StdLib};
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG;
         // SAFETY: the debug library is loaded only for the prelude's error handler, which keeps
@@ -292,10 +310,10 @@ impl Vm {
         let prelude = lua.load(include_str!("prelude.lua")).set_name("=shale");
         let library_api = lua.create_table()?;
         prelude.call::<()>((prim.clone(), library_api.clone()))?;
-        api::install(&lua, &prim, &library_api, &resp3)?;
+        api::install(&lua, &prim, &library_api, &resp3, &shared.rng)?;
         let current = call::install(&lua, &prim)?;
         let mut sealed = vec!["redis", "string", "math", "table", "coroutine"];
-        sealed.extend(libs::install(&lua)?);
+        sealed.extend(libs::install(&lua, &shared.cjson)?);
         let seal: Function = prim.get("seal")?;
         seal.call::<()>(lua.create_sequence_from(sealed)?)?;
         status::install_hook(&lua, Arc::clone(&status))?;

@@ -124,3 +124,30 @@ fn scripts_cached_on_any_vm_are_known_to_all_and_script_flush_forgets_them_every
     assert_eq!(dispatch(&mut s, &evalsha), noscript);
     assert!(s.exec.is_clear());
 }
+
+#[test]
+fn every_vm_draws_from_one_random_sequence_and_encodes_with_the_cjson_settings_scripts_chose() {
+    let (_dir, mut s) = session();
+    // On a spare VM (the task): seed the generator, draw once, and choose a cjson setting.
+    let first = "math.randomseed(7) cjson.encode_max_depth(1) return math.random(1000000)";
+    let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"eval", first.as_bytes(), b"0"])].into();
+    let mut out = BytesMut::new();
+    run_here(&mut s, &mut queue, &mut out);
+    assert!(queue.is_empty() && out.starts_with(b":"), "ran here: {out:?}");
+    // On the one VM (an executor's run): the sequence and the setting go on.
+    let next = dispatch(&mut s, &request(&[b"eval", b"return math.random(1000000)", b"0"]));
+    let Reply::Error(nested) = dispatch(&mut s, &request(&[b"eval", b"return cjson.encode({{1}})", b"0"])) else {
+        panic!("the depth of 1 holds on the other VM")
+    };
+    assert!(nested.contains("excessive nesting"), "{nested}");
+    let both = "math.randomseed(7) local a = math.random(1000000) return {a, math.random(1000000)}";
+    let Reply::Array(drawn) = dispatch(&mut s, &request(&[b"eval", both.as_bytes(), b"0"])) else { panic!() };
+    let mut expected = BytesMut::new();
+    drawn[0].encode(s.protocol, &mut expected);
+    assert_eq!((out, &drawn[1]), (expected, &next), "one sequence across VMs");
+    // SCRIPT FLUSH starts afresh: default settings everywhere.
+    dispatch(&mut s, &request(&[b"script", b"flush"]));
+    let encoded = dispatch(&mut s, &request(&[b"eval", b"return cjson.encode({{1}})", b"0"]));
+    assert_eq!(text(encoded), "[[1]]");
+    assert!(s.exec.is_clear());
+}

@@ -17,9 +17,10 @@ fn null() -> Value {
     Value::LightUserData(LightUserData(&NULL as *const u8 as *mut std::ffi::c_void))
 }
 
-/// lua-cjson's settings (its `json_config_t`), shared by the library's functions.
+/// lua-cjson's settings (its `json_config_t`), shared by the library's functions (and by the
+/// VMs of one script cache, see [`crate::scripting::Shared`]).
 #[derive(Debug, Clone)]
-struct Config {
+pub(crate) struct Config {
     encode_max_depth: i64,
     decode_max_depth: i64,
     /// 0 off (an error), 1 on (`nan`, `inf`), 2 `null`.
@@ -48,7 +49,7 @@ impl Default for Config {
     }
 }
 
-type Shared = Arc<Mutex<Config>>;
+pub(crate) type Shared = Arc<Mutex<Config>>;
 
 fn config(shared: &Shared) -> std::sync::MutexGuard<'_, Config> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
@@ -113,13 +114,12 @@ fn enum_option(
 }
 
 /// The `cjson` table.
-pub(super) fn table(lua: &Lua) -> mlua::Result<Table> {
+pub(super) fn table(lua: &Lua, shared: &Shared) -> mlua::Result<Table> {
     let t = lua.create_table()?;
-    let shared: Shared = Arc::default();
     let add = |name: &'static str,
                f: fn(&Lua, &MultiValue, &Shared, &'static str) -> Result<MultiValue, String>|
      -> mlua::Result<()> {
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         let func = lua.create_function(move |lua, args: MultiValue| match f(lua, &args, &shared, name) {
             Ok(mut values) => {
                 values.push_front(Value::Boolean(true));

@@ -4,7 +4,7 @@
 //! [`super::raising_at_caller`] so that errors are raised as a C library raises them.
 
 mod bit;
-mod cjson;
+pub(crate) mod cjson;
 mod cmsgpack;
 mod struct_lib;
 
@@ -13,9 +13,9 @@ use mlua::{Lua, MultiValue, Value};
 use super::api::{lua_number, lua_text, type_name};
 
 /// Adds the libraries to the globals; returns their names (the prelude seals them).
-pub(super) fn install(lua: &Lua) -> mlua::Result<Vec<&'static str>> {
+pub(super) fn install(lua: &Lua, cjson: &cjson::Shared) -> mlua::Result<Vec<&'static str>> {
     lua.globals().set("bit", bit::table(lua)?)?;
-    lua.globals().set("cjson", cjson::table(lua)?)?;
+    lua.globals().set("cjson", cjson::table(lua, cjson)?)?;
     lua.globals().set("cmsgpack", cmsgpack::table(lua)?)?;
     lua.globals().set("struct", struct_lib::table(lua)?)?;
     Ok(vec!["bit", "cjson", "cmsgpack", "struct"])
