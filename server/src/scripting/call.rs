@@ -400,7 +400,7 @@ impl Run<'_, '_> {
         if self.conflict {
             return Err(mlua::Error::runtime("the script runs again"));
         }
-        let argv = match script_args(lua, n, args)? {
+        let argv = match super::convert::script_args(lua, n, args)? {
             Ok(argv) => argv,
             Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
         };
@@ -579,7 +579,7 @@ impl Run<'_, '_> {
 
     /// `redis.acl_check_cmd(command, args…)`.
     fn acl_check(&self, lua: &Lua, n: usize, args: &Table) -> mlua::Result<(bool, Value)> {
-        let argv = match script_args(lua, n, args)? {
+        let argv = match super::convert::script_args(lua, n, args)? {
             Ok(argv) => argv,
             Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
         };
@@ -588,59 +588,5 @@ impl Run<'_, '_> {
         };
         let allowed = self.s.user.unrestricted() || crate::acl::check::check(&self.s.user.rules(), spec, &argv).is_ok();
         Ok((true, Value::Boolean(allowed)))
-    }
-}
-
-/// A script's command arguments (the first `n` values of `args`): strings, and numbers as
-/// integers when they are integral, else as `%.17g`. Read straight off the Lua stack: one
-/// protected call for all of them rather than a registry reference made and dropped per
-/// argument (measured: a tenth of a short script's `redis.call`).
-fn script_args(lua: &Lua, n: usize, args: &Table) -> mlua::Result<Result<Vec<Bytes>, &'static str>> {
-    if n == 0 {
-        return Ok(Err("Please specify at least one argument for this redis lib call"));
-    }
-    let mut argv = Vec::with_capacity(n);
-    let mut bad = false;
-    // SAFETY: `exec_raw` puts `args` at stack index 1 with room for three more values; each
-    // value is pushed, read and popped in turn. `lua_rawgeti`, `lua_type`, `lua_tonumber` and
-    // `lua_pop` raise no Lua error, and `lua_tolstring` is called on strings only (no
-    // conversion, no allocation), so no error unwinds past the Rust frame below; the bytes
-    // are copied before the value is popped.
-    unsafe {
-        lua.exec_raw::<()>(args, |state| {
-            use mlua::ffi;
-            for i in 1..=n {
-                ffi::lua_rawgeti(state, 1, i as _);
-                match ffi::lua_type(state, -1) {
-                    ffi::LUA_TSTRING => {
-                        let mut len = 0;
-                        let p = ffi::lua_tolstring(state, -1, &mut len);
-                        argv.push(Bytes::copy_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), len)));
-                    }
-                    ffi::LUA_TNUMBER => argv.push(number_arg(ffi::lua_tonumber(state, -1))),
-                    _ => bad = true,
-                }
-                ffi::lua_pop(state, 1);
-                if bad {
-                    break;
-                }
-            }
-        })?;
-    }
-    if bad {
-        return Ok(Err("Lua redis lib command arguments must be strings or integers"));
-    }
-    Ok(Ok(argv))
-}
-
-/// A number argument: an integer's digits if `n` is one exactly (as mlua reads Lua 5.1
-/// numbers), else `%.17g`.
-fn number_arg(n: f64) -> Bytes {
-    const LIMIT: f64 = 9_223_372_036_854_775_808.0; // 2^63
-    let i = n as i64;
-    if (-LIMIT..LIMIT).contains(&n) && n.to_bits() == (i as f64).to_bits() {
-        Bytes::from(i.to_string())
-    } else {
-        Bytes::from(crate::resp::format_double(n))
     }
 }
