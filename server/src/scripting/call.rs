@@ -251,6 +251,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
             let observations = s.observations.take().unwrap_or_default();
             if void {
                 s.exec.void();
+                s.error_counted = false;
                 return Reply::Null;
             }
             crate::exec::observe::replay(s, observations);

@@ -253,6 +253,26 @@ mod tests {
     }
 
     #[test]
+    fn spares_are_taken_without_waiting_up_to_the_most_and_replaced_after_a_flush() {
+        let spares = Spares::new(2, Shared::default());
+        let (a, b) = (spares.try_take().unwrap(), spares.try_take().unwrap());
+        assert!(a.is_spare() && spares.try_take().is_none(), "two at most, and no waiting");
+        let a_vm: *const Vm = &*a;
+        drop(a);
+        let again = spares.try_take().expect("the idle one, again");
+        assert!(std::ptr::eq(&*again, a_vm));
+        spares.flush(Shared::default());
+        assert!(spares.try_take().is_none(), "both still held: none may be made yet");
+        drop(again);
+        let fresh = spares.try_take().expect("the stale one was dropped, a new one made");
+        drop(b);
+        assert!(spares.try_take().is_some());
+        drop(fresh);
+        let idle = spares.idle();
+        assert_eq!((idle.vms.len(), idle.made), (2, 2), "the two of the current generation, idle");
+    }
+
+    #[test]
     fn a_panic_while_holding_the_vm_returns_it() {
         let slot = VmSlot::new(Vm::new(Arc::default(), &Shared::default()).unwrap());
         let held = Arc::clone(&slot);
