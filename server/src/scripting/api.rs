@@ -22,10 +22,7 @@ pub(super) fn install(
 ) -> mlua::Result<()> {
     let redis = lua.create_table()?;
     let wrapped = |f: Function| super::raising(lua, f);
-    let call: Function = prim.get("dispatch")?;
-    lua.set_named_registry_value(super::CALL_REGISTRY, call)?;
-    // SAFETY: `call_raising` only uses the Lua stack it is given (see its docs).
-    redis.set("call", unsafe { lua.create_c_function(super::call_raising)? })?;
+    // `redis.call` is set once `prim.call` exists (`super::install_call`).
     redis.set("pcall", prim.get::<Function>("pcall_api")?)?;
     redis.set("acl_check_cmd", prim.get::<Function>("acl_check_api")?)?;
     redis.set(

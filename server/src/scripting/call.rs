@@ -229,7 +229,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         };
         let reply = match outcome {
             Ok((true, value)) => lua_to_reply(&value, vm.resp3.load(std::sync::atomic::Ordering::Relaxed)),
-            Ok((false, error)) => error_reply(&error, &job.name, status.killed()),
+            Ok((false, error)) => super::convert::error_reply(&error, &job.name, status.killed()),
             Err(e) => Reply::error(format!("ERR Error running script {}, {e}", job.name)),
         };
         run.s.error_counted = counted && matches!(reply, Reply::Error(_));
@@ -293,8 +293,14 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
 /// length of one call of a script, null otherwise (a call then answers that it is outside a
 /// script invocation). The two Lua functions are made once per VM ([`install`]) rather than
 /// once per script, which took ~4 % of the server's CPU per short script.
+///
+/// It also carries the arguments `redis.call` read off the Lua stack (see
+/// [`super::call_raising`]) to the function that serves the call.
 #[derive(Debug, Default)]
-pub(crate) struct CurrentRun(std::sync::atomic::AtomicPtr<()>);
+pub(crate) struct CurrentRun(std::sync::atomic::AtomicPtr<()>, std::sync::Mutex<Option<Args>>);
+
+/// A call's arguments, or why they are not a command.
+pub(crate) type Args = Result<Vec<Bytes>, &'static str>;
 
 /// What a [`CurrentRun`] points at while a script runs.
 type RunCell<'r, 's, 'g> = RefCell<&'r mut Run<'s, 'g>>;
@@ -308,6 +314,16 @@ impl CurrentRun {
         // `invoke`, on its thread. Nothing borrowed from the run outlives `f`.
         (!p.is_null()).then(|| f(unsafe { &*(p as *const RunCell<'_, '_, '_>) }))
     }
+
+    /// Hands the arguments of a `redis.call` to the function that serves it.
+    pub(crate) fn put_args(&self, args: Args) {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner()) = Some(args);
+    }
+
+    fn take_args(&self) -> Args {
+        let args = self.1.lock().unwrap_or_else(|e| e.into_inner()).take();
+        args.unwrap_or(Err("Please specify at least one argument for this redis lib call"))
+    }
 }
 
 /// Puts the VM's `prim.call` and `prim.acl_check` in place for good: they serve whatever run
@@ -315,18 +331,24 @@ impl CurrentRun {
 pub(super) fn install(lua: &Lua, prim: &Table) -> mlua::Result<Arc<CurrentRun>> {
     let current = Arc::new(CurrentRun::default());
     let functions: [(&str, &'static str, Serve); 2] = [
-        ("call", "ERR redis.call/pcall can only be called inside a script invocation", |cell, lua, n, args| {
-            cell.borrow_mut().call(lua, n, args)
+        ("call", "ERR redis.call/pcall can only be called inside a script invocation", |cell, lua, argv| {
+            cell.borrow_mut().call(lua, argv)
         }),
-        ("acl_check", "ERR redis.acl_check_cmd can only be called inside a script invocation", |cell, lua, n, args| {
-            cell.borrow().acl_check(lua, n, args)
+        ("acl_check", "ERR redis.acl_check_cmd can only be called inside a script invocation", |cell, lua, argv| {
+            cell.borrow().acl_check(lua, argv)
         }),
     ];
     for (name, outside, serve) in functions {
         let current = Arc::clone(&current);
-        let f = lua.create_function(move |lua, (n, args): (usize, Table)| {
+        // Arguments come as a count and a table (redis.pcall, redis.acl_check_cmd), or, with
+        // no table, from `redis.call`, which read them off its stack into `current`.
+        let f = lua.create_function(move |lua, (n, args): (usize, Option<Table>)| {
+            let argv = match args {
+                Some(args) => super::convert::script_args(lua, n, &args)?,
+                None => current.take_args(),
+            };
             current
-                .with(|cell| serve(cell, lua, n, &args))
+                .with(|cell| serve(cell, lua, argv))
                 .unwrap_or_else(|| Ok((false, Value::Table(error_table(lua, outside)?))))
         })?;
         prim.raw_set(name, f)?;
@@ -335,7 +357,7 @@ pub(super) fn install(lua: &Lua, prim: &Table) -> mlua::Result<Arc<CurrentRun>> 
 }
 
 /// What one of [`install`]'s functions does for the run in progress, given its arguments.
-type Serve = fn(&RunCell<'_, '_, '_>, &Lua, usize, &Table) -> mlua::Result<(bool, Value)>;
+type Serve = fn(&RunCell<'_, '_, '_>, &Lua, Args) -> mlua::Result<(bool, Value)>;
 
 /// Calls the job's function with `redis.call` bound to `run`.
 fn invoke(vm: &Vm, run: &mut Run<'_, '_>, job: &Job<'_>) -> mlua::Result<(bool, Value)> {
@@ -360,48 +382,13 @@ fn invoke(vm: &Vm, run: &mut Run<'_, '_>, job: &Job<'_>) -> mlua::Result<(bool, 
     vm.run_fn.call::<(bool, Value)>((job.func.clone(), keys, args))
 }
 
-/// The reply for a script that raised `error` (the handler's table, see `prelude.lua`).
-fn error_reply(error: &Value, name: &str, killed: bool) -> Reply {
-    let Value::Table(t) = error else {
-        let text = match error {
-            Value::String(s) => s.to_string_lossy().to_string(),
-            _ => "execution failure".into(),
-        };
-        return Reply::error(format!(
-            "ERR Error running script {name}, {}",
-            text.chars().take(100).collect::<String>()
-        ));
-    };
-    let mut msg = match t.raw_get::<Value>("err") {
-        Ok(Value::String(s)) => s.to_string_lossy().to_string(),
-        Ok(Value::Integer(n)) => n.to_string(),
-        Ok(Value::Number(n)) => super::api::lua_number_text(n),
-        _ => "ERR unknown error".into(),
-    };
-    if killed {
-        msg = "ERR Script killed by user with SCRIPT KILL...".into();
-    } else if let Some(runtime) = msg.strip_prefix("ERR runtime error: ") {
-        // An error the VM's hook raised (a FUNCTION LOAD timeout).
-        msg = format!("ERR {runtime}");
-    }
-    let source = t.raw_get::<Value>("source").ok().and_then(|v| match v {
-        Value::String(s) => Some(s.to_string_lossy().to_string()),
-        _ => None,
-    });
-    let line = t.raw_get::<Value>("line").ok().and_then(|v| super::api::lua_number(&v));
-    if let (Some(source), Some(line)) = (source, line) {
-        msg = format!("{msg} script: {name}, on {source}:{}.", line as i64);
-    }
-    Reply::Error(msg)
-}
-
 impl Run<'_, '_> {
     /// `redis.call`/`redis.pcall`: (true, reply) or (false, error table).
-    fn call(&mut self, lua: &Lua, n: usize, args: &Table) -> mlua::Result<(bool, Value)> {
+    fn call(&mut self, lua: &Lua, argv: Args) -> mlua::Result<(bool, Value)> {
         if self.conflict {
             return Err(mlua::Error::runtime("the script runs again"));
         }
-        let argv = match super::convert::script_args(lua, n, args)? {
+        let argv = match argv {
             Ok(argv) => argv,
             Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
         };
@@ -579,8 +566,8 @@ impl Run<'_, '_> {
     }
 
     /// `redis.acl_check_cmd(command, args…)`.
-    fn acl_check(&self, lua: &Lua, n: usize, args: &Table) -> mlua::Result<(bool, Value)> {
-        let argv = match super::convert::script_args(lua, n, args)? {
+    fn acl_check(&self, lua: &Lua, argv: Args) -> mlua::Result<(bool, Value)> {
+        let argv = match argv {
             Ok(argv) => argv,
             Err(why) => return Ok((false, Value::Table(error_table(lua, why)?))),
         };

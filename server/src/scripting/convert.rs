@@ -159,46 +159,98 @@ fn table_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
     Reply::Array(items)
 }
 
+/// The reply for a script that raised `error` (the handler's table, see `prelude.lua`).
+pub(crate) fn error_reply(error: &Value, name: &str, killed: bool) -> Reply {
+    let Value::Table(t) = error else {
+        let text = match error {
+            Value::String(s) => s.to_string_lossy().to_string(),
+            _ => "execution failure".into(),
+        };
+        return Reply::error(format!(
+            "ERR Error running script {name}, {}",
+            text.chars().take(100).collect::<String>()
+        ));
+    };
+    let mut msg = match t.raw_get::<Value>("err") {
+        Ok(Value::String(s)) => s.to_string_lossy().to_string(),
+        Ok(Value::Integer(n)) => n.to_string(),
+        Ok(Value::Number(n)) => super::api::lua_number_text(n),
+        _ => "ERR unknown error".into(),
+    };
+    if killed {
+        msg = "ERR Script killed by user with SCRIPT KILL...".into();
+    } else if let Some(runtime) = msg.strip_prefix("ERR runtime error: ") {
+        // An error the VM's hook raised (a FUNCTION LOAD timeout).
+        msg = format!("ERR {runtime}");
+    }
+    let source = t.raw_get::<Value>("source").ok().and_then(|v| match v {
+        Value::String(s) => Some(s.to_string_lossy().to_string()),
+        _ => None,
+    });
+    let line = t.raw_get::<Value>("line").ok().and_then(|v| super::api::lua_number(&v));
+    if let (Some(source), Some(line)) = (source, line) {
+        msg = format!("{msg} script: {name}, on {source}:{}.", line as i64);
+    }
+    Reply::Error(msg)
+}
+
 /// A script's command arguments (the first `n` values of `args`): strings, and numbers as
-/// [`number_arg`] prints them. Read straight off the Lua stack: one
-/// protected call for all of them rather than a registry reference made and dropped per
-/// argument (measured: a tenth of a short script's `redis.call`).
-pub(crate) fn script_args(lua: &Lua, n: usize, args: &Table) -> mlua::Result<Result<Vec<Bytes>, &'static str>> {
-    if n == 0 {
-        return Ok(Err("Please specify at least one argument for this redis lib call"));
-    }
-    let mut argv = Vec::with_capacity(n);
-    let mut bad = false;
+/// [`number_arg`] prints them.
+pub(crate) fn script_args(lua: &Lua, n: usize, args: &Table) -> mlua::Result<super::call::Args> {
+    let mut argv = Ok(Vec::new());
     // SAFETY: `exec_raw` puts `args` at stack index 1 with room for three more values; each
-    // value is pushed, read and popped in turn. `lua_rawgeti`, `lua_type`, `lua_tonumber` and
-    // `lua_pop` raise no Lua error, and `lua_tolstring` is called on strings only (no
-    // conversion, no allocation), so no error unwinds past the Rust frame below; the bytes
-    // are copied before the value is popped.
+    // value is pushed, read and popped in turn by `table_args` (see its safety notes).
     unsafe {
-        lua.exec_raw::<()>(args, |state| {
-            use mlua::ffi;
-            for i in 1..=n {
-                ffi::lua_rawgeti(state, 1, i as _);
-                match ffi::lua_type(state, -1) {
-                    ffi::LUA_TSTRING => {
-                        let mut len = 0;
-                        let p = ffi::lua_tolstring(state, -1, &mut len);
-                        argv.push(Bytes::copy_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), len)));
-                    }
-                    ffi::LUA_TNUMBER => argv.push(number_arg(ffi::lua_tonumber(state, -1))),
-                    _ => bad = true,
-                }
-                ffi::lua_pop(state, 1);
-                if bad {
-                    break;
-                }
+        lua.exec_raw::<()>(args, |state| argv = table_args(state, n))?;
+    }
+    Ok(argv)
+}
+
+/// The first `n` values of the table at stack index 1 of `state`, as command arguments.
+///
+/// # Safety
+/// `state` has a table at index 1 and room for one more value. `lua_rawgeti`, `lua_type`,
+/// `lua_tonumber` and `lua_pop` raise no Lua error, and `lua_tolstring` is called on strings
+/// only (no conversion, no allocation), so no error unwinds past this frame; the bytes are
+/// copied before the value is popped.
+pub(crate) unsafe fn table_args(state: *mut mlua::lua_State, n: usize) -> super::call::Args {
+    use mlua::ffi;
+    let mut argv = Vec::with_capacity(n);
+    // SAFETY: as the function's contract says.
+    unsafe {
+        for i in 1..=n {
+            ffi::lua_rawgeti(state, 1, i as _);
+            let arg = stack_arg(state, -1);
+            ffi::lua_pop(state, 1);
+            argv.push(arg.ok_or("Lua redis lib command arguments must be strings or integers")?);
+        }
+    }
+    if argv.is_empty() {
+        return Err("Please specify at least one argument for this redis lib call");
+    }
+    Ok(argv)
+}
+
+/// The command argument at stack index `idx` of `state`: a string, or a number as
+/// [`number_arg`] prints it (`None` for any other value).
+///
+/// # Safety
+/// `idx` is a valid index of `state`'s stack. Nothing here raises a Lua error (see
+/// [`table_args`]).
+pub(crate) unsafe fn stack_arg(state: *mut mlua::lua_State, idx: std::ffi::c_int) -> Option<Bytes> {
+    use mlua::ffi;
+    // SAFETY: as the function's contract says; the string's bytes are copied at once.
+    unsafe {
+        match ffi::lua_type(state, idx) {
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(state, idx, &mut len);
+                Some(Bytes::copy_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), len)))
             }
-        })?;
+            ffi::LUA_TNUMBER => Some(number_arg(ffi::lua_tonumber(state, idx))),
+            _ => None,
+        }
     }
-    if bad {
-        return Ok(Err("Lua redis lib command arguments must be strings or integers"));
-    }
-    Ok(Ok(argv))
 }
 
 /// A number argument as Redis prints it (`%.17g`, whatever the number): `3`, `3.5`, `-0`,

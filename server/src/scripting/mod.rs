@@ -312,6 +312,7 @@ impl Vm {
         prelude.call::<()>((prim.clone(), library_api.clone()))?;
         api::install(&lua, &prim, &library_api, &resp3, &shared.rng)?;
         let current = call::install(&lua, &prim)?;
+        install_call(&lua, &lua.globals().get("redis")?, &prim, &current)?;
         let mut sealed = vec!["redis", "string", "math", "table", "coroutine"];
         sealed.extend(libs::install(&lua, &shared.cjson)?);
         let seal: Function = prim.get("seal")?;
@@ -348,30 +349,67 @@ impl Vm {
     }
 }
 
-/// The registry entry of the Lua function `redis.call` goes through (`prim.dispatch`).
-const CALL_REGISTRY: &str = "shale.call";
-
-/// `redis.call`, a C function as in Redis: it calls the registry's `shale.call` (which answers
-/// `ok, reply`) and raises the error table itself, so a failing call is located at the
-/// script's line even in a tail call (`return redis.call(…)`), which Lua runs in place only
-/// for C functions.
+/// `redis.call`, a C function as in Redis: it reads its arguments off the Lua stack into the
+/// VM's [`call::CurrentRun`] (its second upvalue), calls `prim.call` (its first, which serves
+/// them and answers `ok, reply`) and raises the error table itself, so a failing call is
+/// located at the script's line even in a tail call (`return redis.call(…)`), which Lua runs
+/// in place only for C functions. No Lua function, table or registry reference is made per
+/// call (`redis.pcall` still packs its arguments in a table: see `prelude.lua`).
 ///
 /// # Safety
-/// Called by Lua with its stack; it touches nothing else, and holds no Rust value with a
-/// destructor when `lua_error` unwinds past it.
+/// Called by Lua with its stack, as the closure [`install_call`] makes (whose second upvalue
+/// points at the VM's live `CurrentRun`). It holds no Rust value with a destructor when
+/// `lua_call` or `lua_error` unwinds past it: the arguments are handed over before the call.
 unsafe extern "C-unwind" fn call_raising(state: *mut mlua::lua_State) -> std::ffi::c_int {
     use mlua::ffi;
-    // SAFETY: stack operations within the slots Lua guarantees a C function (LUA_MINSTACK).
+    // SAFETY: stack operations within the slots Lua guarantees a C function (LUA_MINSTACK);
+    // reading the arguments raises nothing (see `convert::stack_arg`).
     unsafe {
         let n = ffi::lua_gettop(state);
-        ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, c"shale.call".as_ptr());
-        ffi::lua_insert(state, 1);
-        ffi::lua_call(state, n, 2);
+        let mut argv = Vec::with_capacity(n.max(0) as usize);
+        let mut bad = false;
+        for i in 1..=n {
+            match convert::stack_arg(state, i) {
+                Some(arg) => argv.push(arg),
+                None => {
+                    bad = true;
+                    break;
+                }
+            }
+        }
+        let args = match (bad, argv.is_empty()) {
+            (true, _) => Err("Lua redis lib command arguments must be strings or integers"),
+            (false, true) => Err("Please specify at least one argument for this redis lib call"),
+            (false, false) => Ok(argv),
+        };
+        let current = ffi::lua_touserdata(state, ffi::lua_upvalueindex(2)) as *const call::CurrentRun;
+        (*current).put_args(args);
+        ffi::lua_settop(state, 0);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_pushinteger(state, 0);
+        ffi::lua_pushnil(state);
+        ffi::lua_call(state, 2, 2);
         if ffi::lua_toboolean(state, -2) == 0 {
             ffi::lua_error(state);
         }
         1
     }
+}
+
+/// Sets `redis.call` in the `redis` table: [`call_raising`] closed over `prim.call` and the
+/// VM's `current` run.
+fn install_call(lua: &Lua, redis: &Table, prim: &Table, current: &Arc<call::CurrentRun>) -> mlua::Result<()> {
+    let serve: Function = prim.get("call")?;
+    let run = Arc::as_ptr(current) as *mut std::ffi::c_void;
+    // SAFETY: pushes one C closure over `serve` (pushed by `exec_raw`) and a light userdata
+    // pointing at `current`, which the VM keeps as long as its Lua state.
+    let call = unsafe {
+        lua.exec_raw::<Function>(serve, |state| {
+            mlua::ffi::lua_pushlightuserdata(state, run);
+            mlua::ffi::lua_pushcclosure(state, call_raising, 2);
+        })?
+    };
+    redis.raw_set("call", call)
 }
 
 /// Functions written in Rust answer `(true, results…)` or `(false, error)`; this wraps one in

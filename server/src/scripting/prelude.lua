@@ -70,12 +70,9 @@ function prim.run(f, keys, args)
   return xpcall(function() return f(keys, args) end, handler)
 end
 
--- What redis.call (a C function, see `call_raising`) calls: (true, reply) or (false, error
--- table); redis.pcall returns the error table instead. The Rust side gets the arguments as
--- a count and a table (it can hold only so many Lua values at once; Redis takes ~8000).
-function prim.dispatch(...)
-  return prim.call(select('#', ...), {...})
-end
+-- redis.call is a C function (see `call_raising`) that hands its arguments to prim.call
+-- itself; redis.pcall gives them to prim.call as a count and a table (prim.call answers
+-- (true, reply) or (false, error table); pcall returns the error table instead).
 function prim.pcall_api(...)
   local _, r = prim.call(select('#', ...), {...})
   return r
