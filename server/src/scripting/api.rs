@@ -1,6 +1,6 @@
 //! The `redis` table scripts see (and the smaller one a FUNCTION LOAD sees), and Redis's
-//! `math.random`. `redis.call`/`pcall` are the prelude's, over the per-run primitive of
-//! [`super::call`].
+//! `math.random`. `redis.call`/`pcall` are C closures (`super::call_api`) over the per-run
+//! primitive of [`super::call`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,8 +22,7 @@ pub(super) fn install(
 ) -> mlua::Result<()> {
     let redis = lua.create_table()?;
     let wrapped = |f: Function| super::raising(lua, f);
-    // `redis.call` is set once `prim.call` exists (`super::install_call`).
-    redis.set("pcall", prim.get::<Function>("pcall_api")?)?;
+    // `redis.call` and `redis.pcall` are set once `prim.call` exists (`super::install_calls`).
     redis.set("acl_check_cmd", prim.get::<Function>("acl_check_api")?)?;
     redis.set(
         "sha1hex",

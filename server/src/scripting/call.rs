@@ -135,8 +135,6 @@ struct Run<'s, 'g> {
     on_busy: OnBusy,
     /// The declared keys, the only ones a run on a connection's task may touch.
     declared: Vec<(u32, Bytes)>,
-    /// When a run on a connection's task must have ended.
-    deadline: Option<Instant>,
     /// Set when the run must be abandoned and repeated (see [`OnBusy::Retry`], [`OnBusy::Void`]).
     conflict: bool,
     /// …with every stripe locked.
@@ -216,7 +214,6 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
                 (false, false) => OnBusy::Retry,
             },
             declared: if task { wanted.clone() } else { Vec::new() },
-            deadline: task.then(|| Instant::now() + super::status::TASK_LIMIT),
             conflict: false,
             needs_everything: false,
         };
@@ -294,8 +291,8 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
 /// script invocation). The two Lua functions are made once per VM ([`install`]) rather than
 /// once per script, which took ~4 % of the server's CPU per short script.
 ///
-/// It also carries the arguments `redis.call` read off the Lua stack (see
-/// [`super::call_raising`]) to the function that serves the call.
+/// It also carries the arguments `redis.call` and `redis.pcall` read off the Lua stack (see
+/// [`super::call_api`]) to the function that serves the call.
 #[derive(Debug, Default)]
 pub(crate) struct CurrentRun(std::sync::atomic::AtomicPtr<()>, std::sync::Mutex<Option<Args>>);
 
@@ -340,8 +337,8 @@ pub(super) fn install(lua: &Lua, prim: &Table) -> mlua::Result<Arc<CurrentRun>> 
     ];
     for (name, outside, serve) in functions {
         let current = Arc::clone(&current);
-        // Arguments come as a count and a table (redis.pcall, redis.acl_check_cmd), or, with
-        // no table, from `redis.call`, which read them off its stack into `current`.
+        // Arguments come as a count and a table (redis.acl_check_cmd), or, with
+        // no table, from `redis.call` or `redis.pcall`, which read them off the stack into `current`.
         let f = lua.create_function(move |lua, (n, args): (usize, Option<Table>)| {
             let argv = match args {
                 Some(args) => super::convert::script_args(lua, n, &args)?,
@@ -478,8 +475,8 @@ impl Run<'_, '_> {
         let write = spec.has(flag::WRITE);
         if self.on_busy == OnBusy::Void {
             // Its keys are then held already (the task's group locked the declared ones).
-            let late = self.deadline.is_some_and(|at| Instant::now() >= at);
-            if late || !crate::exec::queued::script_may_call(spec, argv) || !self.declares(spec, argv) {
+            if self.status.overran() || !crate::exec::queued::script_may_call(spec, argv) || !self.declares(spec, argv)
+            {
                 self.conflict = true;
                 return Reply::Null;
             }

@@ -213,22 +213,22 @@ pub(crate) fn script_args(lua: &Lua, n: usize, args: &Table) -> mlua::Result<sup
 /// `lua_tonumber` and `lua_pop` raise no Lua error, and `lua_tolstring` is called on strings
 /// only (no conversion, no allocation), so no error unwinds past this frame; the bytes are
 /// copied before the value is popped.
-pub(crate) unsafe fn table_args(state: *mut mlua::lua_State, n: usize) -> super::call::Args {
-    use mlua::ffi;
-    let mut argv = Vec::with_capacity(n);
+unsafe fn table_args(state: *mut mlua::lua_State, n: usize) -> super::call::Args {
     // SAFETY: as the function's contract says.
-    unsafe {
-        for i in 1..=n {
-            ffi::lua_rawgeti(state, 1, i as _);
-            let arg = stack_arg(state, -1);
-            ffi::lua_pop(state, 1);
-            argv.push(arg.ok_or("Lua redis lib command arguments must be strings or integers")?);
-        }
-    }
-    if argv.is_empty() {
+    collect_args(n, |i| unsafe {
+        mlua::ffi::lua_rawgeti(state, 1, i as _);
+        let arg = stack_arg(state, -1);
+        mlua::ffi::lua_pop(state, 1);
+        arg
+    })
+}
+
+/// Arguments 1 to `n`, each read by `arg` (`None`: not a string or number), as a command.
+pub(crate) fn collect_args(n: usize, mut arg: impl FnMut(usize) -> Option<Bytes>) -> super::call::Args {
+    if n == 0 {
         return Err("Please specify at least one argument for this redis lib call");
     }
-    Ok(argv)
+    (1..=n).map(|i| arg(i).ok_or("Lua redis lib command arguments must be strings or integers")).collect()
 }
 
 /// The command argument at stack index `idx` of `state`: a string, or a number as
@@ -264,6 +264,8 @@ fn number_arg(n: f64) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn number_arguments_print_as_redis_prints_them() {
         // What redis-server 7.0 stores for `redis.call('set', 'k', <number>)`.
@@ -277,11 +279,9 @@ mod tests {
             (-f64::NAN, "-nan"),
         ];
         for (n, text) in cases {
-            assert_eq!(super::number_arg(n), text, "{n}");
+            assert_eq!(number_arg(n), text, "{n}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn results_convert_as_redis_converts_them() {

@@ -171,7 +171,7 @@ pub struct Scripting {
     pub status: Arc<RunStatus>,
     /// What [`Scripting::memory`] and [`Scripting::counts`] last saw, answered while a
     /// script holds the VM.
-    seen: Mutex<(usize, (usize, usize, usize))>,
+    seen: Mutex<(usize, (usize, usize))>,
 }
 
 impl Scripting {
@@ -277,16 +277,16 @@ impl Scripting {
 
     /// (cached scripts, function libraries, functions).
     pub fn counts(&self) -> (usize, usize, usize) {
-        let (_, (_, libraries, functions)) = self.observe();
+        let (_, (libraries, functions)) = self.observe();
         (self.sources.len(), libraries, functions)
     }
 
     /// The VM's memory and counts now, or as last seen if a script is running (INFO must not
     /// wait for it).
-    fn observe(&self) -> (usize, (usize, usize, usize)) {
+    fn observe(&self) -> (usize, (usize, usize)) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(vm) = self.vm.try_take() {
-            *seen = (vm.lua.used_memory(), (self.sources.len(), vm.libraries.len(), vm.libraries.function_count()));
+            *seen = (vm.lua.used_memory(), (vm.libraries.len(), vm.libraries.function_count()));
         }
         *seen
     }
@@ -312,7 +312,7 @@ impl Vm {
         prelude.call::<()>((prim.clone(), library_api.clone()))?;
         api::install(&lua, &prim, &library_api, &resp3, &shared.rng)?;
         let current = call::install(&lua, &prim)?;
-        install_call(&lua, &lua.globals().get("redis")?, &prim, &current)?;
+        install_calls(&lua, &lua.globals().get("redis")?, &prim, &current)?;
         let mut sealed = vec!["redis", "string", "math", "table", "coroutine"];
         sealed.extend(libs::install(&lua, &shared.cjson)?);
         let seal: Function = prim.get("seal")?;
@@ -349,39 +349,24 @@ impl Vm {
     }
 }
 
-/// `redis.call`, a C function as in Redis: it reads its arguments off the Lua stack into the
-/// VM's [`call::CurrentRun`] (its second upvalue), calls `prim.call` (its first, which serves
-/// them and answers `ok, reply`) and raises the error table itself, so a failing call is
-/// located at the script's line even in a tail call (`return redis.call(…)`), which Lua runs
-/// in place only for C functions. No Lua function, table or registry reference is made per
-/// call (`redis.pcall` still packs its arguments in a table: see `prelude.lua`).
+/// `redis.call` (`RAISE`) and `redis.pcall`, C functions as in Redis: each reads its arguments
+/// off the Lua stack into the VM's [`call::CurrentRun`] (its second upvalue) and calls
+/// `prim.call` (its first, which serves them and answers `ok, reply`). `redis.call` raises the
+/// error table itself, so a failing call is located at the script's line even in a tail call
+/// (`return redis.call(…)`), which Lua runs in place only for C functions; `redis.pcall`
+/// returns it. No Lua function, table or registry reference is made per call.
 ///
 /// # Safety
-/// Called by Lua with its stack, as the closure [`install_call`] makes (whose second upvalue
+/// Called by Lua with its stack, as the closure [`install_calls`] makes (whose second upvalue
 /// points at the VM's live `CurrentRun`). It holds no Rust value with a destructor when
 /// `lua_call` or `lua_error` unwinds past it: the arguments are handed over before the call.
-unsafe extern "C-unwind" fn call_raising(state: *mut mlua::lua_State) -> std::ffi::c_int {
+unsafe extern "C-unwind" fn call_api<const RAISE: bool>(state: *mut mlua::lua_State) -> std::ffi::c_int {
     use mlua::ffi;
     // SAFETY: stack operations within the slots Lua guarantees a C function (LUA_MINSTACK);
     // reading the arguments raises nothing (see `convert::stack_arg`).
     unsafe {
-        let n = ffi::lua_gettop(state);
-        let mut argv = Vec::with_capacity(n.max(0) as usize);
-        let mut bad = false;
-        for i in 1..=n {
-            match convert::stack_arg(state, i) {
-                Some(arg) => argv.push(arg),
-                None => {
-                    bad = true;
-                    break;
-                }
-            }
-        }
-        let args = match (bad, argv.is_empty()) {
-            (true, _) => Err("Lua redis lib command arguments must be strings or integers"),
-            (false, true) => Err("Please specify at least one argument for this redis lib call"),
-            (false, false) => Ok(argv),
-        };
+        let n = ffi::lua_gettop(state).max(0) as usize;
+        let args = convert::collect_args(n, |i| convert::stack_arg(state, i as std::ffi::c_int));
         let current = ffi::lua_touserdata(state, ffi::lua_upvalueindex(2)) as *const call::CurrentRun;
         (*current).put_args(args);
         ffi::lua_settop(state, 0);
@@ -389,27 +374,31 @@ unsafe extern "C-unwind" fn call_raising(state: *mut mlua::lua_State) -> std::ff
         ffi::lua_pushinteger(state, 0);
         ffi::lua_pushnil(state);
         ffi::lua_call(state, 2, 2);
-        if ffi::lua_toboolean(state, -2) == 0 {
+        if RAISE && ffi::lua_toboolean(state, -2) == 0 {
             ffi::lua_error(state);
         }
         1
     }
 }
 
-/// Sets `redis.call` in the `redis` table: [`call_raising`] closed over `prim.call` and the
-/// VM's `current` run.
-fn install_call(lua: &Lua, redis: &Table, prim: &Table, current: &Arc<call::CurrentRun>) -> mlua::Result<()> {
-    let serve: Function = prim.get("call")?;
+/// Sets `redis.call` and `redis.pcall` in the `redis` table: [`call_api`] closed over
+/// `prim.call` and the VM's `current` run.
+fn install_calls(lua: &Lua, redis: &Table, prim: &Table, current: &Arc<call::CurrentRun>) -> mlua::Result<()> {
     let run = Arc::as_ptr(current) as *mut std::ffi::c_void;
-    // SAFETY: pushes one C closure over `serve` (pushed by `exec_raw`) and a light userdata
-    // pointing at `current`, which the VM keeps as long as its Lua state.
-    let call = unsafe {
-        lua.exec_raw::<Function>(serve, |state| {
-            mlua::ffi::lua_pushlightuserdata(state, run);
-            mlua::ffi::lua_pushcclosure(state, call_raising, 2);
-        })?
-    };
-    redis.raw_set("call", call)
+    let functions: [(&str, mlua::ffi::lua_CFunction); 2] = [("call", call_api::<true>), ("pcall", call_api::<false>)];
+    for (name, function) in functions {
+        let serve: Function = prim.get("call")?;
+        // SAFETY: pushes one C closure over `serve` (pushed by `exec_raw`) and a light
+        // userdata pointing at `current`, which the VM keeps as long as its Lua state.
+        let closure = unsafe {
+            lua.exec_raw::<Function>(serve, |state| {
+                mlua::ffi::lua_pushlightuserdata(state, run);
+                mlua::ffi::lua_pushcclosure(state, function, 2);
+            })?
+        };
+        redis.raw_set(name, closure)?;
+    }
+    Ok(())
 }
 
 /// Functions written in Rust answer `(true, results…)` or `(false, error)`; this wraps one in
@@ -429,7 +418,7 @@ pub(crate) fn raising_at_caller(lua: &Lua, f: Function) -> mlua::Result<Function
 fn wrap_raising<const LOCATE: bool>(lua: &Lua, f: Function) -> mlua::Result<Function> {
     unsafe extern "C-unwind" fn raise_on_failure<const LOCATE: bool>(state: *mut mlua::lua_State) -> std::ffi::c_int {
         use mlua::ffi;
-        // SAFETY: as `call_raising`: only the given stack, nothing to drop when it raises.
+        // SAFETY: as `call_api`: only the given stack, nothing to drop when it raises.
         unsafe {
             let n = ffi::lua_gettop(state);
             ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));

@@ -70,13 +70,8 @@ function prim.run(f, keys, args)
   return xpcall(function() return f(keys, args) end, handler)
 end
 
--- redis.call is a C function (see `call_raising`) that hands its arguments to prim.call
--- itself; redis.pcall gives them to prim.call as a count and a table (prim.call answers
--- (true, reply) or (false, error table); pcall returns the error table instead).
-function prim.pcall_api(...)
-  local _, r = prim.call(select('#', ...), {...})
-  return r
-end
+-- redis.call and redis.pcall are C functions (see `call_api`) that hand their arguments to
+-- prim.call themselves; prim.call answers (true, reply) or (false, error table).
 function prim.acl_check_api(...)
   local ok, r = prim.acl_check(select('#', ...), {...})
   if not ok then
