@@ -74,7 +74,7 @@ fn bpop(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
         }
     }
     block_or_reply(s, keys, &args[args.len() - 1], Reply::NullArray, move |state, cx, key| {
-        let items = pop(state, cx, db, key, left, 1)?;
+        let items = pop(state, cx, db, key, left, 1)?.unwrap_or_default();
         Ok(items.into_iter().next().map(|v| Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Bulk(v)])))
     })
 }

@@ -80,7 +80,8 @@ pub(super) fn push(
     Ok(h.count as i64)
 }
 
-/// Removes up to `count` elements from the head (`left`) or tail of the list at `key`.
+/// Removes up to `count` elements from the head (`left`) or tail of the list at `key`
+/// (`None`: there is no list there).
 pub(super) fn pop(
     state: &ServerState,
     cx: &ExecContext,
@@ -88,13 +89,13 @@ pub(super) fn pop(
     key: &[u8],
     left: bool,
     count: usize,
-) -> Result<Vec<Bytes>, Reply> {
+) -> Result<Option<Vec<Bytes>>, Reply> {
     let _guard = state.storage.lock(cx, db, [key]);
-    let (items, emptied) = pop_locked(state, cx, db, key, left, count)?;
+    let Some((items, emptied)) = pop_locked(state, cx, db, key, left, count)? else { return Ok(None) };
     if !items.is_empty() {
         notify_popped(cx, db, key, left, emptied);
     }
-    Ok(items)
+    Ok(Some(items))
 }
 
 /// Records a pop's keyspace events: `lpop`/`rpop`, then `del` if the list is now gone.
@@ -106,6 +107,7 @@ fn notify_popped(cx: &ExecContext, db: u32, key: &[u8], left: bool, emptied: boo
 }
 
 /// Pops without recording events; also returns whether the list is now empty (gone).
+/// `None`: there is no list at `key`.
 fn pop_locked(
     state: &ServerState,
     cx: &ExecContext,
@@ -113,16 +115,25 @@ fn pop_locked(
     key: &[u8],
     left: bool,
     count: usize,
-) -> Result<(Vec<Bytes>, bool), Reply> {
+) -> Result<Option<(Vec<Bytes>, bool)>, Reply> {
     let view = state.storage.view(cx, db);
-    let Some(meta) = list_at(&view, key)? else { return Ok((Vec::new(), false)) };
+    let Some(meta) = list_at(&view, key)? else { return Ok(None) };
     let mut h = Header::of(&meta);
     let n = count.min(h.count as usize);
     let mut b = lsm::WriteBatch::new();
     let mut out = Vec::with_capacity(n);
+    // The `n` elements from the end, in one read (a run of pops goes on from the last one).
+    let (first, then) =
+        if left { (h.head, h.head.wrapping_add(n as u64)) } else { (h.tail - 1, (h.tail - 1).wrapping_sub(n as u64)) };
+    let read = view.end_elements(meta.uid, &index_key(first), &index_key(then), left, n).map_err(engine_error)?;
+    let mut read = read.into_iter().peekable();
     for _ in 0..n {
         let i = if left { h.head } else { h.tail - 1 };
-        let v = view.element(meta.uid, &index_key(i)).map_err(engine_error)?.unwrap_or_default();
+        // (Each index from head to tail holds an element; one found missing reads as empty.)
+        let v = match read.next_if(|(field, _)| field[..] == index_key(i)) {
+            Some((_, v)) => v,
+            None => view.element(meta.uid, &index_key(i)).map_err(engine_error)?.unwrap_or_default(),
+        };
         view.delete_element(&mut b, meta.uid, &index_key(i));
         if left {
             h.head += 1;
@@ -136,7 +147,7 @@ fn pop_locked(
         store(&view, &mut b, key, &meta, h);
         state.storage.write(cx, b).map_err(engine_error)?;
     }
-    Ok((out, h.count == 0))
+    Ok(Some((out, h.count == 0)))
 }
 
 /// Moves one element from `src` (its head if `from_left`) to `dst` (its head if `to_left`).
@@ -154,7 +165,7 @@ pub(super) fn move_one(
     // Both types are checked before anything moves.
     let Some(_) = list_at(&view, src)? else { return Ok(None) };
     list_at(&view, dst)?;
-    let (popped, emptied) = pop_locked(state, cx, db, src, from_left, 1)?;
+    let Some((popped, emptied)) = pop_locked(state, cx, db, src, from_left, 1)? else { return Ok(None) };
     let Some(v) = popped.into_iter().next() else { return Ok(None) };
     drop(_guard);
     push(state, cx, db, dst, std::slice::from_ref(&v), to_left, false)?;
@@ -201,15 +212,10 @@ fn pop_cmd(s: &mut Session, args: &[Bytes], left: bool) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let view = s.state.storage.view(&s.exec, s.db);
-    match list_at(&view, &args[1]) {
-        Ok(Some(_)) => {}
-        Ok(None) => return if count.is_some() { Reply::NullArray } else { Reply::Null },
-        Err(e) => return e,
-    }
     match pop(&s.state, &s.exec, s.db, &args[1], left, count.unwrap_or(1)) {
-        Ok(items) if count.is_some() => Reply::Array(items.into_iter().map(Reply::Bulk).collect()),
-        Ok(items) => items.into_iter().next().map_or(Reply::Null, Reply::Bulk),
+        Ok(None) if count.is_some() => Reply::NullArray,
+        Ok(Some(items)) if count.is_some() => Reply::Array(items.into_iter().map(Reply::Bulk).collect()),
+        Ok(items) => items.and_then(|i| i.into_iter().next()).map_or(Reply::Null, Reply::Bulk),
         Err(e) => e,
     }
 }
@@ -509,7 +515,7 @@ pub(super) fn mpop_key(
     left: bool,
     count: usize,
 ) -> Result<Option<Reply>, Reply> {
-    let items = pop(state, cx, db, key, left, count)?;
+    let items = pop(state, cx, db, key, left, count)?.unwrap_or_default();
     Ok((!items.is_empty()).then(|| {
         Reply::Array(vec![Reply::Bulk(key.clone()), Reply::Array(items.into_iter().map(Reply::Bulk).collect())])
     }))

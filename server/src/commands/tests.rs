@@ -168,6 +168,32 @@ mod costs {
         assert_eq!(rest.len(), 2000);
     }
 
+    /// A transaction's (or write group's) run of pops from one end of a list reads its elements
+    /// with one engine range, not a point read (a bloom check of each table) per pop.
+    #[test]
+    fn a_run_of_list_pops_reads_one_range() {
+        let (_d, mut s) = session();
+        for i in 0..1000 {
+            run(&mut s, &["rpush", "l", &i.to_string()]);
+        }
+        s.state.storage.engine().flush().unwrap();
+        let point_reads = |s: &Session| s.state.storage.engine().stats().bloom_checks;
+        for (pop, first) in [("lpop", 0), ("rpop", 999)] {
+            run(&mut s, &["multi"]);
+            for _ in 0..200 {
+                run(&mut s, &[pop, "l"]);
+            }
+            let before = point_reads(&s);
+            let Reply::Array(popped) = run(&mut s, &["exec"]) else { panic!() };
+            let checks = point_reads(&s) - before;
+            assert!(checks <= 3, "{pop}: {checks} point reads of the table for 200 pops");
+            let step = if pop == "lpop" { 1 } else { -1 };
+            for (j, r) in popped.iter().enumerate() {
+                assert_eq!(r, &Reply::bulk((first + step * j as i64).to_string()));
+            }
+        }
+    }
+
     /// A collection rewritten under a fresh incarnation (removals > 2 × members) keeps exactly
     /// its members, inside a transaction too.
     #[test]
@@ -451,4 +477,91 @@ fn keyspace_counts_take_each_keys_last_write_in_a_batch() {
     assert_eq!(run(&mut s, &["DBSIZE"]), Reply::Integer(1));
     let info = format!("{:?}", run(&mut s, &["INFO", "keyspace"]));
     assert!(info.contains("db0:keys=1,expires=0"), "{info}");
+}
+
+/// Runs of pops in one transaction read on from where the pop before stood (one engine range
+/// instead of a point read each): every pop, push and move of a random mix, inside and outside
+/// transactions, on lists whose elements are partly on disk, answers as a model list does.
+#[test]
+fn list_pops_in_transactions_match_a_model() {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    use std::collections::VecDeque;
+    let (_d, mut s) = session();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut model: [VecDeque<String>; 2] = [VecDeque::new(), VecDeque::new()];
+    let names = ["a", "b"];
+    let mut next = 0u32;
+    for _ in 0..300 {
+        let in_multi = rng.random_bool(0.7);
+        if in_multi {
+            assert_eq!(run(&mut s, &["multi"]), Reply::ok());
+        }
+        let mut expected = Vec::new();
+        for _ in 0..rng.random_range(1..40) {
+            let l = rng.random_range(0..2);
+            let left = rng.random_bool(0.5);
+            let reply = match rng.random_range(0..10) {
+                0..=2 => {
+                    let values: Vec<String> =
+                        (0..rng.random_range(1..6)).map(|_| (next, next += 1).0.to_string()).collect();
+                    for v in &values {
+                        if left {
+                            model[l].push_front(v.clone())
+                        } else {
+                            model[l].push_back(v.clone())
+                        }
+                    }
+                    let mut args = vec![if left { "lpush" } else { "rpush" }, names[l]];
+                    args.extend(values.iter().map(String::as_str));
+                    expected.push(Reply::Integer(model[l].len() as i64));
+                    run(&mut s, &args)
+                }
+                3..=7 => {
+                    let got = if left { model[l].pop_front() } else { model[l].pop_back() };
+                    expected.push(got.map_or(Reply::Null, |v| Reply::bulk(v.clone())));
+                    run(&mut s, &[if left { "lpop" } else { "rpop" }, names[l]])
+                }
+                8 => {
+                    let n = rng.random_range(0..8);
+                    let had = !model[l].is_empty();
+                    let got: Vec<Reply> = (0..n)
+                        .map_while(|_| if left { model[l].pop_front() } else { model[l].pop_back() })
+                        .map(|v| Reply::bulk(v.clone()))
+                        .collect();
+                    expected.push(if had { Reply::Array(got) } else { Reply::NullArray });
+                    run(&mut s, &[if left { "lpop" } else { "rpop" }, names[l], &n.to_string()])
+                }
+                _ => {
+                    let to_left = rng.random_bool(0.5);
+                    let got = if left { model[l].pop_front() } else { model[l].pop_back() };
+                    if let Some(v) = &got {
+                        if to_left {
+                            model[1 - l].push_front(v.clone())
+                        } else {
+                            model[1 - l].push_back(v.clone())
+                        }
+                    }
+                    expected.push(got.map_or(Reply::Null, |v| Reply::bulk(v.clone())));
+                    let side = |left: bool| if left { "left" } else { "right" };
+                    run(&mut s, &["lmove", names[l], names[1 - l], side(left), side(to_left)])
+                }
+            };
+            if in_multi {
+                assert_eq!(reply, Reply::Simple("QUEUED".into()));
+            } else {
+                assert_eq!(reply, expected.pop().unwrap());
+            }
+        }
+        if in_multi {
+            assert_eq!(run(&mut s, &["exec"]), Reply::Array(expected));
+        }
+        if rng.random_ratio(1, 20) {
+            // Elements on disk as well as in the memtable.
+            s.state.storage.engine().flush().unwrap();
+        }
+    }
+    for l in 0..2 {
+        let want: Vec<Reply> = model[l].iter().map(|v| Reply::bulk(v.clone())).collect();
+        assert_eq!(run(&mut s, &["lrange", names[l], "0", "-1"]), Reply::Array(want));
+    }
 }

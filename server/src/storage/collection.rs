@@ -174,6 +174,42 @@ impl<'a> View<'a> {
         self.cx.get(&self.storage.engine, &element_key(self.pdb, uid, field))
     }
 
+    /// Up to `n` elements of `uid` as `(field, value)`, for pops from one end: from `from` on
+    /// in field order (`from_front`) or back from it, `then` being the field a pop after these
+    /// would read first. A run of pops in one transaction or write group reads on from where
+    /// the one before stood (see [`ExecContext::pop_follows`]); a lone pop of one element reads
+    /// it with a point read.
+    pub fn end_elements(
+        &self,
+        uid: u64,
+        from: &[u8],
+        then: &[u8],
+        from_front: bool,
+        n: usize,
+    ) -> lsm::Result<Vec<(Bytes, Bytes)>> {
+        let at = element_key(self.pdb, uid, from);
+        let follows = self.cx.pop_follows(&at, element_key(self.pdb, uid, then));
+        if n == 1 && !follows {
+            let value = self.cx.get(&self.storage.engine, &at)?;
+            return Ok(value.map(|v| (Bytes::copy_from_slice(from), v)).into_iter().collect());
+        }
+        let prefix = element_key(self.pdb, uid, b"");
+        let (start, end) = if from_front {
+            (Bound::Included(at), Bound::Excluded(prefix_end(&prefix)))
+        } else {
+            (Bound::Included(prefix.clone()), Bound::Included(at))
+        };
+        let mut range = self.resuming_range(start, end);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let next = if from_front { range.next() } else { range.next_back() };
+            let Some(kv) = next else { break };
+            let (k, v) = kv?;
+            out.push((key_tail(&k, prefix.len()), v));
+        }
+        Ok(out)
+    }
+
     /// Adds writing `field` = `value` to `batch`.
     pub fn put_element(&self, batch: &mut lsm::WriteBatch, uid: u64, field: &[u8], value: &[u8]) {
         batch.put(element_key(self.pdb, uid, field), value);

@@ -53,6 +53,9 @@ pub(super) struct TxnBuffer {
     undo: Option<Vec<Undo>>,
     /// The engine range the last pop left open (see `merged.rs`).
     parked: Option<merged::Parked>,
+    /// The key the next pop from a list's end reads if it goes on from the last one (see
+    /// [`ExecContext::pop_follows`]).
+    next_pop: Option<Vec<u8>>,
 }
 
 /// A key written since a savepoint and what the buffer held for it before (`None`: nothing).
@@ -528,6 +531,17 @@ impl ExecContext {
                 self.merged(inner, start, end, Some((epoch, memory_only)), false)
             }
         }
+    }
+
+    /// Whether a pop that reads `key` from one end of a list goes on from the transaction's
+    /// last such pop (which would read `key` next), recording `next` as the key the pop after
+    /// this one reads if it goes on from it. Such a pop reads with a [`ExecContext::resuming_range`]
+    /// (a seek, ~3 µs, then ~0.2 µs a step), a first one with a point read (~1.2 µs). False
+    /// outside a transaction.
+    pub(super) fn pop_follows(&self, key: &[u8], next: Vec<u8>) -> bool {
+        let mut txn = self.txn.borrow_mut();
+        let Some(txn) = txn.as_mut() else { return false };
+        txn.next_pop.replace(next).is_some_and(|k| k == key)
     }
 
     /// The engine's range as this command reads it (its snapshot, memory-only mode).
