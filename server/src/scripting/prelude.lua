@@ -65,9 +65,18 @@ local function handler(err)
 end
 rawset(G, '__redis__err__handler', handler)
 
--- Runs a script body (or a function, with its KEYS and ARGV) under the handler.
+-- Runs a script body (or a function, with its KEYS and ARGV) under the handler. The function
+-- and its arguments wait in upvalues of one body rather than in a closure made per run (a VM
+-- runs one script at a time: nothing a script calls runs another).
+local run_f, run_keys, run_args
+local function body()
+  return run_f(run_keys, run_args)
+end
 function prim.run(f, keys, args)
-  return xpcall(function() return f(keys, args) end, handler)
+  run_f, run_keys, run_args = f, keys, args
+  local ok, r = xpcall(body, handler)
+  run_f, run_keys, run_args = nil, nil, nil
+  return ok, r
 end
 
 -- redis.call and redis.pcall are C functions (see `call_api`) that hand their arguments to
