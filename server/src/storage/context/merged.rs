@@ -3,8 +3,9 @@
 //! reads with its own engine cursor ([`Overlay`]).
 //!
 //! **Parked ranges.** A pop from one end of a sorted set reads the first entry of a range and
-//! moves the set's live bound past it (see `scores.rs`); the next pop of the same transaction
-//! or write group reads the same range from just past that entry. Opening an engine range
+//! moves the set's live bound past it (see `scores.rs`), and a run of pops from one end of a
+//! list reads its elements the same way (`View::end_elements`); the next pop of the same
+//! transaction or write group reads the same range from just past that entry. Opening an engine range
 //! seeks every memtable and table (~3 µs, most of a pop's CPU inside a write group), so a range
 //! opened with [`super::ExecContext::resuming_range`] is left in the transaction's buffer when
 //! dropped ([`Parked`]) and the next such read goes on from where it stood. That is exact
