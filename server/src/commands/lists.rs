@@ -121,7 +121,7 @@ fn pop_locked(
     let mut h = Header::of(&meta);
     let n = count.min(h.count as usize);
     let mut b = lsm::WriteBatch::new();
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(n.min(1 << 16));
     // The `n` elements from the end, in one read (a run of pops goes on from the last one).
     let (first, then) =
         if left { (h.head, h.head.wrapping_add(n as u64)) } else { (h.tail - 1, (h.tail - 1).wrapping_sub(n as u64)) };

@@ -200,7 +200,7 @@ impl<'a> View<'a> {
             (Bound::Included(prefix.clone()), Bound::Included(at))
         };
         let mut range = self.resuming_range(start, end);
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(n.min(1 << 16));
         while out.len() < n {
             let next = if from_front { range.next() } else { range.next_back() };
             let Some(kv) = next else { break };
