@@ -187,6 +187,9 @@ impl<'a> View<'a> {
         from_front: bool,
         n: usize,
     ) -> lsm::Result<Vec<(Bytes, Bytes)>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
         let at = element_key(self.pdb, uid, from);
         let follows = self.cx.pop_follows(&at, element_key(self.pdb, uid, then));
         if n == 1 && !follows {

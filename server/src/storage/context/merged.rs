@@ -2,22 +2,22 @@
 //! in ([`RawRange`], [`MergedRange`]), and the buffer's writes over one range for a caller that
 //! reads with its own engine cursor ([`Overlay`]).
 //!
-//! **Parked ranges.** A pop from one end of a sorted set reads the first entry of a range and
-//! moves the set's live bound past it (see `scores.rs`), and a run of pops from one end of a
-//! list reads its elements the same way (`View::end_elements`); the next pop of the same
-//! transaction or write group reads the same range from just past that entry. Opening an engine range
-//! seeks every memtable and table (~3 µs, most of a pop's CPU inside a write group), so a range
-//! opened with [`super::ExecContext::resuming_range`] is left in the transaction's buffer when
-//! dropped ([`Parked`]) and the next such read goes on from where it stood. That is exact
-//! whatever the buffer holds, because a parked range is taken up again only when every engine
-//! key it stepped over lies outside the range asked for now (before its start, reading from the
-//! front; after its end from the back) and its other bound is the one asked for; the entries
-//! it goes on to are laid under the buffer as in any merged range, and those still outside the
-//! new bound are skipped. Its engine reads are those of when it was opened, which are the
-//! engine's latest state for the keys of the transaction: their stripes are held, so no other
-//! client commits to them; the writers that hold no stripe (a replica applying its primary's
-//! batches, a full sync) move the storage's epoch, and a range parked under another epoch is
-//! dropped. It is taken up only in the mode it was opened in (memory-only reads or not).
+//! **Parked ranges.** A pop from one end of a sorted set reads the first entry of a range and moves
+//! the set's live bound past it (see `scores.rs`), and a run of pops from one end of a list reads
+//! its elements the same way (`View::end_elements`); the next pop of the same transaction or write
+//! group reads the same range from just past that entry. Opening an engine range seeks every
+//! memtable and table (~3 µs, most of a pop's CPU inside a write group), so a range opened with
+//! [`super::ExecContext::resuming_range`] is left in the transaction's buffer when dropped
+//! ([`Parked`]) and the next such read goes on from where it stood. That is exact whatever the
+//! buffer holds, because a parked range is taken up again only when every engine key it stepped
+//! over lies outside the range asked for now (before its start, reading from the front; after its
+//! end from the back) and its other bound is the one asked for; the entries it goes on to are laid
+//! under the buffer as in any merged range, and those still outside the new bound are skipped. Its
+//! engine reads are those of when it was opened, which are the engine's latest state for the keys
+//! of the transaction: their stripes are held, so no other client commits to them; the writers that
+//! hold no stripe (a replica applying its primary's batches, a full sync) move the storage's epoch,
+//! and a range parked under another epoch is dropped. It is taken up only in the mode it was opened
+//! in (memory-only reads or not).
 
 use std::cell::RefCell;
 use std::ops::Bound;
