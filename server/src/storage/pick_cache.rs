@@ -43,7 +43,7 @@
 //!   as many members as the collection's metadata counts as the command sees it (a pop whose
 //!   buffered write was thrown away, or a rolled-back attempt, leaves one member fewer).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -68,8 +68,10 @@ struct Members {
     /// The collection's metadata record key (`'M' | db | key`).
     meta_key: Vec<u8>,
     /// Members popped whose removal no commit has written yet: a pick record delete of one of
-    /// them is expected, any other write of the incarnation's pick records drops the entry.
-    popped: Vec<Bytes>,
+    /// them is expected, any other write of the incarnation's pick records drops the entry. (A
+    /// set: a write group of SPOPs looks up each delete here, once when it is buffered and
+    /// once when it commits.)
+    popped: HashSet<Bytes>,
     /// The engine's failed write groups when the entry was made.
     failures: u64,
     bytes: usize,
@@ -218,7 +220,7 @@ impl PickCache {
         let used = inner.clock;
         inner.bytes += bytes;
         inner.owners.insert(meta_key.clone(), id);
-        inner.entries.insert(id, Members { members, meta_key, popped: Vec::new(), failures, bytes, used });
+        inner.entries.insert(id, Members { members, meta_key, popped: HashSet::new(), failures, bytes, used });
         if inner.bytes > CACHE_BYTES {
             // The least recently used first, down to three quarters of the budget.
             let mut by_use: Vec<(u64, Id)> = inner.entries.iter().map(|(id, e)| (e.used, *id)).collect();
@@ -286,11 +288,11 @@ impl PickCache {
             let inner = inner.get_or_insert_with(|| self.inner());
             let Some(cached) = inner.entries.get_mut(&id) else { continue };
             let member = &entry.key[PICK_KEY_HEAD..];
-            let expected = cached.popped.iter().position(|m| m[..] == *member);
+            let expected = cached.popped.contains(member);
             match (entry.kind, expected) {
-                (lsm::key::ValueKind::Delete, Some(i)) => {
+                (lsm::key::ValueKind::Delete, true) => {
                     if commit {
-                        cached.popped.swap_remove(i);
+                        cached.popped.remove(member);
                         if cached.popped.is_empty() && cached.members.is_empty() {
                             self.remove(inner, id);
                         }
