@@ -19,6 +19,33 @@ fn run(s: &mut Session, args: &[&str]) -> Reply {
 }
 
 #[test]
+fn lookup_finds_every_command_in_any_case_and_nothing_else() {
+    for spec in all() {
+        let name = spec.name.as_bytes();
+        let upper = spec.name.to_ascii_uppercase();
+        let mixed: String =
+            spec.name.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        for n in [name, upper.as_bytes(), mixed.as_bytes()] {
+            assert!(lookup(n).is_some_and(|found| std::ptr::eq(found, spec)), "{}", String::from_utf8_lossy(n));
+        }
+        // Not a command: the name with a byte more or less, or a NUL in place of padding.
+        let mut longer = name.to_vec();
+        longer.push(0);
+        assert!(lookup(&longer).is_none(), "{}\\0", spec.name);
+        longer.pop();
+        longer.push(b'x');
+        assert!(lookup(&longer).is_none() || all().iter().any(|c| c.name.as_bytes() == &longer[..]));
+        if name.len() > 1 && !all().iter().any(|c| c.name.as_bytes() == &name[..name.len() - 1]) {
+            assert!(lookup(&name[..name.len() - 1]).is_none(), "{}", spec.name);
+        }
+    }
+    assert!(all().iter().any(|c| c.name.len() > SHORT_NAME), "both tables are used");
+    for absent in [&b""[..], b"\0", b"g", b"gett", b"zremrangebyscorx", b"\xffget", b"get\0\0\0\0\0\0\0\0\0\0\0\x13"] {
+        assert!(lookup(absent).is_none(), "{absent:?}");
+    }
+}
+
+#[test]
 fn dispatch_checks_names_and_arity_like_redis() {
     let (_d, mut s) = session();
     assert_eq!(run(&mut s, &["PING"]), Reply::Simple("PONG".into()));
