@@ -330,7 +330,6 @@ const SHORT_NAME: usize = 15;
 /// [`ShortTable::words`]), in an open-addressed table at most half full.
 struct ShortTable {
     slots: Box<[Option<ShortEntry>]>,
-    mask: usize,
     /// 64 minus the table size's bits: a slot is the top bits of a multiplicative hash.
     shift: u32,
 }
@@ -361,18 +360,20 @@ impl ShortTable {
         ((lo ^ hi.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
+    /// The slot a probe goes on to from `i` (the size is a power of two).
+    #[inline]
+    fn after(&self, i: usize) -> usize {
+        (i + 1) & (self.slots.len() - 1)
+    }
+
     fn build(table: &HashMap<&'static str, &'static CommandSpec, TableHasher>) -> ShortTable {
         let size = (table.len() * 2).next_power_of_two();
-        let mut t = ShortTable {
-            slots: vec![None; size].into_boxed_slice(),
-            mask: size - 1,
-            shift: 64 - size.trailing_zeros(),
-        };
+        let mut t = ShortTable { slots: vec![None; size].into_boxed_slice(), shift: 64 - size.trailing_zeros() };
         for (name, spec) in table.iter().filter(|(n, _)| n.len() <= SHORT_NAME) {
             let words = Self::words(name.as_bytes());
             let mut i = t.slot(words);
             while t.slots[i].is_some() {
-                i = (i + 1) & t.mask;
+                i = t.after(i);
             }
             t.slots[i] = Some((words.0, words.1, spec));
         }
@@ -386,7 +387,7 @@ impl ShortTable {
         loop {
             match self.slots[i] {
                 Some((lo, hi, spec)) if (lo, hi) == words => return Some(spec),
-                Some(_) => i = (i + 1) & self.mask,
+                Some(_) => i = self.after(i),
                 None => return None,
             }
         }
