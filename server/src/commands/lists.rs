@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::collections::{commit_event, fetch, mpop_args, pop_count, store, NOT_INTEGER, SYNTAX};
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
-use crate::resp::Reply;
+use crate::resp::{BulkArray, Reply};
 use crate::services::notifications::{GENERIC, LIST};
 use crate::state::ServerState;
 use crate::storage::{ExecContext, Header, KeyType, Meta, View};
@@ -275,10 +275,10 @@ fn lset(s: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 /// Elements at positions `start..=end` (already clamped) of the list.
-fn slice(view: &View, meta: &Meta, start: u64, end: u64) -> Result<Vec<Bytes>, Reply> {
+fn slice(view: &View, meta: &Meta, start: u64, end: u64, each: impl FnMut(&[u8])) -> Result<(), Reply> {
     let h = Header::of(meta);
     let from = index_key(h.head + start);
-    view.values_from(meta.uid, &from, (end - start + 1) as usize).map_err(engine_error)
+    view.values_from(meta.uid, &from, (end - start + 1) as usize, each).map_err(engine_error)
 }
 
 /// Clamps Redis `start stop` indexes to `0..len`; `None` for an empty range.
@@ -300,7 +300,9 @@ fn lrange(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     match clamp(start, end, Header::of(&meta).count as i64) {
         Some((a, b)) => {
-            slice(&view, &meta, a, b).map_or_else(|e| e, |v| Reply::Array(v.into_iter().map(Reply::Bulk).collect()))
+            // Room for the elements of a typical short-valued list; the buffer grows as needed.
+            let mut out = BulkArray::with_capacity(((b - a + 1) as usize * 16).min(1 << 16));
+            slice(&view, &meta, a, b, |v| out.push(v)).map_or_else(|e| e, |()| Reply::Bulks(out))
         }
         None => Reply::Array(Vec::new()),
     }
@@ -309,10 +311,11 @@ fn lrange(s: &mut Session, args: &[Bytes]) -> Reply {
 /// Every element of the list, in order.
 pub(super) fn all(view: &View, meta: &Meta) -> Result<Vec<Bytes>, Reply> {
     let n = Header::of(meta).count;
-    if n == 0 {
-        return Ok(Vec::new());
+    let mut out = Vec::with_capacity(n.min(1 << 16) as usize);
+    if n > 0 {
+        slice(view, meta, 0, n - 1, |v| out.push(Bytes::copy_from_slice(v)))?;
     }
-    slice(view, meta, 0, n - 1)
+    Ok(out)
 }
 
 /// Replaces the list at `key` with `items` in place (same incarnation, indexes from `head`).

@@ -191,7 +191,7 @@ mod costs {
         entries_for(&mut s, n / 2 - 3000, &["rpop", "l"]);
         let last = entries_for(&mut s, 1000, &["lpop", "l"]) + entries_for(&mut s, 1000, &["rpop", "l"]);
         assert!(last <= first * 2 + 1000, "list pops: {first} entries, then {last}");
-        let Reply::Array(rest) = run(&mut s, &["lrange", "l", "0", "-1"]) else { panic!() };
+        let rest = run(&mut s, &["lrange", "l", "0", "-1"]).into_items().unwrap();
         assert_eq!(rest.len(), 2000);
     }
 

@@ -10,5 +10,5 @@
 mod reply;
 mod request;
 
-pub use reply::{format_double, format_double_precision, Protocol, Reply};
+pub use reply::{format_double, format_double_precision, BulkArray, Protocol, Reply};
 pub use request::{parse_int, parse_request, split_args, Limits, ProtocolError};

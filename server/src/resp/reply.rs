@@ -13,7 +13,7 @@ pub enum Protocol {
 }
 
 /// A reply to a client. RESP3-only types fall back to RESP2 as Redis does.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Reply {
     /// `+OK`.
     Simple(String),
@@ -29,6 +29,9 @@ pub enum Reply {
     NullArray,
     /// `*n`.
     Array(Vec<Reply>),
+    /// `*n` of bulk strings framed as they were read ([`BulkArray`]): equal to the `Array` of
+    /// the same `Bulk`s, and encoded the same.
+    Bulks(BulkArray),
     /// `%n` in RESP3; a flat array of key, value, … in RESP2.
     Map(Vec<(Reply, Reply)>),
     /// `~n` in RESP3; an array in RESP2.
@@ -80,6 +83,15 @@ impl Reply {
         Reply::Bulk(b.into())
     }
 
+    /// The items of an array reply (`Array`, or `Bulks` as `Bulk`s); `None` for any other.
+    pub fn into_items(self) -> Option<Vec<Reply>> {
+        match self {
+            Reply::Array(items) => Some(items),
+            Reply::Bulks(bulks) => Some(bulks.into_replies()),
+            _ => None,
+        }
+    }
+
     /// Appends the encoding of this reply for `proto` to `out`.
     pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
         let resp3 = proto == Protocol::Resp3;
@@ -93,6 +105,10 @@ impl Reply {
             Reply::NullArray if resp3 => out.put_slice(b"_\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
             Reply::Array(items) => aggregate(out, b'*', items, proto),
+            Reply::Bulks(bulks) => {
+                header(out, b'*', bulks.count as i64);
+                out.put_slice(&bulks.framed);
+            }
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, proto),
             Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, proto),
             Reply::Map(pairs) => {
@@ -140,6 +156,85 @@ impl Reply {
         let mut out = BytesMut::new();
         self.encode(proto, &mut out);
         out.freeze()
+    }
+}
+
+impl PartialEq for Reply {
+    /// Structural equality, except that a [`Reply::Bulks`] equals the [`Reply::Array`] of the
+    /// same bulk strings (and, as before, `Double(NAN) != Double(NAN)`).
+    fn eq(&self, other: &Reply) -> bool {
+        use Reply::*;
+        match (self, other) {
+            (Bulks(a), Bulks(b)) => a == b,
+            (Bulks(bulks), Array(items)) | (Array(items), Bulks(bulks)) => {
+                bulks.len() == items.len() && bulks.iter().zip(items).all(|(a, b)| matches!(b, Bulk(b) if a == &b[..]))
+            }
+            (Simple(a), Simple(b)) | (Error(a), Error(b)) | (BigNumber(a), BigNumber(b)) => a == b,
+            (Integer(a), Integer(b)) => a == b,
+            (Bulk(a), Bulk(b)) | (Verbatim(a), Verbatim(b)) => a == b,
+            (Null, Null) | (NullArray, NullArray) => true,
+            (Array(a), Array(b)) | (Set(a), Set(b)) | (Push(a), Push(b)) | (Many(a), Many(b)) => a == b,
+            (Map(a), Map(b)) | (Pairs(a), Pairs(b)) => a == b,
+            (Double(a), Double(b)) | (HumanDouble(a), HumanDouble(b)) => a == b,
+            (Boolean(a), Boolean(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// An array of bulk strings built one string at a time straight into its encoding
+/// (`$len\r\n…\r\n` each): a range read (LRANGE, …) copies each element once, from the engine's
+/// buffer into the reply, with no `Bytes` or `Reply` per element to allocate and drop. Arrays of
+/// bulk strings read the same in RESP2 and RESP3, so the framing does not depend on the protocol.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BulkArray {
+    count: usize,
+    framed: BytesMut,
+}
+
+impl BulkArray {
+    /// An empty array with room for about `bytes` bytes of elements.
+    pub fn with_capacity(bytes: usize) -> BulkArray {
+        BulkArray { count: 0, framed: BytesMut::with_capacity(bytes) }
+    }
+
+    /// Appends one bulk string.
+    pub fn push(&mut self, item: &[u8]) {
+        bulk(&mut self.framed, b'$', item);
+        self.count += 1;
+    }
+
+    /// The number of strings.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True if it holds no string.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The bytes of the encoding after the `*n` header (for size accounting).
+    pub fn framed_len(&self) -> usize {
+        self.framed.len()
+    }
+
+    /// The strings, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest = &self.framed[..];
+        std::iter::from_fn(move || {
+            // Each item is `$<len>\r\n<len bytes>\r\n`, as `push` framed it.
+            let digits_end = rest.iter().position(|&b| b == b'\r')?;
+            let len: usize = std::str::from_utf8(&rest[1..digits_end]).ok()?.parse().ok()?;
+            let item = &rest[digits_end + 2..digits_end + 2 + len];
+            rest = &rest[digits_end + 2 + len + 2..];
+            Some(item)
+        })
+    }
+
+    /// As an array of `Bulk` replies (scripts, which convert reply by reply).
+    pub fn into_replies(self) -> Vec<Reply> {
+        self.iter().map(|b| Reply::Bulk(Bytes::copy_from_slice(b))).collect()
     }
 }
 
@@ -295,6 +390,24 @@ mod tests {
         let push = Reply::Push(vec![Reply::bulk(&b"message"[..]), Reply::Null]);
         assert_eq!(both(&push), ("*2\r\n$7\r\nmessage\r\n$-1\r\n".into(), ">2\r\n$7\r\nmessage\r\n_\r\n".into()));
         assert_eq!(both(&Reply::Array(vec![])).0, "*0\r\n");
+    }
+
+    #[test]
+    fn bulk_arrays_encode_and_compare_as_arrays_of_bulks() {
+        let items: [&[u8]; 4] = [b"a", b"", b"with\r\ncrlf", &[0u8; 300]];
+        let mut bulks = BulkArray::with_capacity(16);
+        items.iter().for_each(|i| bulks.push(i));
+        let array = Reply::Array(items.iter().map(|i| Reply::bulk(*i)).collect());
+        let bulks = Reply::Bulks(bulks);
+        assert_eq!(both(&bulks), both(&array));
+        assert_eq!(bulks, array);
+        assert_eq!(array, bulks);
+        let Reply::Bulks(b) = &bulks else { unreachable!() };
+        assert_eq!(b.iter().collect::<Vec<_>>(), items.to_vec());
+        assert_eq!(Reply::Array(b.clone().into_replies()), array);
+        assert_ne!(bulks, Reply::Array(items[..3].iter().map(|i| Reply::bulk(*i)).collect()));
+        assert_ne!(bulks, Reply::Array(items.iter().map(|_| Reply::Integer(1)).collect()));
+        assert_eq!(both(&Reply::Bulks(BulkArray::default())).1, "*0\r\n");
     }
 
     /// C's own `%.<digits>g`.

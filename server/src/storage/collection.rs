@@ -257,33 +257,35 @@ impl<'a> View<'a> {
     }
 
     /// The values of up to `n` elements of `uid` from field `from` on, in field order (a list's
-    /// LRANGE): one engine cursor, no copy of keys or values outside a transaction.
-    pub fn values_from(&self, uid: u64, from: &[u8], n: usize) -> lsm::Result<Vec<Bytes>> {
+    /// LRANGE), each handed to `each` as it is read: one engine cursor, no copy of keys or
+    /// values outside a transaction.
+    pub fn values_from(&self, uid: u64, from: &[u8], n: usize, mut each: impl FnMut(&[u8])) -> lsm::Result<()> {
         let start = element_key(self.pdb, uid, from);
         let end = prefix_end(&element_key(self.pdb, uid, b""));
         if !self.cx.may_step(n) {
             return Err(lsm::Error::WouldBlock);
         }
-        let mut out = Vec::with_capacity(n.min(1 << 16));
         let Some(mut it) = self.cursor() else {
             for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {
-                out.push(kv?.1);
+                each(&kv?.1);
             }
-            return Ok(out);
+            return Ok(());
         };
         let walk = (|| {
             it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
             it.seek(&start)?;
-            while it.valid() && out.len() < n {
+            let mut left = n;
+            while it.valid() && left > 0 {
                 if !self.step() {
                     return Err(lsm::Error::WouldBlock);
                 }
-                out.push(it.value_bytes());
+                each(it.value());
+                left -= 1;
                 it.next()?;
             }
             it.status()
         })();
-        self.noted_walk(walk).map(|()| out)
+        self.noted_walk(walk)
     }
 
     /// Elements of `uid` in reverse field order, from the end.
