@@ -10,7 +10,7 @@ use super::collections::{
     commit_event, fetch, fetch_or_create, random_args, random_reply, scan_command, store, NOT_INTEGER,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
-use crate::resp::Reply;
+use crate::resp::{BulkArray, Reply};
 use crate::services::notifications::HASH;
 use crate::storage::{next_ordinal, with_order, Header, KeyType, ListpackLimits, Meta, View};
 
@@ -205,31 +205,34 @@ fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
 
 /// Every (field, value) of the hash at `key` (empty if absent), a compact hash's in insertion
 /// order.
-fn all_fields(s: &Session, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+/// The fields of the hash at `key` framed into `out` by `push(out, field, value)`, in
+/// HGETALL's order.
+fn all_fields(s: &Session, key: &[u8], mut out: BulkArray, push: impl Fn(&mut BulkArray, &[u8], &[u8])) -> Reply {
     let view = s.state.storage.view(&s.exec, s.db);
-    let Some(meta) = hash(&view, key)? else { return Ok(Vec::new()) };
-    view.hash_fields(&meta).map_err(engine_error)
+    let meta = match hash(&view, key) {
+        Ok(Some(meta)) => meta,
+        Ok(None) => return Reply::Bulks(out),
+        Err(e) => return e,
+    };
+    match view.each_field(&meta, |f, v| push(&mut out, f, v)) {
+        Ok(()) => Reply::Bulks(out),
+        Err(e) => engine_error(e),
+    }
 }
 
 fn hkeys(s: &mut Session, args: &[Bytes]) -> Reply {
-    match all_fields(s, &args[1]) {
-        Ok(all) => Reply::Array(all.into_iter().map(|(f, _)| Reply::Bulk(f)).collect()),
-        Err(e) => e,
-    }
+    all_fields(s, &args[1], BulkArray::with_capacity(1024), |out, f, _| out.push(f))
 }
 
 fn hvals(s: &mut Session, args: &[Bytes]) -> Reply {
-    match all_fields(s, &args[1]) {
-        Ok(all) => Reply::Array(all.into_iter().map(|(_, v)| Reply::Bulk(v)).collect()),
-        Err(e) => e,
-    }
+    all_fields(s, &args[1], BulkArray::with_capacity(1024), |out, _, v| out.push(v))
 }
 
 fn hgetall(s: &mut Session, args: &[Bytes]) -> Reply {
-    match all_fields(s, &args[1]) {
-        Ok(all) => Reply::Map(all.into_iter().map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v))).collect()),
-        Err(e) => e,
-    }
+    all_fields(s, &args[1], BulkArray::map_with_capacity(2048), |out, f, v| {
+        out.push(f);
+        out.push(v);
+    })
 }
 
 /// Read-modify-write of one field: `update` gets the current value (if any) and returns the

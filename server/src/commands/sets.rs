@@ -11,7 +11,7 @@ use super::collections::{
     commit_event, fetch, fetch_or_create, pop_count, random_reply, scan_command, store, NOT_INTEGER, SYNTAX,
 };
 use super::{engine_error, parse_i64, spec, CommandSpec, Session, ONE_KEY};
-use crate::resp::Reply;
+use crate::resp::{BulkArray, Reply};
 use crate::services::notifications::{GENERIC, SET};
 use crate::storage::{Header, KeyType, Meta, View};
 
@@ -187,10 +187,9 @@ fn smembers(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(None) => return Reply::Set(Vec::new()),
         Err(e) => return e,
     };
-    view.members(meta.uid, Bound::Unbounded)
-        .map(|kv| kv.map(|(m, _)| Reply::Bulk(m)))
-        .collect::<lsm::Result<_>>()
-        .map_or_else(engine_error, Reply::Set)
+    let mut out = BulkArray::set_with_capacity(1024);
+    view.each_member(meta.uid, Header::of(&meta).count, |m, _| out.push(m))
+        .map_or_else(engine_error, |()| Reply::Bulks(out))
 }
 
 fn smove(s: &mut Session, args: &[Bytes]) -> Reply {

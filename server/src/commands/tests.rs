@@ -243,7 +243,7 @@ mod costs {
         run(&mut s, &["sadd", "s", "late"]);
         run(&mut s, &["exec"]);
         model.insert("late".into());
-        let Reply::Set(members) = run(&mut s, &["smembers", "s"]) else { panic!() };
+        let members = run(&mut s, &["smembers", "s"]).into_items().unwrap();
         let got: std::collections::BTreeSet<String> = members
             .iter()
             .map(|r| match r {

@@ -29,8 +29,8 @@ pub enum Reply {
     NullArray,
     /// `*n`.
     Array(Vec<Reply>),
-    /// `*n` of bulk strings framed as they were read ([`BulkArray`]): equal to the `Array` of
-    /// the same `Bulk`s, and encoded the same.
+    /// Bulk strings framed as they were read ([`BulkArray`]): equal to the `Array`, `Set` or
+    /// `Map` of the same `Bulk`s, and encoded the same.
     Bulks(BulkArray),
     /// `%n` in RESP3; a flat array of key, value, … in RESP2.
     Map(Vec<(Reply, Reply)>),
@@ -83,11 +83,11 @@ impl Reply {
         Reply::Bulk(b.into())
     }
 
-    /// The items of an array reply (`Array`, or `Bulks` as `Bulk`s); `None` for any other.
+    /// The items of an array or set reply (`Bulks` as `Bulk`s); `None` for any other.
     pub fn into_items(self) -> Option<Vec<Reply>> {
         match self {
-            Reply::Array(items) => Some(items),
-            Reply::Bulks(bulks) => Some(bulks.into_replies()),
+            Reply::Array(items) | Reply::Set(items) => Some(items),
+            Reply::Bulks(bulks) => bulks.into_reply().into_items(),
             _ => None,
         }
     }
@@ -105,10 +105,7 @@ impl Reply {
             Reply::NullArray if resp3 => out.put_slice(b"_\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
             Reply::Array(items) => aggregate(out, b'*', items, proto),
-            Reply::Bulks(bulks) => {
-                header(out, b'*', bulks.count as i64);
-                out.put_slice(&bulks.framed);
-            }
+            Reply::Bulks(bulks) => bulks.encode(proto, out),
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, proto),
             Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, proto),
             Reply::Map(pairs) => {
@@ -160,15 +157,13 @@ impl Reply {
 }
 
 impl PartialEq for Reply {
-    /// Structural equality, except that a [`Reply::Bulks`] equals the [`Reply::Array`] of the
-    /// same bulk strings (and, as before, `Double(NAN) != Double(NAN)`).
+    /// Structural equality, except that a [`Reply::Bulks`] equals the `Array`, `Set` or `Map`
+    /// of the same bulk strings (and, as before, `Double(NAN) != Double(NAN)`).
     fn eq(&self, other: &Reply) -> bool {
         use Reply::*;
         match (self, other) {
             (Bulks(a), Bulks(b)) => a == b,
-            (Bulks(bulks), Array(items)) | (Array(items), Bulks(bulks)) => {
-                bulks.len() == items.len() && bulks.iter().zip(items).all(|(a, b)| matches!(b, Bulk(b) if a == &b[..]))
-            }
+            (Bulks(bulks), structured) | (structured, Bulks(bulks)) => bulks.clone().into_reply() == *structured,
             (Simple(a), Simple(b)) | (Error(a), Error(b)) | (BigNumber(a), BigNumber(b)) => a == b,
             (Integer(a), Integer(b)) => a == b,
             (Bulk(a), Bulk(b)) | (Verbatim(a), Verbatim(b)) => a == b,
@@ -182,29 +177,57 @@ impl PartialEq for Reply {
     }
 }
 
-/// An array of bulk strings built one string at a time straight into its encoding
-/// (`$len\r\n…\r\n` each): a range read (LRANGE, …) copies each element once, from the engine's
-/// buffer into the reply, with no `Bytes` or `Reply` per element to allocate and drop. Arrays of
-/// bulk strings read the same in RESP2 and RESP3, so the framing does not depend on the protocol.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Bulk strings built one at a time straight into their encoding (`$len\r\n…\r\n` each), as
+/// an array, a set or a map of them: a range read (LRANGE, SMEMBERS, HGETALL, …) copies each
+/// element once, from the engine's buffer into the reply, with no `Bytes` or `Reply` per
+/// element to allocate and drop. Only the header depends on the protocol (`*`, or RESP3's `~`
+/// and `%`): bulk strings read the same in RESP2 and RESP3.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BulkArray {
+    kind: Aggregate,
     count: usize,
     framed: BytesMut,
+}
+
+/// What a [`BulkArray`] is to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aggregate {
+    Array,
+    Set,
+    /// Keys and values alternating.
+    Map,
+}
+
+impl Default for BulkArray {
+    fn default() -> BulkArray {
+        BulkArray::with_capacity(0)
+    }
 }
 
 impl BulkArray {
     /// An empty array with room for about `bytes` bytes of elements.
     pub fn with_capacity(bytes: usize) -> BulkArray {
-        BulkArray { count: 0, framed: BytesMut::with_capacity(bytes) }
+        BulkArray { kind: Aggregate::Array, count: 0, framed: BytesMut::with_capacity(bytes) }
     }
 
-    /// Appends one bulk string.
+    /// An empty set (RESP3's `~`, an array in RESP2), as [`BulkArray::with_capacity`].
+    pub fn set_with_capacity(bytes: usize) -> BulkArray {
+        BulkArray { kind: Aggregate::Set, ..BulkArray::with_capacity(bytes) }
+    }
+
+    /// An empty map (RESP3's `%`, a flat array in RESP2) whose keys and values are pushed in
+    /// turn, as [`BulkArray::with_capacity`].
+    pub fn map_with_capacity(bytes: usize) -> BulkArray {
+        BulkArray { kind: Aggregate::Map, ..BulkArray::with_capacity(bytes) }
+    }
+
+    /// Appends one bulk string (a map's key or value in turn).
     pub fn push(&mut self, item: &[u8]) {
         bulk(&mut self.framed, b'$', item);
         self.count += 1;
     }
 
-    /// The number of strings.
+    /// The number of strings (twice the number of a map's entries).
     pub fn len(&self) -> usize {
         self.count
     }
@@ -214,9 +237,13 @@ impl BulkArray {
         self.count == 0
     }
 
-    /// The bytes of the encoding after the `*n` header (for size accounting).
-    pub fn framed_len(&self) -> usize {
-        self.framed.len()
+    fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        match (self.kind, proto) {
+            (Aggregate::Set, Protocol::Resp3) => header(out, b'~', self.count as i64),
+            (Aggregate::Map, Protocol::Resp3) => header(out, b'%', self.count as i64 / 2),
+            _ => header(out, b'*', self.count as i64),
+        }
+        out.put_slice(&self.framed);
     }
 
     /// The strings, in order.
@@ -232,9 +259,16 @@ impl BulkArray {
         })
     }
 
-    /// As an array of `Bulk` replies (scripts, which convert reply by reply).
-    pub fn into_replies(self) -> Vec<Reply> {
-        self.iter().map(|b| Reply::Bulk(Bytes::copy_from_slice(b))).collect()
+    /// The same reply built of `Bulk`s (scripts convert reply by reply).
+    pub fn into_reply(self) -> Reply {
+        let mut items = self.iter().map(|b| Reply::Bulk(Bytes::copy_from_slice(b)));
+        match self.kind {
+            Aggregate::Array => Reply::Array(items.collect()),
+            Aggregate::Set => Reply::Set(items.collect()),
+            Aggregate::Map => {
+                Reply::Map(std::iter::from_fn(|| Some((items.next()?, items.next().unwrap_or(Reply::Null)))).collect())
+            }
+        }
     }
 }
 
@@ -404,10 +438,22 @@ mod tests {
         assert_eq!(array, bulks);
         let Reply::Bulks(b) = &bulks else { unreachable!() };
         assert_eq!(b.iter().collect::<Vec<_>>(), items.to_vec());
-        assert_eq!(Reply::Array(b.clone().into_replies()), array);
+        assert_eq!(b.clone().into_reply(), array);
         assert_ne!(bulks, Reply::Array(items[..3].iter().map(|i| Reply::bulk(*i)).collect()));
         assert_ne!(bulks, Reply::Array(items.iter().map(|_| Reply::Integer(1)).collect()));
         assert_eq!(both(&Reply::Bulks(BulkArray::default())).1, "*0\r\n");
+
+        let mut set = BulkArray::set_with_capacity(0);
+        set.push(b"x");
+        assert_eq!(both(&Reply::Bulks(set.clone())), both(&Reply::Set(vec![Reply::bulk(&b"x"[..])])));
+        assert_eq!(Reply::Bulks(set.clone()), Reply::Set(vec![Reply::bulk(&b"x"[..])]));
+        assert_ne!(Reply::Bulks(set), Reply::Array(vec![Reply::bulk(&b"x"[..])]));
+        let mut map = BulkArray::map_with_capacity(0);
+        map.push(b"a");
+        map.push(b"1");
+        let pairs = Reply::Map(vec![(Reply::bulk(&b"a"[..]), Reply::bulk(&b"1"[..]))]);
+        assert_eq!(both(&Reply::Bulks(map.clone())), both(&pairs));
+        assert_eq!(Reply::Bulks(map), pairs);
     }
 
     /// C's own `%.<digits>g`.

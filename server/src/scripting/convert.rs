@@ -31,7 +31,7 @@ pub fn reply_to_lua(lua: &Lua, reply: Reply, resp3: bool) -> mlua::Result<Value>
             }
         }
         Reply::Array(items) | Reply::Push(items) | Reply::Many(items) => array(lua, items, resp3)?,
-        Reply::Bulks(bulks) => array(lua, bulks.into_replies(), resp3)?,
+        Reply::Bulks(bulks) => reply_to_lua(lua, bulks.into_reply(), resp3)?,
         Reply::Set(items) if resp3 => {
             let set = lua.create_table()?;
             for item in items {

@@ -115,6 +115,14 @@ pub(super) fn decode_field(raw: &Bytes) -> (Option<u64>, Bytes) {
     }
 }
 
+/// [`decode_field`] of a borrowed record.
+fn decode_field_ref(raw: &[u8]) -> (Option<u64>, &[u8]) {
+    match ordinal(raw) {
+        Some(n) => (Some(n), &raw[9..]),
+        None => (None, &raw[raw.len().min(1)..]),
+    }
+}
+
 impl View<'_> {
     /// Adds setting a field of a hash (a new one, or a new value) to `batch`, with the field's
     /// `ordinal` while the hash is compact.
@@ -184,6 +192,32 @@ impl View<'_> {
             fields.sort_unstable_by_key(|(k, _)| *k);
         }
         Ok(fields.into_iter().map(|(_, kv)| kv).collect())
+    }
+
+    /// Calls `each(field, value)` for every field of the hash `meta` in the order
+    /// [`View::hash_fields`] lists them, borrowing both from the engine's buffers (HGETALL,
+    /// HKEYS and HVALS frame them straight into their replies). A compact hash's fields (at
+    /// most `hash-max-listpack-entries` of them) are gathered into one buffer and sorted first.
+    pub fn each_field(&self, meta: &Meta, mut each: impl FnMut(&[u8], &[u8])) -> lsm::Result<()> {
+        let count = Header::of(meta).count;
+        if next_ordinal(meta).is_none() {
+            return self.each_member(meta.uid, count, |field, raw| each(field, decode_field_ref(raw).1));
+        }
+        let mut bytes = Vec::new();
+        // (ordinal, position read, where the field starts, field length, value length)
+        let mut fields: Vec<(u64, usize, usize, usize, usize)> =
+            Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 16));
+        self.each_member(meta.uid, count, |field, raw| {
+            let (n, value) = decode_field_ref(raw);
+            fields.push((n.unwrap_or(u64::MAX), fields.len(), bytes.len(), field.len(), value.len()));
+            bytes.extend_from_slice(field);
+            bytes.extend_from_slice(value);
+        })?;
+        fields.sort_unstable();
+        for (_, _, at, field, value) in fields {
+            each(&bytes[at..at + field], &bytes[at + field..at + field + value]);
+        }
+        Ok(())
     }
 
     /// `items` of the hash `meta` in insertion order if it is compact, else as they are. An
