@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::{zset, ZWrite};
 use crate::commands::collections::{commit_event, store, NOT_INTEGER, SYNTAX};
 use crate::commands::{engine_error, parse_i64, Session};
-use crate::resp::Reply;
+use crate::resp::{BulkArray, Reply};
 use crate::services::notifications::{GENERIC, ZSET};
 use crate::storage::{Header, KeyType, Meta, View};
 
@@ -281,7 +281,9 @@ fn reply(items: Vec<(Bytes, f64)>, withscores: bool) -> Reply {
     if withscores {
         Reply::Pairs(items.into_iter().map(|(m, sc)| (Reply::Bulk(m), Reply::Double(sc))).collect())
     } else {
-        Reply::Array(items.into_iter().map(|(m, _)| Reply::Bulk(m)).collect())
+        let mut out = BulkArray::with_capacity(items.iter().map(|(m, _)| m.len() + 8).sum());
+        items.iter().for_each(|(m, _)| out.push(m));
+        Reply::Bulks(out)
     }
 }
 
