@@ -288,6 +288,9 @@ mod layout {
         assert_eq!(fields.len(), n as usize);
         assert_eq!(fields[0].0, Bytes::from(field(n - 1)));
         assert_eq!(fields[n as usize - 1].0, Bytes::from(field(0)));
+        let mut each = Vec::new();
+        v.each_field(&meta, |f, value| each.push((Bytes::copy_from_slice(f), Bytes::copy_from_slice(value)))).unwrap();
+        assert!(each == fields, "each_field lists what hash_fields lists, in its order");
     }
 
     #[test]
