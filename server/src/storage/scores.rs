@@ -148,23 +148,39 @@ impl<'a> View<'a> {
 
     /// Calls `visit` with `(score, member)` of each member of the sorted set `meta` whose
     /// score lies in one of `ranges` (`[min, max)` each, visited in the order given, each in
-    /// score order) until it returns false. One engine cursor serves every range (a geo
-    /// search reads nine): a range costs a seek, not a cursor of its own.
+    /// score order) until it returns false, the member borrowed from the engine's buffer. One
+    /// engine cursor serves every range (a geo search reads nine): a range costs a seek, not a
+    /// cursor of its own.
     pub fn scores_in(
         &self,
         meta: &Meta,
         ranges: &[(f64, f64)],
-        mut visit: impl FnMut(f64, Bytes) -> bool,
+        visit: impl FnMut(f64, &[u8]) -> bool,
     ) -> lsm::Result<()> {
         let live = LiveIndex::of(self.pdb(), meta);
         let spans = ranges.iter().map(|&(min, max)| live.span(Some(min), Some(max))).filter(|(start, end)| start < end);
-        let skip = live.prefix.len();
+        self.walk_spans(spans, live.prefix.len(), visit)
+    }
+
+    /// [`View::scores_in`] of every member from score `min` on (from the lowest without one),
+    /// in score order: ZRANGE by rank or by score.
+    pub fn each_score(&self, meta: &Meta, min: Option<f64>, visit: impl FnMut(f64, &[u8]) -> bool) -> lsm::Result<()> {
+        let live = LiveIndex::of(self.pdb(), meta);
+        self.walk_spans(std::iter::once(live.span(min, None)), live.prefix.len(), visit)
+    }
+
+    fn walk_spans(
+        &self,
+        spans: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
+        skip: usize,
+        mut visit: impl FnMut(f64, &[u8]) -> bool,
+    ) -> lsm::Result<()> {
         let Some(mut it) = self.cursor() else {
             // Inside a transaction: its writes merged in, a range at a time.
             for (start, end) in spans {
                 for kv in self.raw_range(Bound::Included(start), Bound::Excluded(end)) {
                     let k = kv?.0;
-                    if !visit(decode_score(&k[skip..skip + 8]), key_tail(&k, skip + 8)) {
+                    if !visit(decode_score(&k[skip..skip + 8]), k.get(skip + 8..).unwrap_or_default()) {
                         return Ok(());
                     }
                 }
@@ -180,10 +196,7 @@ impl<'a> View<'a> {
                         return Err(lsm::Error::WouldBlock);
                     }
                     let k = it.key();
-                    if !visit(
-                        decode_score(&k[skip..skip + 8]),
-                        Bytes::copy_from_slice(k.get(skip + 8..).unwrap_or_default()),
-                    ) {
+                    if !visit(decode_score(&k[skip..skip + 8]), k.get(skip + 8..).unwrap_or_default()) {
                         return it.status();
                     }
                     it.next()?;

@@ -310,7 +310,7 @@ fn find(s: &Session, meta: &Meta, search: &Search, limit: usize) -> Result<Vec<F
     view.scores_in(meta, &cells, |score, member| {
         if let Some((long, lat)) = geohash::position(score) {
             if let Some(dist) = search.contains(long, lat) {
-                found.push(Found { member, dist, score, long, lat });
+                found.push(Found { member: Bytes::copy_from_slice(member), dist, score, long, lat });
             }
         }
         limit == 0 || found.len() < limit

@@ -122,13 +122,20 @@ fn validate(q: &Query) -> Result<(), Reply> {
 
 /// The (member, score) pairs `q` selects from the sorted set `meta`.
 fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Reply> {
+    let mut out = Vec::new();
+    select_each(view, meta, q, &mut |m, sc| out.push((Bytes::copy_from_slice(m), sc)))?;
+    Ok(out)
+}
+
+/// Calls `each(member, score)` for the pairs `q` selects from the sorted set `meta`, in order.
+fn select_each(view: &View, meta: &Meta, q: &Query, each: &mut dyn FnMut(&[u8], f64)) -> Result<(), Reply> {
     let len = Header::of(meta).count as i64;
     let (offset, count) = match q.limit {
-        Some((o, _)) if o < 0 => return Ok(Vec::new()),
+        Some((o, _)) if o < 0 => return Ok(()),
         Some((o, c)) => (o as usize, if c < 0 { usize::MAX } else { c as usize }),
         None => (0, usize::MAX),
     };
-    let mut out = Vec::new();
+    let mut taken = 0;
     match q.by {
         By::Rank => {
             let (Some(mut start), Some(mut end)) = (parse_i64(&q.start), parse_i64(&q.stop)) else {
@@ -142,31 +149,42 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
             }
             start = start.max(0);
             if start > end || start >= len {
-                return Ok(out);
+                return Ok(());
             }
             end = end.min(len - 1);
             let take = (end - start + 1) as usize;
-            let scores = view.scores(meta, None);
-            let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
-                if q.rev { Box::new(scores.rev()) } else { Box::new(scores) };
-            for item in iter.skip(start as usize).take(take) {
-                let (sc, m) = item.map_err(engine_error)?;
-                out.push((m, sc));
+            if q.rev {
+                for item in view.scores(meta, None).rev().skip(start as usize).take(take) {
+                    let (sc, m) = item.map_err(engine_error)?;
+                    each(&m, sc);
+                }
+            } else {
+                // The members borrowed from one engine cursor, straight into the reply.
+                let (mut at, end) = (0, start as usize + take);
+                view.each_score(meta, None, |sc, m| {
+                    if at >= start as usize {
+                        each(m, sc);
+                    }
+                    at += 1;
+                    at < end
+                })
+                .map_err(engine_error)?;
             }
         }
         By::Score => {
             let (min, max) = if q.rev { (&q.stop, &q.start) } else { (&q.start, &q.stop) };
             let (min, max) = (parse_score_bound(min)?, parse_score_bound(max)?);
             let mut skipped = 0;
-            let mut visit = |sc: f64, m: Bytes| -> bool {
+            let mut visit = |sc: f64, m: &[u8]| -> bool {
                 if skipped < offset {
                     skipped += 1;
                     return true;
                 }
-                if out.len() >= count {
+                if taken >= count {
                     return false;
                 }
-                out.push((m, sc));
+                each(m, sc);
+                taken += 1;
                 true
             };
             if q.rev {
@@ -175,21 +193,19 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
                     if !max.below_max(sc) {
                         continue;
                     }
-                    if !min.above_min(sc) || !visit(sc, m) {
+                    if !min.above_min(sc) || !visit(sc, &m) {
                         break;
                     }
                 }
             } else {
                 let from = (min.value > f64::NEG_INFINITY).then_some(min.value);
-                for item in view.scores(meta, from) {
-                    let (sc, m) = item.map_err(engine_error)?;
+                view.each_score(meta, from, |sc, m| {
                     if !min.above_min(sc) {
-                        continue;
+                        return true; // at an excluded minimum: step past it
                     }
-                    if !max.below_max(sc) || !visit(sc, m) {
-                        break;
-                    }
-                }
+                    max.below_max(sc) && visit(sc, m)
+                })
+                .map_err(engine_error)?;
             }
         }
         By::Lex => {
@@ -207,7 +223,7 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
             let last = view.scores(meta, None).next_back().transpose().map_err(engine_error)?;
             match (first, last) {
                 (Some((_, f)), Some((_, l))) if max.below_max(&f) && min.above_min(&l) => {}
-                _ => return Ok(out),
+                _ => return Ok(()),
             }
             let scores = view.scores(meta, None);
             let iter: Box<dyn Iterator<Item = lsm::Result<(f64, Bytes)>>> =
@@ -228,14 +244,15 @@ fn select(view: &View, meta: &Meta, q: &Query) -> Result<Vec<(Bytes, f64)>, Repl
                     skipped += 1;
                     continue;
                 }
-                if out.len() >= count {
+                if taken >= count {
                     break;
                 }
-                out.push((m, sc));
+                each(&m, sc);
+                taken += 1;
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Parses `[BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]` after `start stop`.
@@ -277,14 +294,17 @@ fn parse_query(args: &[Bytes], allow_withscores: bool) -> Result<Query, Reply> {
     Ok(q)
 }
 
-fn reply(items: Vec<(Bytes, f64)>, withscores: bool) -> Reply {
-    if withscores {
-        Reply::Pairs(items.into_iter().map(|(m, sc)| (Reply::Bulk(m), Reply::Double(sc))).collect())
+/// The reply to a range query: the members framed as they are read, or (member, score) pairs.
+fn reply(view: &View, meta: &Meta, q: &Query) -> Reply {
+    let done = if q.withscores {
+        let mut pairs = Vec::new();
+        select_each(view, meta, q, &mut |m, sc| pairs.push((Reply::Bulk(Bytes::copy_from_slice(m)), Reply::Double(sc))))
+            .map(|()| Reply::Pairs(pairs))
     } else {
-        let mut out = BulkArray::with_capacity(items.iter().map(|(m, _)| m.len() + 8).sum());
-        items.iter().for_each(|(m, _)| out.push(m));
-        Reply::Bulks(out)
-    }
+        let mut out = BulkArray::with_capacity(1024);
+        select_each(view, meta, q, &mut |m, _| out.push(m)).map(|()| Reply::Bulks(out))
+    };
+    done.unwrap_or_else(|e| e)
 }
 
 fn run(s: &Session, key: &[u8], q: Query) -> Reply {
@@ -298,10 +318,7 @@ fn run(s: &Session, key: &[u8], q: Query) -> Reply {
         Ok(m) => m,
         Err(e) => return e,
     };
-    match select(&view, meta.as_ref().unwrap_or(&empty), &q) {
-        Ok(items) => reply(items, q.withscores),
-        Err(e) => e,
-    }
+    reply(&view, meta.as_ref().unwrap_or(&empty), &q)
 }
 
 pub(super) fn zrange(s: &mut Session, args: &[Bytes]) -> Reply {
@@ -407,8 +424,9 @@ fn count_generic(s: &Session, args: &[Bytes], by: By) -> Reply {
         Ok(m) => m,
         Err(e) => return e,
     };
-    match select(&view, meta.as_ref().unwrap_or(&empty), &q) {
-        Ok(items) => Reply::Integer(items.len() as i64),
+    let mut n = 0;
+    match select_each(&view, meta.as_ref().unwrap_or(&empty), &q, &mut |_, _| n += 1) {
+        Ok(()) => Reply::Integer(n),
         Err(e) => e,
     }
 }
