@@ -15,7 +15,7 @@ use super::{engine_error, spec, CommandSpec, Session, NO_KEYS, ONE_KEY};
 use crate::hyperloglog::{self, Corrupt, Hll, NotHll, DENSE_SIZE, HEADER, REGISTERS, STALE_BYTE};
 use crate::resp::Reply;
 use crate::services::notifications::STRING;
-use crate::storage::{Meta, StringEdit};
+use crate::storage::{Meta, StringEdit, HLL_SEGMENT};
 
 pub(super) static COMMANDS: &[CommandSpec] = &[
     spec("pfadd", -2, &["write", "denyoom", "fast"], ONE_KEY, pfadd),
@@ -67,6 +67,7 @@ fn dense_edit<'a>(s: &'a Session, key: &[u8]) -> Result<Option<(StringEdit<'a>, 
         return Ok(None);
     };
     let mut edit = StringEdit::new(s.state.storage.view(&s.exec, s.db), Some(meta));
+    edit.prefer_segment(HLL_SEGMENT);
     let mut header = [0u8; HEADER];
     edit.read(0, &mut header).map_err(engine_error)?;
     Ok(hyperloglog::is_dense_header(&header).then_some((edit, header)))

@@ -505,6 +505,7 @@ fn pfadd_and_pfcount_edit_a_dense_hll_in_place_with_redis_bytes() {
     // Edited in place: the value now lives in segments.
     let meta = s.state.storage.get(&s.exec, s.db, b"h").unwrap().unwrap();
     assert!(meta.is_segmented(), "a dense HLL's PFADD writes segments");
+    assert_eq!(meta.segment_size(), crate::storage::HLL_SEGMENT, "small ones: a PFADD rewrites one");
     // A dense-sized string that is not an HLL is refused as before.
     run(&mut s, &["SET", "x", &"x".repeat(crate::hyperloglog::DENSE_SIZE)]);
     assert_eq!(

@@ -64,7 +64,7 @@ use layout::{record as layout_record, LAYOUT_KEY, LAYOUT_VERSION};
 pub use meta::{KeyType, Meta};
 pub use queued_writes::{Befores, QueuedWrite};
 pub use scores::{decode_score, encode_score, ScoreBounds, ScoreIter};
-pub use strings::{Chunk, StringEdit, INLINE_MAX, SEGMENT};
+pub use strings::{Chunk, StringEdit, HLL_SEGMENT, INLINE_MAX, SEGMENT};
 pub use watch::{Watched, Watches};
 
 /// Milliseconds since the Unix epoch.

@@ -2,17 +2,22 @@
 //!
 //! ```text
 //! inline     metadata uid = 0,  body = the value
-//! segmented  metadata uid != 0, body = length u64 LE
-//!            'E' | db u16 BE | uid u64 BE | segment index u64 BE  ->  up to SEGMENT bytes
+//! segmented  metadata uid != 0, body = length u64 LE [| log2 of the segment size u8]
+//!            'E' | db u16 BE | uid u64 BE | segment index u64 BE  ->  up to a segment's bytes
 //! ```
 //! `SET` and every command that replaces a whole value write it inline, whatever its size: one
 //! record, read back with one lookup. Commands that change part of a value (`SETRANGE`,
 //! `APPEND`, `SETBIT`, `BITFIELD`) keep a value of up to [`INLINE_MAX`] bytes inline and turn a
 //! longer one into segments of [`SEGMENT`] bytes under a fresh incarnation, so from then on
 //! they read and write only the segments they touch: a `SETBIT` at bit 2^32-1 writes one
-//! segment, not 512 MB. A segment holds bytes `index * SEGMENT ..` of the value; one that is
-//! absent, or shorter than `SEGMENT`, reads as zero bytes up to the value's length (a sparse
-//! bitmap stores only its non-zero segments). Segments are element records of the incarnation:
+//! segment, not 512 MB. A segment holds bytes `index * size ..` of the value; one that is
+//! absent, or shorter than the size, reads as zero bytes up to the value's length (a sparse
+//! bitmap stores only its non-zero segments). The size is [`SEGMENT`] unless the metadata body
+//! names another in a ninth byte: a HyperLogLog asks for [`HLL_SEGMENT`]-byte segments
+//! ([`StringEdit::prefer_segment`]), so a PFADD that changes a register writes half a KiB
+//! rather than 4 KiB; a value keeps the size it was first segmented with. (A build from before
+//! the ninth byte would read such a value with the default size: wrong bytes, so a data
+//! directory does not go back to one.) Segments are element records of the incarnation:
 //! COPY, MOVE and RENAME carry them like a collection's elements, and once the key is deleted
 //! or overwritten compaction drops them as orphans.
 
@@ -23,8 +28,12 @@ use bytes::Bytes;
 
 use super::{KeyType, Meta, View};
 
-/// Bytes per segment of a segmented string.
+/// Bytes per segment of a segmented string, unless its metadata says otherwise.
 pub const SEGMENT: u64 = 4096;
+/// Bytes per segment of a HyperLogLog's value (its 16,384 dense registers span 24 of them).
+pub const HLL_SEGMENT: u64 = 512;
+/// The segment sizes a metadata body may name (log2): 64 bytes to 1 MiB.
+const SEGMENT_SHIFTS: std::ops::RangeInclusive<u8> = 6..=20;
 /// The longest value a partial write keeps inline.
 pub const INLINE_MAX: u64 = 4096;
 
@@ -50,6 +59,15 @@ impl Meta {
     /// Whether this string keeps its value in segments.
     pub fn is_segmented(&self) -> bool {
         self.kind == KeyType::String && self.uid != 0
+    }
+
+    /// The size of a segmented string's segments: [`SEGMENT`], or the size its metadata body
+    /// names in a ninth byte.
+    pub fn segment_size(&self) -> u64 {
+        match self.body.get(8) {
+            Some(&shift) if SEGMENT_SHIFTS.contains(&shift) => 1 << shift,
+            _ => SEGMENT,
+        }
     }
 }
 
@@ -107,12 +125,13 @@ impl View<'_> {
             return Ok(());
         }
         let mut at = start;
-        let first = segment_field(start / SEGMENT);
-        let last = segment_field((end - 1) / SEGMENT);
+        let size = meta.segment_size();
+        let first = segment_field(start / size);
+        let last = segment_field((end - 1) / size);
         if first == last {
             // One segment (GETBIT, a short GETRANGE): a point read, cheaper than a range and
             // one a bloom filter can skip.
-            let seg_start = (start / SEGMENT) * SEGMENT;
+            let seg_start = (start / size) * size;
             let value = self.element(meta.uid, &first)?.unwrap_or_default();
             let stored_end = (seg_start + value.len() as u64).min(end);
             if stored_end > at {
@@ -132,7 +151,7 @@ impl View<'_> {
             if field[..] > last[..] {
                 break;
             }
-            let seg_start = index * SEGMENT;
+            let seg_start = index * size;
             if seg_start > at && f(Chunk::Zeros(seg_start - at)).is_break() {
                 return Ok(());
             }
@@ -168,6 +187,8 @@ pub struct StringEdit<'v> {
     dirty: BTreeSet<u64>,
     /// The incarnation of the segmented value (0 while inline).
     uid: u64,
+    /// The size of its segments (of those it will have, while inline).
+    segment: u64,
     /// The value's expiry, kept by the edit.
     expire_at_ms: u64,
 }
@@ -177,12 +198,31 @@ impl<'v> StringEdit<'v> {
     pub fn new(view: View<'v>, before: Option<Meta>) -> Self {
         let len = before.as_ref().map_or(0, Meta::string_len);
         let expire_at_ms = before.as_ref().map_or(0, |m| m.expire_at_ms);
-        let (inline, uid) = match &before {
-            Some(m) if m.is_segmented() => (None, m.uid),
-            Some(m) => (Some(m.body.to_vec()), 0),
-            None => (Some(Vec::new()), 0),
+        let (inline, uid, segment) = match &before {
+            Some(m) if m.is_segmented() => (None, m.uid, m.segment_size()),
+            Some(m) => (Some(m.body.to_vec()), 0, SEGMENT),
+            None => (Some(Vec::new()), 0, SEGMENT),
         };
-        StringEdit { view, before, len, inline, segments: BTreeMap::new(), dirty: BTreeSet::new(), uid, expire_at_ms }
+        StringEdit {
+            view,
+            before,
+            len,
+            inline,
+            segments: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            uid,
+            segment,
+            expire_at_ms,
+        }
+    }
+
+    /// Segments of `size` bytes (a power of two from 64 bytes to 1 MiB) if this edit turns
+    /// the value into segments; a value already segmented keeps its size.
+    pub fn prefer_segment(&mut self, size: u64) {
+        debug_assert!(size.is_power_of_two() && SEGMENT_SHIFTS.contains(&(size.trailing_zeros() as u8)));
+        if self.inline.is_some() {
+            self.segment = size;
+        }
     }
 
     /// Whether the key did not exist before the edit.
@@ -212,8 +252,8 @@ impl<'v> StringEdit<'v> {
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            let (index, within) = (at / SEGMENT, (at % SEGMENT) as usize);
-            let n = (buf.len() - done).min(SEGMENT as usize - within);
+            let (index, within) = (at / self.segment, (at % self.segment) as usize);
+            let n = (buf.len() - done).min(self.segment as usize - within);
             let seg = self.segment(index)?;
             if within < seg.len() {
                 let m = n.min(seg.len() - within);
@@ -236,9 +276,9 @@ impl<'v> StringEdit<'v> {
         let mut done = 0;
         while done < data.len() {
             let at = offset + done as u64;
-            let (index, within) = (at / SEGMENT, (at % SEGMENT) as usize);
-            let n = (data.len() - done).min(SEGMENT as usize - within);
-            if within == 0 && n == SEGMENT as usize {
+            let (index, within) = (at / self.segment, (at % self.segment) as usize);
+            let n = (data.len() - done).min(self.segment as usize - within);
+            if within == 0 && n == self.segment as usize {
                 self.segments.insert(index, data[done..done + n].to_vec());
             } else {
                 let seg = self.segment(index)?;
@@ -275,7 +315,7 @@ impl<'v> StringEdit<'v> {
         }
         let Some(v) = self.inline.take() else { return };
         self.uid = self.view.storage.new_uid();
-        for (index, chunk) in v.chunks(SEGMENT as usize).enumerate() {
+        for (index, chunk) in v.chunks(self.segment as usize).enumerate() {
             if chunk.iter().any(|&b| b != 0) {
                 self.segments.insert(index as u64, chunk.to_vec());
                 self.dirty.insert(index as u64);
@@ -318,12 +358,11 @@ impl<'v> StringEdit<'v> {
                         self.view.put_element(batch, self.uid, &segment_field(*index), &seg[..used]);
                     }
                 }
-                Meta {
-                    kind: KeyType::String,
-                    expire_at_ms,
-                    uid: self.uid,
-                    body: Bytes::copy_from_slice(&self.len.to_le_bytes()),
+                let mut body = self.len.to_le_bytes().to_vec();
+                if self.segment != SEGMENT {
+                    body.push(self.segment.trailing_zeros() as u8);
                 }
+                Meta { kind: KeyType::String, expire_at_ms, uid: self.uid, body: Bytes::from(body) }
             }
         };
         self.view.put_meta(batch, key, &meta);
@@ -442,6 +481,45 @@ mod tests {
         assert!(segments(&s, &meta).is_empty());
         let entries: u64 = s.engine().live_files().iter().map(|f| f.entries).sum();
         assert_eq!(entries, 2, "the string's metadata and the layout record");
+    }
+
+    #[test]
+    fn a_value_keeps_the_segment_size_it_was_segmented_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let value: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8 + 1).collect();
+        let edit_with = |key: &[u8], size: Option<u64>, at: u64, data: &[u8]| {
+            let cx = ExecContext::new();
+            let v = s.view(&cx, 0);
+            let mut e = StringEdit::new(v, v.get(key).unwrap());
+            if let Some(size) = size {
+                e.prefer_segment(size);
+            }
+            e.write(at, data).unwrap();
+            let mut b = lsm::WriteBatch::new();
+            let meta = e.finish(&mut b, key);
+            s.write(&cx, b).unwrap();
+            meta
+        };
+        let small = edit_with(b"hll", Some(HLL_SEGMENT), 0, &value);
+        assert_eq!((small.segment_size(), small.body.len()), (HLL_SEGMENT, 9));
+        let segs = segments(&s, &small);
+        assert_eq!(segs.len(), 10_000usize.div_ceil(HLL_SEGMENT as usize));
+        assert!(segs.iter().all(|(_, seg)| seg.len() as u64 <= HLL_SEGMENT));
+        // Later edits, asked or not, keep the size; reads cross segment ends correctly.
+        let small = edit_with(b"hll", None, 1000, b"xyz");
+        assert_eq!(small.segment_size(), HLL_SEGMENT);
+        let mut model = value.clone();
+        model[1000..1003].copy_from_slice(b"xyz");
+        let cx = ExecContext::new();
+        let v = s.view(&cx, 0);
+        assert!(v.string_range(&small, 0, 20_000).unwrap()[..] == model[..]);
+        assert_eq!(&v.string_range(&small, 1022, 1026).unwrap()[..], &model[1022..1026]);
+        // A value first segmented with the default size keeps that one.
+        edit_with(b"big", None, 0, &value);
+        let big = edit_with(b"big", Some(HLL_SEGMENT), 0, b"a");
+        assert_eq!((big.segment_size(), big.body.len()), (SEGMENT, 8));
+        assert_eq!(segments(&s, &big).len(), 3);
     }
 
     #[test]
