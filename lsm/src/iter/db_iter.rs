@@ -152,6 +152,8 @@ impl DbIterator {
     /// seeks to it, `seek_to_last` is `seek_for_prev` of the upper bound, …).
     pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
         self.lower = lower;
+        // The merge drops sources that pass the upper bound (see `MergingIterator`).
+        self.iter.set_upper_bound(upper.clone());
         self.upper = upper;
     }
 

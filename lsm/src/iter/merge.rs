@@ -2,6 +2,14 @@
 //!
 //! Children are given newest source first; equal keys (which distinct sequence numbers make rare)
 //! come out in child order.
+//!
+//! Going forward with an upper bound on user keys ([`MergingIterator::set_upper_bound`], which
+//! a bounded [`DbIterator`](super::DbIterator) passes down), a child whose key passes the bound
+//! leaves the heap while others remain: nothing it holds further on can come out. The bound
+//! is a hint, not a filter: the last child left goes on past it (comparing it with the bound
+//! would repeat the check the bounded cursor makes anyway). A range read whose records one
+//! source holds (a collection written since the last flush, the head of a list) then steps
+//! through that source alone, without comparing each key against the positions of the others.
 
 use std::cmp::Ordering;
 
@@ -21,6 +29,8 @@ pub struct MergingIterator {
     /// Indexes of valid children; `heap[0]` is the current one.
     heap: Vec<usize>,
     direction: Direction,
+    /// No key past this (a user key) comes out going forward.
+    upper: std::ops::Bound<Vec<u8>>,
 }
 
 impl std::fmt::Debug for MergingIterator {
@@ -35,7 +45,31 @@ impl std::fmt::Debug for MergingIterator {
 impl MergingIterator {
     /// Merges `children` (newest first).
     pub fn new(children: Vec<BoxedIter>) -> Self {
-        MergingIterator { children, heap: Vec::new(), direction: Direction::Forward }
+        MergingIterator { children, heap: Vec::new(), direction: Direction::Forward, upper: std::ops::Bound::Unbounded }
+    }
+
+    /// Bounds the user keys going forward (`Unbounded` lifts the bound): a child positioned
+    /// past the bound drops out of the heap while another remains (keys past the bound may
+    /// still come out: the caller enforces its bounds). Changed while positioned, the heap is
+    /// rebuilt, so a child dropped under a narrower bound comes back.
+    pub fn set_upper_bound(&mut self, upper: std::ops::Bound<Vec<u8>>) {
+        self.upper = upper;
+        if !self.heap.is_empty() {
+            self.rebuild(self.direction);
+        }
+    }
+
+    /// True when going forward, child `i` (valid) stands past the upper bound.
+    fn past_upper(&self, i: usize) -> bool {
+        if self.direction == Direction::Reverse {
+            return false;
+        }
+        let user = key::user_key(self.children[i].key());
+        match &self.upper {
+            std::ops::Bound::Excluded(u) => key::compare_bytes(user, u).is_ge(),
+            std::ops::Bound::Included(u) => key::compare_bytes(user, u).is_gt(),
+            std::ops::Bound::Unbounded => false,
+        }
     }
 
     /// True when child `a` should come out before child `b`.
@@ -70,7 +104,7 @@ impl MergingIterator {
 
     fn rebuild(&mut self, direction: Direction) {
         self.direction = direction;
-        self.heap = (0..self.children.len()).filter(|&i| self.children[i].valid()).collect();
+        self.heap = (0..self.children.len()).filter(|&i| self.children[i].valid() && !self.past_upper(i)).collect();
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
         }
@@ -90,7 +124,10 @@ impl MergingIterator {
 
     /// After the current child moved, restore the heap.
     fn fix_top(&mut self) {
-        if !self.children[self.heap[0]].valid() {
+        // (A lone child stays past the bound: there is nothing left to compare it with, and
+        // the cursor above checks its bounds anyway.)
+        let top = self.heap[0];
+        if !self.children[top].valid() || (self.heap.len() > 1 && self.past_upper(top)) {
             self.heap.swap_remove(0);
         }
         if !self.heap.is_empty() {
@@ -220,6 +257,39 @@ mod tests {
     fn user(it: &MergingIterator) -> (String, u64) {
         let p = key::parse(it.key()).unwrap();
         (String::from_utf8(p.user_key.to_vec()).unwrap(), p.seq)
+    }
+
+    #[test]
+    fn an_upper_bound_drops_sources_past_it_and_loses_nothing_below_it() {
+        let children =
+            || vec![mem(&[("a", 5), ("b", 6), ("x", 7)]), mem(&[("c", 1), ("d", 2)]), mem(&[("b", 3), ("y", 4)])];
+        let walk = |it: &mut MergingIterator| {
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push(user(it));
+                it.next().unwrap();
+            }
+            out
+        };
+        let mut it = MergingIterator::new(children());
+        it.set_upper_bound(std::ops::Bound::Excluded(b"c".to_vec()));
+        it.seek_to_first().unwrap();
+        assert_eq!(it.heap.len(), 2, "the source positioned on c is out");
+        it.next().unwrap();
+        it.next().unwrap();
+        assert_eq!(it.heap.len(), 1, "the first source moved on to x");
+        assert_eq!(walk(&mut it), vec![("b".into(), 3), ("y".into(), 4)], "the last source goes on");
+        // Included bounds keep their key; lifting the bound while positioned brings the sources back.
+        it.set_upper_bound(std::ops::Bound::Included(b"c".to_vec()));
+        it.seek(&key::seek_key(b"b", 100)).unwrap();
+        assert_eq!(user(&it), ("b".into(), 6));
+        it.set_upper_bound(std::ops::Bound::Unbounded);
+        let rest: Vec<String> = walk(&mut it).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(rest, ["b", "b", "c", "d", "x", "y"]);
+        // Backward, the bound does not apply (a cursor's own bounds do).
+        it.set_upper_bound(std::ops::Bound::Excluded(b"c".to_vec()));
+        it.seek_to_last().unwrap();
+        assert_eq!(user(&it), ("y".into(), 4));
     }
 
     #[test]

@@ -278,7 +278,9 @@ fn lset(s: &mut Session, args: &[Bytes]) -> Reply {
 fn slice(view: &View, meta: &Meta, start: u64, end: u64, each: impl FnMut(&[u8])) -> Result<(), Reply> {
     let h = Header::of(meta);
     let from = index_key(h.head + start);
-    view.values_from(meta.uid, &from, (end - start + 1) as usize, each).map_err(engine_error)
+    let to = h.head.checked_add(end + 1).map(index_key);
+    view.values_from(meta.uid, (&from, to.as_ref().map(|t| &t[..])), (end - start + 1) as usize, each)
+        .map_err(engine_error)
 }
 
 /// Clamps Redis `start stop` indexes to `0..len`; `None` for an empty range.

@@ -256,12 +256,19 @@ impl<'a> View<'a> {
         batch.delete_range(element_key(self.pdb, uid, from), element_key(self.pdb, uid, to));
     }
 
-    /// The values of up to `n` elements of `uid` from field `from` on, in field order (a list's
-    /// LRANGE), each handed to `each` as it is read: one engine cursor, no copy of keys or
-    /// values outside a transaction.
-    pub fn values_from(&self, uid: u64, from: &[u8], n: usize, mut each: impl FnMut(&[u8])) -> lsm::Result<()> {
+    /// The values of up to `n` elements of `uid` from field `from` on and below field `to` (to
+    /// the last without one), in field order (a list's LRANGE), each handed to `each` as it is
+    /// read: one engine cursor, no copy of keys or values outside a transaction. A tight `to`
+    /// lets the engine leave out the sources that hold only elements past it.
+    pub fn values_from(
+        &self,
+        uid: u64,
+        (from, to): (&[u8], Option<&[u8]>),
+        n: usize,
+        mut each: impl FnMut(&[u8]),
+    ) -> lsm::Result<()> {
         let start = element_key(self.pdb, uid, from);
-        let end = prefix_end(&element_key(self.pdb, uid, b""));
+        let end = to.map_or_else(|| prefix_end(&element_key(self.pdb, uid, b"")), |to| element_key(self.pdb, uid, to));
         if !self.cx.may_step(n) {
             return Err(lsm::Error::WouldBlock);
         }
