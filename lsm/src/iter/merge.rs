@@ -64,10 +64,10 @@ impl MergingIterator {
         if self.direction == Direction::Reverse {
             return false;
         }
-        let user = key::user_key(self.children[i].key());
+        let user = || key::user_key(self.children[i].key());
         match &self.upper {
-            std::ops::Bound::Excluded(u) => key::compare_bytes(user, u).is_ge(),
-            std::ops::Bound::Included(u) => key::compare_bytes(user, u).is_gt(),
+            std::ops::Bound::Excluded(u) => key::compare_bytes(user(), u).is_ge(),
+            std::ops::Bound::Included(u) => key::compare_bytes(user(), u).is_gt(),
             std::ops::Bound::Unbounded => false,
         }
     }
