@@ -5,7 +5,9 @@
 //! parser works in place on the connection's buffer and hands out arguments as [`bytes::Bytes`]
 //! slices of it, without copying. Replies are [`Reply`] values encoded for RESP2 or, after
 //! `HELLO 3`, RESP3 (maps, sets, doubles, nulls, booleans, pushes), with RESP2 fallbacks as Redis
-//! makes them.
+//! makes them. A range read's many bulk strings (LRANGE, SMEMBERS, HGETALL, ZRANGE, …) are
+//! framed into one buffer as the engine hands them out ([`BulkArray`]), not built as a `Reply`
+//! each.
 
 mod reply;
 mod request;
