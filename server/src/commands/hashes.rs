@@ -203,10 +203,8 @@ fn hstrlen(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-/// Every (field, value) of the hash at `key` (empty if absent), a compact hash's in insertion
-/// order.
-/// The fields of the hash at `key` framed into `out` by `push(out, field, value)`, in
-/// HGETALL's order.
+/// Every (field, value) of the hash at `key` framed into `out` by `push(out, field, value)`
+/// (nothing if absent), a compact hash's in insertion order.
 fn all_fields(s: &Session, key: &[u8], mut out: BulkArray, push: impl Fn(&mut BulkArray, &[u8], &[u8])) -> Reply {
     let view = s.state.storage.view(&s.exec, s.db);
     let meta = match hash(&view, key) {
