@@ -426,4 +426,6 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
 }
 
 #[cfg(test)]
+mod range_reply_tests;
+#[cfg(test)]
 mod tests;

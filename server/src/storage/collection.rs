@@ -272,25 +272,54 @@ impl<'a> View<'a> {
         if !self.cx.may_step(n) {
             return Err(lsm::Error::WouldBlock);
         }
+        let mut left = n;
+        if left == 0 {
+            return Ok(());
+        }
+        self.walk_ranges([(start, end)], |_, value| {
+            each(value);
+            left -= 1;
+            left > 0
+        })
+    }
+
+    /// Calls `visit(key, value)` for the records of each `[start, end)` range in turn, in key
+    /// order, until it returns false: one engine cursor serves every range (a range costs a
+    /// seek), keys and values are borrowed from the engine's buffers, and every step counts
+    /// against a memory-only attempt ([`View::step`]). Inside a transaction, whose buffered
+    /// writes only [`View::raw_range`] merges in, a range at a time through it.
+    pub(super) fn walk_ranges(
+        &self,
+        ranges: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> lsm::Result<()> {
         let Some(mut it) = self.cursor() else {
-            for kv in self.cx.range(&self.storage.engine, Bound::Included(start), Bound::Excluded(end)).take(n) {
-                each(&kv?.1);
+            for (start, end) in ranges {
+                for kv in self.raw_range(Bound::Included(start), Bound::Excluded(end)) {
+                    let (key, value) = kv?;
+                    if !visit(&key, &value) {
+                        return Ok(());
+                    }
+                }
             }
             return Ok(());
         };
         let walk = (|| {
-            it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
-            it.seek(&start)?;
-            let mut left = n;
-            while it.valid() && left > 0 {
-                if !self.step() {
-                    return Err(lsm::Error::WouldBlock);
+            for (start, end) in ranges {
+                it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
+                it.seek(&start)?;
+                while it.valid() {
+                    if !self.step() {
+                        return Err(lsm::Error::WouldBlock);
+                    }
+                    if !visit(it.key(), it.value()) {
+                        return it.status();
+                    }
+                    it.next()?;
                 }
-                each(it.value());
-                left -= 1;
-                it.next()?;
+                it.status()?;
             }
-            it.status()
+            Ok(())
         })();
         self.noted_walk(walk)
     }

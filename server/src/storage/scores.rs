@@ -175,37 +175,9 @@ impl<'a> View<'a> {
         skip: usize,
         mut visit: impl FnMut(f64, &[u8]) -> bool,
     ) -> lsm::Result<()> {
-        let Some(mut it) = self.cursor() else {
-            // Inside a transaction: its writes merged in, a range at a time.
-            for (start, end) in spans {
-                for kv in self.raw_range(Bound::Included(start), Bound::Excluded(end)) {
-                    let k = kv?.0;
-                    if !visit(decode_score(&k[skip..skip + 8]), k.get(skip + 8..).unwrap_or_default()) {
-                        return Ok(());
-                    }
-                }
-            }
-            return Ok(());
-        };
-        let walk = (|| {
-            for (start, end) in spans {
-                it.set_bounds(Bound::Included(start.clone()), Bound::Excluded(end));
-                it.seek(&start)?;
-                while it.valid() {
-                    if !self.step() {
-                        return Err(lsm::Error::WouldBlock);
-                    }
-                    let k = it.key();
-                    if !visit(decode_score(&k[skip..skip + 8]), k.get(skip + 8..).unwrap_or_default()) {
-                        return it.status();
-                    }
-                    it.next()?;
-                }
-                it.status()?;
-            }
-            Ok(())
-        })();
-        self.noted_walk(walk)
+        self.walk_ranges(spans, |key, _| {
+            visit(decode_score(&key[skip..skip + 8]), key.get(skip + 8..).unwrap_or_default())
+        })
     }
 }
 

@@ -258,35 +258,18 @@ impl<'a> View<'a> {
     /// Calls `each(member, record value)` for each of the `count` members of `uid`, in pick
     /// order: what [`View::members`] yields, but borrowed from the engine's buffers rather than
     /// copied into a `Bytes` per key and value (SMEMBERS, HGETALL, … frame them straight into
-    /// their replies). One engine cursor outside a transaction, whose buffered writes only
-    /// `members` merges in.
+    /// their replies), through [`View::walk_ranges`].
     pub fn each_member(&self, uid: u64, count: u64, mut each: impl FnMut(&[u8], &[u8])) -> lsm::Result<()> {
         let prefix = pick_prefix(self.pdb(), uid);
         let skip = prefix.len() + 8;
         if !self.cx.may_step(usize::try_from(count).unwrap_or(usize::MAX)) {
             return Err(lsm::Error::WouldBlock);
         }
-        let Some(mut it) = self.cursor() else {
-            for kv in self.members(uid, Bound::Unbounded) {
-                let (member, value) = kv?;
-                each(&member, &value);
-            }
-            return Ok(());
-        };
         let end = prefix_end(&prefix);
-        let walk = (|| {
-            it.set_bounds(Bound::Included(prefix.clone()), Bound::Excluded(end));
-            it.seek(&prefix)?;
-            while it.valid() {
-                if !self.step() {
-                    return Err(lsm::Error::WouldBlock);
-                }
-                each(it.key().get(skip..).unwrap_or_default(), it.value());
-                it.next()?;
-            }
-            it.status()
-        })();
-        self.noted_walk(walk)
+        self.walk_ranges([(prefix, end)], |key, value| {
+            each(key.get(skip..).unwrap_or_default(), value);
+            true
+        })
     }
 
     fn sampler(&self, meta: &Meta) -> Sampler<'_, '_> {
