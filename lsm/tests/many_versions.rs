@@ -52,6 +52,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => key().prop_map(Step::SeekForPrev),
         3 => Just(Step::Next),
         3 => Just(Step::Prev),
+        1 => (key(), key()).prop_map(|(a, b)| Step::Range(a.clone().min(b.clone()), a.max(b))),
     ]
 }
 

@@ -58,7 +58,27 @@ fn cursor_op() -> impl Strategy<Value = Step> {
         2 => key().prop_map(Step::SeekForPrev),
         4 => Just(Step::Next),
         4 => Just(Step::Prev),
+        1 => (key(), key()).prop_map(|(a, b)| Step::Range(a.clone().min(b.clone()), a.max(b))),
     ]
+}
+
+/// Ranges in key order read with one cursor, stepping forward through each (sometimes
+/// backward too): the walk whose later seeks move only the sources behind them.
+fn ranges_walk() -> impl Strategy<Value = Vec<Step>> {
+    (proptest::collection::vec(key(), 2..12), proptest::collection::vec(0usize..6, 6), any::<bool>()).prop_map(
+        |(mut keys, nexts, with_prev)| {
+            keys.sort();
+            let mut steps = Vec::new();
+            for (i, pair) in keys.chunks_exact(2).enumerate() {
+                steps.push(Step::Range(pair[0].clone(), pair[1].clone()));
+                steps.extend(std::iter::repeat_n(Step::Next, nexts[i % nexts.len()]));
+                if with_prev && i == 1 {
+                    steps.push(Step::Prev);
+                }
+            }
+            steps
+        },
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -73,6 +93,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<bool>().prop_map(|reverse| Op::Scan { reverse }),
         2 => (key(), key(), any::<bool>()).prop_map(|(a, b, r)| Op::Range(a, b, r)),
         4 => proptest::collection::vec(cursor_op(), 1..12).prop_map(Op::Cursor),
+        2 => ranges_walk().prop_map(Op::Cursor),
         2 => Just(Op::TakeSnapshot),
         3 => (any::<usize>(), key()).prop_map(|(i, k)| Op::ReadSnapshot(i, k)),
         1 => any::<usize>().prop_map(Op::ScanSnapshot),

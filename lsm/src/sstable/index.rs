@@ -239,6 +239,13 @@ impl Index {
         }
     }
 
+    /// True when [`find`](Self::find) of `target` is block `i` (`i < len()`): the separators on
+    /// either side of `target` are `i - 1` and `i`. Two comparisons, where `find` makes a
+    /// binary search: a cursor seeking ahead within its block asks this first.
+    pub(super) fn finds_at(&self, i: usize, target: &[u8]) -> bool {
+        i < self.len() && !self.compare(i, target).is_lt() && (i == 0 || self.compare(i - 1, target).is_lt())
+    }
+
     /// The first block whose separator is `>= target` (`len()` if none).
     pub(super) fn find(&self, target: &[u8]) -> usize {
         if self.len() == 0 {

@@ -527,8 +527,12 @@ impl InternalIterator for TableIter {
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let r = (|| {
-            self.pos = self.table.index.find(target);
-            self.load_data_block()?;
+            // A target in the block already loaded (a cursor seeking a little ahead: the next
+            // score range of a GEOSEARCH, past a key's old versions) seeks in it.
+            if self.data.is_none() || !self.table.index.finds_at(self.pos, target) {
+                self.pos = self.table.index.find(target);
+                self.load_data_block()?;
+            }
             if let Some(d) = self.data.as_mut() {
                 d.seek(target)?;
             }

@@ -157,6 +157,38 @@ fn seek_and_seek_for_prev_between_blocks() {
 }
 
 #[test]
+fn seeks_from_a_positioned_cursor_land_where_a_fresh_cursor_does() {
+    // One cursor seeking ahead (within its block, to a later block, past the end), back, and
+    // stepping between seeks: each seek may reuse the block it holds, and must land where a
+    // new cursor's seek lands.
+    let es = entries(400);
+    let t = build(&es, Compression::None, 256);
+    let mut it = t.iter();
+    let mut i: u64 = 0;
+    for round in 0..600u64 {
+        i = match round % 7 {
+            0 => i + 1,
+            1 => i + 2,
+            2 => i.saturating_sub(5),
+            3 => i + 40,
+            4 => (i * 7919) % 1300,
+            _ => i + 3,
+        };
+        let target = key::seek_key(format!("k{i:06}").as_bytes(), u64::MAX >> 8);
+        it.seek(&target).unwrap();
+        let mut fresh = t.iter();
+        fresh.seek(&target).unwrap();
+        assert_eq!(it.valid(), fresh.valid(), "seek {i} (round {round})");
+        if fresh.valid() {
+            assert_eq!((it.key(), it.value()), (fresh.key(), fresh.value()), "seek {i} (round {round})");
+            if round % 3 == 0 {
+                it.next().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
 fn keys_out_of_order_are_rejected() {
     let mut b = TableBuilder::new(Vec::new(), TableOptions::default()).unwrap();
     b.add(&make_internal_key(b"b", 1, ValueKind::Put), b"").unwrap();

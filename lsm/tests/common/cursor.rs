@@ -14,6 +14,10 @@ pub enum Step {
     SeekForPrev(Vec<u8>),
     Next,
     Prev,
+    /// New bounds `lo..hi`, then a seek to `lo`: a read of many ranges with one cursor, as a
+    /// GEOSEARCH's cells or a sorted set's score spans are read (ranges in key order let the
+    /// cursor keep the sources it need not move).
+    Range(Vec<u8>, Vec<u8>),
 }
 
 /// A cursor (with `lower..upper` bounds when given) walked through `steps` must stop where the
@@ -21,18 +25,22 @@ pub enum Step {
 pub fn check_walk(
     db: &Db,
     opts: &ReadOptions,
-    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    full: &BTreeMap<Vec<u8>, Vec<u8>>,
     bounds: Option<(Vec<u8>, Vec<u8>)>,
     steps: &[Step],
 ) {
     let mut it = db.iter(opts);
-    let model: BTreeMap<Vec<u8>, Vec<u8>> = match &bounds {
-        Some((lo, hi)) => model
-            .range::<Vec<u8>, _>((Bound::Included(lo), Bound::Excluded(hi)))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        None => model.clone(),
+    let within = |bounds: &Option<(Vec<u8>, Vec<u8>)>| -> BTreeMap<Vec<u8>, Vec<u8>> {
+        match bounds {
+            Some((lo, hi)) if lo <= hi => full
+                .range::<Vec<u8>, _>((Bound::Included(lo), Bound::Excluded(hi)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            Some(_) => BTreeMap::new(),
+            None => full.clone(),
+        }
     };
+    let mut model = within(&bounds);
     if let Some((lo, hi)) = bounds {
         it.set_bounds(Bound::Included(lo), Bound::Excluded(hi));
     }
@@ -54,6 +62,12 @@ pub fn check_walk(
             Step::SeekForPrev(k) => {
                 it.seek_for_prev(k).unwrap();
                 pos = model.range(..=k.clone()).next_back().map(|(k, _)| k.clone());
+            }
+            Step::Range(lo, hi) => {
+                it.set_bounds(Bound::Included(lo.clone()), Bound::Excluded(hi.clone()));
+                it.seek(lo).unwrap();
+                model = within(&Some((lo.clone(), hi.clone())));
+                pos = model.keys().next().cloned();
             }
             Step::Next => {
                 it.next().unwrap();
