@@ -76,6 +76,14 @@ pub struct DbIterator {
     status: Option<Error>,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
+    /// Since the last forward seek, whose target was below it, the upper bound has stayed put:
+    /// every entry the merge stepped over since is below it.
+    bounded_walk: bool,
+    /// The upper bound such a walk ended under, kept when the bounds change: a seek at or
+    /// past it moves only the sources behind the target ([`MergingIterator::seek_ahead`]), so
+    /// a read of many ranges in key order (a GEOSEARCH's boxes, a sorted set's score spans)
+    /// does not re-seek every source for each range.
+    fence: Bound<Vec<u8>>,
     /// Entries examined, tombstones among them and seeks past old versions, not yet added to
     /// `counters`.
     entries_seen: u64,
@@ -114,6 +122,8 @@ impl DbIterator {
             status: None,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
+            bounded_walk: false,
+            fence: Bound::Unbounded,
             entries_seen: 0,
             deleted_seen: 0,
             reseeks: 0,
@@ -137,6 +147,8 @@ impl DbIterator {
             status: Some(err),
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
+            bounded_walk: false,
+            fence: Bound::Unbounded,
             entries_seen: 0,
             deleted_seen: 0,
             reseeks: 0,
@@ -154,7 +166,26 @@ impl DbIterator {
         self.lower = lower;
         // The merge drops sources that pass the upper bound (see `MergingIterator`).
         self.iter.set_upper_bound(upper.clone());
-        self.upper = upper;
+        let old = std::mem::replace(&mut self.upper, upper);
+        let walked = self.bounded_walk && self.direction == Direction::Forward && self.status.is_none();
+        self.fence = if walked { old } else { Bound::Unbounded };
+        self.bounded_walk = false;
+    }
+
+    /// True when a forward seek to the user key `target` may take the merge's `seek_ahead`.
+    fn past_fence(&self, target: &[u8]) -> bool {
+        self.direction == Direction::Forward
+            && match &self.fence {
+                Bound::Excluded(f) => target >= f.as_slice(),
+                Bound::Included(f) => target > f.as_slice(),
+                Bound::Unbounded => false,
+            }
+    }
+
+    /// Forgets what a forward walk knew (any backward positioning).
+    fn leave_walk(&mut self) {
+        self.bounded_walk = false;
+        self.fence = Bound::Unbounded;
     }
 
     fn below_upper(&self, k: &[u8]) -> bool {
@@ -232,6 +263,8 @@ impl DbIterator {
         self.run(|s| {
             s.direction = Direction::Forward;
             s.saved_key.clear();
+            s.fence = Bound::Unbounded;
+            s.bounded_walk = true;
             s.iter.seek_to_first()?;
             s.find_next_user_entry(false)
         })
@@ -246,6 +279,7 @@ impl DbIterator {
         self.run(|s| {
             s.direction = Direction::Reverse;
             s.saved_value.clear();
+            s.leave_walk();
             s.iter.seek_to_last()?;
             s.find_prev_user_entry()
         })
@@ -254,20 +288,27 @@ impl DbIterator {
     /// Positions at the first key `>= target` (and within the lower bound).
     pub fn seek(&mut self, target: &[u8]) -> Result<()> {
         self.run(|s| {
-            s.direction = Direction::Forward;
-            s.saved_key.clear();
             // A target below the lower bound starts at the bound (past it, if excluded).
             let (ikey, past) = match &s.lower {
                 Bound::Included(l) if target < l.as_slice() => (key::seek_key(l, s.seq), false),
                 Bound::Excluded(l) if target <= l.as_slice() => (key::seek_key(l, s.seq), true),
                 _ => (key::seek_key(target, s.seq), false),
             };
+            let ahead = s.past_fence(key::user_key(&ikey));
+            s.direction = Direction::Forward;
+            s.saved_key.clear();
             if past {
                 if let Bound::Excluded(l) = &s.lower {
                     s.saved_key.extend_from_slice(l);
                 }
             }
-            s.iter.seek(&ikey)?;
+            s.fence = Bound::Unbounded;
+            s.bounded_walk = s.below_upper(key::user_key(&ikey));
+            if ahead {
+                s.iter.seek_ahead(&ikey)?;
+            } else {
+                s.iter.seek(&ikey)?;
+            }
             s.find_next_user_entry(past)
         })
     }
@@ -277,6 +318,7 @@ impl DbIterator {
         self.run(|s| {
             s.direction = Direction::Reverse;
             s.saved_value.clear();
+            s.leave_walk();
             // The last internal key for a user key is its oldest version: sequence 0, kind
             // Delete; the one before all of an excluded bound's entries is its newest possible.
             let ikey = match &s.upper {
@@ -300,6 +342,7 @@ impl DbIterator {
         self.run(|s| {
             if s.direction == Direction::Reverse {
                 s.direction = Direction::Forward;
+                s.leave_walk();
                 // The inner cursor is just before the entries of `saved_key`: step into them; the
                 // skipping below then passes them.
                 if s.iter.valid() {
@@ -322,6 +365,7 @@ impl DbIterator {
             return Ok(());
         }
         self.run(|s| {
+            s.leave_walk();
             if s.direction == Direction::Forward {
                 // Step back past every entry of the current key (newer versions than the
                 // snapshot's lie before it: past a few of them, seek).

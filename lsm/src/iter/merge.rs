@@ -59,6 +59,28 @@ impl MergingIterator {
         }
     }
 
+    /// [`seek`](InternalIterator::seek) for a caller that knows `target` is at or past its last
+    /// forward seek and past every entry stepped over since (a cursor that stopped at its
+    /// upper bound and seeks at or past that bound: the next range of a multi-range read).
+    /// Every child then sits on its first entry past what was consumed, so only those
+    /// behind `target` move — dropped past the bound or not — and an exhausted one stays
+    /// exhausted. After a backward move it is a plain seek.
+    pub(crate) fn seek_ahead(&mut self, target: &[u8]) -> Result<()> {
+        if self.direction != Direction::Forward {
+            return self.seek(target);
+        }
+        for c in &mut self.children {
+            if c.valid() && key::compare(c.key(), target) == Ordering::Less {
+                if let Err(e) = c.seek(target) {
+                    self.heap.clear();
+                    return Err(e);
+                }
+            }
+        }
+        self.rebuild(Direction::Forward);
+        Ok(())
+    }
+
     /// True when going forward, child `i` (valid) stands past the upper bound.
     fn past_upper(&self, i: usize) -> bool {
         if self.direction == Direction::Reverse {
