@@ -300,22 +300,48 @@ struct Found {
     score: f64,
     long: f64,
     lat: f64,
+    /// Which of the search's cells (in Redis's order) holds it.
+    cell: usize,
 }
 
-/// The members of `meta` inside `search` (stopping at `limit` found, 0: no limit).
+/// The members of `meta` inside `search` (stopping at `limit` found, 0: no limit), in
+/// Redis's order: cell by cell (centre, north, south, east, west, then the corners), each in
+/// score order.
+///
+/// Without a limit, the cells are read in key order — one cursor moving forward, each seek
+/// starting where the last range ended — and the members put back in cell order. Redis
+/// stops a `COUNT … ANY` search at the first `count` members in cell order, so one with a
+/// limit reads the cells in that order, as Redis does.
 fn find(s: &Session, meta: &Meta, search: &Search, limit: usize) -> Result<Vec<Found>, Reply> {
     let view = s.state.storage.view(&s.exec, s.db);
     let cells: Vec<(f64, f64)> = search.cells().into_iter().map(geohash::score_range).collect();
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by(|&a, &b| cells[a].0.total_cmp(&cells[b].0));
+    // Cells of one step never overlap unless one repeats (Redis skips only a repeat of the
+    // cell just before it, and reads any other twice): such a search keeps the cell order.
+    let in_key_order = limit == 0 && order.windows(2).all(|w| cells[w[0]].1 <= cells[w[1]].0);
+    if !in_key_order {
+        order = (0..cells.len()).collect();
+    }
+    let ranges: Vec<(f64, f64)> = order.iter().map(|&i| cells[i]).collect();
     let mut found = Vec::new();
-    view.scores_in(meta, &cells, |score, member| {
+    let mut at = 0;
+    view.scores_in(meta, &ranges, |score, member| {
+        while in_key_order && at + 1 < ranges.len() && score >= ranges[at].1 {
+            at += 1;
+        }
         if let Some((long, lat)) = geohash::position(score) {
             if let Some(dist) = search.contains(long, lat) {
-                found.push(Found { member: Bytes::copy_from_slice(member), dist, score, long, lat });
+                found.push(Found { member: Bytes::copy_from_slice(member), dist, score, long, lat, cell: order[at] });
             }
         }
         limit == 0 || found.len() < limit
     })
     .map_err(engine_error)?;
+    if in_key_order {
+        // Stable: each cell's members stay in score order.
+        found.sort_by_key(|f| f.cell);
+    }
     Ok(found)
 }
 
