@@ -106,7 +106,7 @@ pub fn repair(dir: impl AsRef<Path>, opts: Options) -> Result<RepairReport> {
         if !mem.is_empty() {
             let number = next_number;
             next_number += 1;
-            if let Some(f) = build_table_file(dir, number, &mem, &table_opts, None)? {
+            if let Some(f) = build_table_file(dir, number, &mem, &table_opts, None, &[])? {
                 report.tables_kept.push(number);
                 edit.added.push((0, f));
             }

@@ -25,7 +25,6 @@ impl SnapshotList {
     }
 
     /// Sequence numbers of all live snapshots, ascending.
-    #[allow(dead_code)] // read by compaction
     pub(crate) fn all(&self) -> Vec<u64> {
         self.seqs.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect()
     }

@@ -102,6 +102,46 @@ fn snapshots_see_a_frozen_view_across_flushes() {
 }
 
 #[test]
+fn a_flush_writes_only_the_versions_some_reader_can_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let entries_flushed = |db: &Db| db.live_files().iter().filter(|f| f.level == 0).map(|f| f.entries).sum::<u64>();
+    // A counter rewritten a thousand times, and a key deleted after many writes: one version
+    // each reaches the table (the tombstone stays: a table below may hold the key).
+    for i in 0..1000u32 {
+        db.put(b"counter", i.to_string()).unwrap();
+        db.put(b"gone", i.to_string()).unwrap();
+    }
+    db.delete(b"gone").unwrap();
+    db.flush().unwrap();
+    assert_eq!(entries_flushed(&db), 2);
+    assert_eq!(db.get(b"counter").unwrap().as_deref(), Some(&b"999"[..]));
+    assert_eq!(db.get(b"gone").unwrap(), None);
+
+    // Snapshots split the versions into stripes: the newest of each stripe stays.
+    for i in 0..10u32 {
+        db.put(b"k", format!("a{i}")).unwrap();
+    }
+    let first = db.snapshot();
+    for i in 0..10u32 {
+        db.put(b"k", format!("b{i}")).unwrap();
+    }
+    let second = db.snapshot();
+    db.delete(b"k").unwrap();
+    db.put(b"k", b"c").unwrap();
+    db.flush().unwrap();
+    assert_eq!(entries_flushed(&db), 2 + 3, "a9, b9 and c");
+    let at = |s| db.get_with(b"k", &ReadOptions::new().snapshot(s)).unwrap();
+    assert_eq!(at(&first).as_deref(), Some(&b"a9"[..]));
+    assert_eq!(at(&second).as_deref(), Some(&b"b9"[..]));
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"c"[..]));
+    drop((first, second));
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!((db.get(b"k").unwrap().as_deref(), db.get(b"gone").unwrap()), (Some(&b"c"[..]), None));
+}
+
+#[test]
 fn cursor_seeks_and_changes_direction() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small()).unwrap();

@@ -10,13 +10,24 @@ use super::{lock, DbInner, SuperVersion};
 use crate::cache::BlockCache;
 use crate::filename;
 use crate::iter::InternalIterator;
+use crate::key;
 use crate::manifest::{NewFile, VersionEdit};
 use crate::memtable::Memtable;
 use crate::sstable::{TableBuilder, TableOptions};
 use crate::{Result, SyncMode};
 
 /// Writes a memtable's entries and range tombstones to table `number` in `dir`; `None` if it
-/// holds nothing. The file is fsynced; on failure it is removed. With `cache`, its data blocks
+/// holds nothing. The file is fsynced; on failure it is removed.
+///
+/// As RocksDB's flush does, a version shadowed by a newer one of the same key that every
+/// snapshot able to see it would see instead (both between the same two of `snapshots`, the
+/// live snapshots' sequence numbers, ascending) is left out: a key overwritten a thousand
+/// times since the last flush — a counter, a list's metadata, a bitmap segment each SETBIT
+/// rewrites — reaches level 0 once, not a thousand times, and no later read or compaction
+/// steps over the rest. Every write of the memtable is visible by the time it is flushed (a
+/// memtable is frozen between write groups), so a reader without a snapshot reads at or past
+/// all of them. Tombstones are kept (older versions may lie in tables), and range tombstones
+/// are all written. With `cache`, its data blocks
 /// go into that block cache as they are written (see [`crate::Options::prepopulate_block_cache`];
 /// uncompressed ones only for a table read with `pread`).
 pub(crate) fn build_table(
@@ -25,6 +36,7 @@ pub(crate) fn build_table(
     mem: &Arc<Memtable>,
     opts: &TableOptions,
     cache: Option<(Arc<BlockCache>, crate::TableReadMode)>,
+    snapshots: &[u64],
 ) -> Result<Option<NewFile>> {
     let mut iter = mem.iter();
     iter.seek_to_first()?;
@@ -44,9 +56,31 @@ pub(crate) fn build_table(
         for t in tombstones {
             b.add_range_tombstone(t);
         }
+        // The user key of the last version written, and its stripe: the first snapshot that
+        // sees it (`snapshots.len()`: only readers without one).
+        let mut last_key: Vec<u8> = Vec::new();
+        let mut last_stripe: Option<usize> = None;
+        let mut shadowed = 0u64;
         while iter.valid() {
-            b.add(iter.key(), iter.value())?;
+            let ikey = iter.key();
+            let (user, seq) = (key::user_key(ikey), key::trailer(ikey) >> 8);
+            let stripe = snapshots.partition_point(|&s| s < seq);
+            if user == last_key.as_slice() {
+                if last_stripe == Some(stripe) {
+                    shadowed += 1;
+                    iter.next()?;
+                    continue;
+                }
+            } else {
+                last_key.clear();
+                last_key.extend_from_slice(user);
+            }
+            last_stripe = Some(stripe);
+            b.add(ikey, iter.value())?;
             iter.next()?;
+        }
+        if shadowed > 0 {
+            tracing::debug!(target: "lsm::flush", table = number, shadowed, "left out versions no reader can see");
         }
         finish_table_file(&path, number, b, opts)
     })();
@@ -124,7 +158,8 @@ impl DbInner {
         // compaction is about to remove: not worth the cache.
         let cache = (options.prepopulate_block_cache && !imm.has_range_tombstones() && !imm.is_dropped())
             .then(|| (Arc::clone(self.tables.block_cache()), options.table_read_mode));
-        let file = build_table(&self.dir, number, imm, &opts, cache)?;
+        let snapshots = self.snapshots.all();
+        let file = build_table(&self.dir, number, imm, &opts, cache, &snapshots)?;
         if let Some(f) = &file {
             // Opened now, as RocksDB does after a flush (its index and filter read while the
             // file is in the page cache): a memory-only read cannot open a table, so until a

@@ -347,7 +347,8 @@ fn flush_recovered(
         return Ok(());
     }
     let number = versions.new_file_number();
-    if let Some(f) = build_table(dir, number, mem, opts, None)? {
+    // No snapshot exists while the database opens.
+    if let Some(f) = build_table(dir, number, mem, opts, None, &[])? {
         edit.added.push((0, f));
     }
     Ok(())
