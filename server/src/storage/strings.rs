@@ -182,8 +182,11 @@ pub struct StringEdit<'v> {
     len: u64,
     /// The whole value while it stays inline.
     inline: Option<Vec<u8>>,
-    /// Segments read or written so far (segmented mode).
+    /// Segments written so far (segmented mode), whole.
     segments: BTreeMap<u64, Vec<u8>>,
+    /// Segments only read so far, as stored (shared with the memtable or block, not copied:
+    /// a SETBIT that finds its bit already set reads one byte of one).
+    stored: BTreeMap<u64, Bytes>,
     dirty: BTreeSet<u64>,
     /// The incarnation of the segmented value (0 while inline).
     uid: u64,
@@ -209,6 +212,7 @@ impl<'v> StringEdit<'v> {
             len,
             inline,
             segments: BTreeMap::new(),
+            stored: BTreeMap::new(),
             dirty: BTreeSet::new(),
             uid,
             segment,
@@ -254,7 +258,14 @@ impl<'v> StringEdit<'v> {
             let at = offset + done as u64;
             let (index, within) = (at / self.segment, (at % self.segment) as usize);
             let n = (buf.len() - done).min(self.segment as usize - within);
-            let seg = self.segment(index)?;
+            let stored;
+            let seg: &[u8] = match self.segments.get(&index) {
+                Some(seg) => seg,
+                None => {
+                    stored = self.stored_segment(index)?;
+                    &stored
+                }
+            };
             if within < seg.len() {
                 let m = n.min(seg.len() - within);
                 buf[done..done + m].copy_from_slice(&seg[within..within + m]);
@@ -323,16 +334,29 @@ impl<'v> StringEdit<'v> {
         }
     }
 
-    /// Segment `index` as the edit sees it, read from the stored value on first use.
+    /// Segment `index` of the stored value (empty if absent, or if the edit made a new
+    /// incarnation), read once.
+    fn stored_segment(&mut self, index: u64) -> lsm::Result<Bytes> {
+        if let Some(seg) = self.stored.get(&index) {
+            return Ok(seg.clone());
+        }
+        let seg = match &self.before {
+            Some(m) if m.is_segmented() && m.uid == self.uid => {
+                self.view.element(m.uid, &segment_field(index))?.unwrap_or_default()
+            }
+            _ => Bytes::new(),
+        };
+        self.stored.insert(index, seg.clone());
+        Ok(seg)
+    }
+
+    /// Segment `index` as the edit sees it, to change: copied from the stored value on first
+    /// use.
     fn segment(&mut self, index: u64) -> lsm::Result<&mut Vec<u8>> {
         if !self.segments.contains_key(&index) {
-            let stored = match &self.before {
-                Some(m) if m.is_segmented() && m.uid == self.uid => {
-                    self.view.element(m.uid, &segment_field(index))?.map(|b| b.to_vec())
-                }
-                _ => None,
-            };
-            self.segments.insert(index, stored.unwrap_or_default());
+            let stored = self.stored_segment(index)?.to_vec();
+            self.stored.remove(&index);
+            self.segments.insert(index, stored);
         }
         Ok(self.segments.entry(index).or_default())
     }
