@@ -4,9 +4,11 @@
 //! A dense HLL is 12,304 bytes. PFADD and PFCOUNT change only some of them: a register (one
 //! or two bytes) and the header's stale-cache bit, or the cached cardinality. They edit a dense
 //! HLL in place, as SETBIT edits a bitmap ([`StringEdit`]): the first such edit keeps the value
-//! in 4 KiB segments (see `storage::strings`), and from then on a PFADD that changes a register
-//! writes the segment or two it touched, not the whole value, and a PFCOUNT whose cached
-//! cardinality is valid reads the header's segment only.
+//! in 512-byte segments (see `storage::strings`), and from then on a PFADD that changes a
+//! register writes the segment or two it touched, not the whole value, and a PFCOUNT whose
+//! cached cardinality is valid reads the header's segment only — on the connection's own task
+//! when memory holds it, as a read (it is one of `exec::in_memory::MEMORY_READS`), without
+//! the key's lock.
 
 use bytes::Bytes;
 
@@ -149,6 +151,19 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
         }
         return Reply::Integer(hyperloglog::count_registers(&max) as i64);
     }
+    if s.exec.memory_only() {
+        // On a connection's own task (`exec::in_memory`), without the key's lock as any read
+        // there: only a valid cached cardinality is answered. Anything else (a stale cache to
+        // count again and write back, an absent key, a value that is no HLL) is void and runs
+        // again on an executor thread.
+        return match cached_count(s, &args[1]) {
+            Some(card) => Reply::Integer(card as i64),
+            None => {
+                s.exec.void();
+                Reply::Integer(0)
+            }
+        };
+    }
     let _guard = s.state.storage.lock(&s.exec, s.db, [&args[1][..]]);
     // A dense HLL: a valid cached cardinality is read from the header alone, and a refreshed
     // one is written back into it.
@@ -197,6 +212,14 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     Reply::Integer(card as i64)
+}
+
+/// The valid cardinality cached in the header of the HLL at `key` (read from its first
+/// segment only, if segmented); `None` if absent, not an HLL, stale, or a read failed.
+fn cached_count(s: &Session, key: &[u8]) -> Option<u64> {
+    let meta = string_meta_at(s, key).ok()??;
+    let header = s.state.storage.view(&s.exec, s.db).string_range(&meta, 0, HEADER as u64).ok()?;
+    hyperloglog::cached_in_header(&header, meta.string_len() as usize)
 }
 
 fn pfmerge(s: &mut Session, args: &[Bytes]) -> Reply {

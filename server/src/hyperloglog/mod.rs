@@ -178,6 +178,16 @@ pub fn is_dense_header(header: &[u8]) -> bool {
     header.len() >= HEADER && &header[..4] == b"HYLL" && header[4] == DENSE
 }
 
+/// The cardinality cached in `header` (a value's first [`HEADER`] bytes, `len` the value's
+/// length) if the value is an HLL as far as its header tells (Redis's `isHLLObjectOrReply`
+/// checks: magic, encoding, a dense one's exact length) and the cache is valid.
+pub fn cached_in_header(header: &[u8], len: usize) -> Option<u64> {
+    let valid = header.len() >= HEADER
+        && &header[..4] == b"HYLL"
+        && (header[4] == SPARSE || (header[4] == DENSE && len == DENSE_SIZE));
+    (valid && header[STALE_BYTE] & 0x80 == 0).then(|| u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()))
+}
+
 /// The header byte whose top bit marks the cached cardinality stale (see [`Hll::invalidate`]).
 pub const STALE_BYTE: usize = 15;
 

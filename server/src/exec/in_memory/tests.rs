@@ -370,3 +370,43 @@ fn a_range_longer_than_a_memory_only_attempt_may_step_runs_on_an_executor() {
     assert!(queue.is_empty() && out.starts_with(b"*100\r\n"));
     assert!(s.exec.is_clear());
 }
+
+#[test]
+fn pfcount_answers_in_memory_only_from_a_valid_cached_cardinality() {
+    let (_dir, mut s) = session();
+    let state = Arc::clone(&s.state);
+    let voided = || state.in_memory.reads_voided.load(Ordering::Relaxed);
+    let count_in_memory = |s: &mut Session, key: &[u8]| {
+        let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"pfcount", key])].into();
+        let mut out = BytesMut::new();
+        let before = voided();
+        run_in_memory(s, &mut queue, &mut out, 1 << 20);
+        if queue.is_empty() {
+            Some(String::from_utf8(out.to_vec()).unwrap())
+        } else {
+            assert!(out.is_empty(), "a voided PFCOUNT sends nothing");
+            assert_eq!(voided(), before + 1);
+            assert!(matches!(run_batch(s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+            assert_eq!(String::from_utf8(out.to_vec()).unwrap(), ":3\r\n", "counted on the executor path");
+            None
+        }
+    };
+    dispatch(&mut s, &request(&[b"pfadd", b"hll", b"a", b"b", b"c"]));
+    // Stale after the PFADD: counted (and the count written back) on the executor path, then
+    // answered from the cache in memory, without the key's lock.
+    assert_eq!(count_in_memory(&mut s, b"hll"), None);
+    assert_eq!(count_in_memory(&mut s, b"hll").as_deref(), Some(":3\r\n"));
+    // An absent key and a string that is no HLL go to the executor path, which answers them.
+    dispatch(&mut s, &request(&[b"set", b"plain", b"not an hll at all"]));
+    for key in [&b"absent"[..], b"plain"] {
+        let mut queue: VecDeque<Vec<Bytes>> = [request(&[b"pfcount", key])].into();
+        let mut out = BytesMut::new();
+        run_in_memory(&mut s, &mut queue, &mut out, 1 << 20);
+        assert_eq!(queue.len(), 1, "{key:?} is void in memory");
+        assert!(matches!(run_batch(&mut s, &mut queue, &mut out, 1 << 20), BatchEnd::Drained));
+        let want: &[u8] =
+            if key == b"absent" { b":0\r\n" } else { b"-WRONGTYPE Key is not a valid HyperLogLog string value.\r\n" };
+        assert_eq!(&out[..], want);
+    }
+    assert!(s.exec.is_clear());
+}
