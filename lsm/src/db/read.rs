@@ -84,7 +84,7 @@ impl DbInner {
         let mut found = None;
         for m in std::iter::once(&sv.mem).chain(sv.imm.iter()) {
             tomb = tomb.max(m.max_covering_tombstone(key, seq));
-            found = m.get(key, seq);
+            found = m.get_pinned(key, seq);
             if found.is_some() || tomb.is_some() {
                 break;
             }

@@ -26,6 +26,28 @@ fn get_sees_newest_version_at_snapshot() {
     assert_eq!(m.range_tombstones().len(), 1);
 }
 
+#[test]
+fn a_long_value_read_pinned_shares_the_arena_and_keeps_the_memtable_alive() {
+    let m = Arc::new(Memtable::with_capacity(1, 1 << 20));
+    let long = vec![7u8; PIN_AT];
+    m.insert(1, ValueKind::Put, b"long", &long);
+    m.insert(2, ValueKind::Put, b"short", b"tiny");
+    let Some(Lookup::Found(pinned, 1)) = m.get_pinned(b"long", 9) else { panic!("not found") };
+    let Some(Lookup::Found(copied, 1)) = m.get(b"long", 9) else { panic!("not found") };
+    assert_eq!((&pinned[..], &copied[..]), (&long[..], &long[..]));
+    assert_ne!(pinned.as_ptr(), copied.as_ptr(), "get copies");
+    let Some(Lookup::Found(again, 1)) = m.get_pinned(b"long", 9) else { panic!("not found") };
+    assert_eq!(pinned.as_ptr(), again.as_ptr(), "both views are of the arena's bytes");
+    assert_eq!(m.get_pinned(b"short", 9), Some(Lookup::Found(Bytes::from_static(b"tiny"), 2)));
+    // The last handle on the memtable goes; the view still reads its bytes.
+    let weak = Arc::downgrade(&m);
+    drop((m, again));
+    assert!(weak.upgrade().is_some(), "the view holds the memtable");
+    assert_eq!(&pinned[..], &long[..]);
+    drop(pinned);
+    assert!(weak.upgrade().is_none(), "and lets it go with the last view");
+}
+
 /// Lookups answered by the point index (and by the list, where the index cannot tell: an
 /// older snapshot, or a key that found no slot in a full index) match the list alone, for
 /// every key at every sequence number.
