@@ -234,20 +234,11 @@ impl InternalIterator for MergingIterator {
         // sources that hold the keys it skips, not for every table.
         let ahead = self.direction == Direction::Forward
             && self.heap.first().is_some_and(|&i| key::compare(self.children[i].key(), target) == Ordering::Less);
-        if !ahead {
-            return self.reposition(Direction::Forward, |c| c.seek(target));
+        if ahead {
+            self.seek_ahead(target)
+        } else {
+            self.reposition(Direction::Forward, |c| c.seek(target))
         }
-        for k in 0..self.heap.len() {
-            let c = &mut self.children[self.heap[k]];
-            if key::compare(c.key(), target) == Ordering::Less {
-                if let Err(e) = c.seek(target) {
-                    self.heap.clear();
-                    return Err(e);
-                }
-            }
-        }
-        self.rebuild(Direction::Forward);
-        Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         self.reposition(Direction::Reverse, |c| c.seek_for_prev(target))
