@@ -23,7 +23,6 @@
 //! guards themselves are RAII and drop during unwinding).
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -33,6 +32,7 @@ use crate::services::notifications::KeyEvent;
 
 mod events;
 mod merged;
+mod writes;
 
 pub(super) use merged::Overlay;
 use merged::RangeSource;
@@ -42,8 +42,8 @@ pub use merged::{MergedRange, RawRange};
 /// ranges deleted.
 #[derive(Debug, Default)]
 pub(super) struct TxnBuffer {
-    /// Key -> value (None: deleted).
-    writes: BTreeMap<Vec<u8>, Option<Bytes>>,
+    /// Key -> value (None: deleted), see `writes.rs`.
+    writes: writes::Writes,
     /// Ranges deleted (`[start, end)`); a key written after a range deletion that covers it
     /// is in `writes`, one written before it is marked deleted there.
     range_dels: Vec<(Vec<u8>, Vec<u8>)>,
@@ -64,7 +64,7 @@ type Undo = (Vec<u8>, Option<Option<Bytes>>);
 impl TxnBuffer {
     /// Records `key`'s new state, and its old one while savepoints are kept.
     fn record(&mut self, key: &[u8], value: Option<Bytes>) {
-        let before = self.writes.insert(key.to_vec(), value);
+        let before = self.writes.insert(key, value);
         if let Some(undo) = self.undo.as_mut() {
             undo.push((key.to_vec(), before));
         }
@@ -84,7 +84,7 @@ impl TxnBuffer {
         for (start, end) in &self.range_dels {
             batch.delete_range(start, end);
         }
-        for (key, value) in &self.writes {
+        for (key, value) in self.writes.sorted() {
             match value {
                 Some(v) => batch.put(key, v),
                 None => batch.delete(key),
@@ -332,9 +332,11 @@ impl ExecContext {
                 while undo.len() > undo_len {
                     let Some((key, before)) = undo.pop() else { break };
                     match before {
-                        Some(v) => t.writes.insert(key, v),
+                        Some(v) => {
+                            t.writes.insert(&key, v);
+                        }
                         None => t.writes.remove(&key),
-                    };
+                    }
                 }
                 t.range_dels.truncate(range_dels);
             }
@@ -425,8 +427,8 @@ impl ExecContext {
                 ValueKind::Delete => txn.record(entry.key, None),
                 ValueKind::RangeDelete => {
                     let (start, end) = (entry.key.to_vec(), entry.value.to_vec());
-                    let doomed: Vec<Vec<u8>> =
-                        txn.writes.range(start.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
+                    let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
+                    let doomed: Vec<Vec<u8>> = txn.writes.range(bounds).map(|(k, _)| k.to_vec()).collect();
                     for k in doomed {
                         txn.record(&k, None);
                     }
@@ -458,9 +460,9 @@ impl ExecContext {
     pub(super) fn buffered_in(&self, start: &[u8], end: &[u8]) -> Option<Overlay> {
         let t = self.txn.borrow();
         let txn = t.as_ref()?;
-        let writes = txn.writes.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        let writes = txn.writes.range((Bound::Included(start), Bound::Excluded(end)));
         Some(Overlay {
-            writes: writes.map(|(k, v)| (k.clone(), v.is_some())).collect(),
+            writes: writes.map(|(k, v)| (k.to_vec(), v.is_some())).collect(),
             range_dels: txn.range_dels.iter().filter(|(a, b)| &a[..] < end && &b[..] > start).cloned().collect(),
         })
     }

@@ -223,7 +223,7 @@ impl MergedRange<'_> {
             if is_empty(bounds) {
                 return None;
             }
-            let mut writes = txn.writes.range::<[u8], _>(bounds);
+            let mut writes = txn.writes.range(bounds);
             let (k, v) = match end {
                 End::Front => writes.next()?,
                 End::Back => writes.next_back()?,
@@ -232,7 +232,7 @@ impl MergedRange<'_> {
                 End::Front => k[..] < e[..],
                 End::Back => k[..] > e[..],
             });
-            first.then(|| (k.clone(), v.clone()))?
+            first.then(|| (k.to_vec(), v.clone()))?
         };
         match end {
             End::Front => self.low = Bound::Excluded(taken.0.clone()),

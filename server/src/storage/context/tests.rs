@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::BTreeMap;
 
 #[test]
 fn a_transaction_reads_its_own_writes_and_reset_drops_everything() {
