@@ -5,13 +5,13 @@
 //! metadata and writes it back with one new element, so a group of 800 of them (50 clients
 //! pipelining 16 each) made three searches of an ordered map per command, each comparing long
 //! keys that share their prefix (12 % of RPUSH -P 16's CPU). Here those are hash probes.
-//! The order is built the first time a range is read (a pop's walk of its collection's front,
-//! a range deletion) and kept from then on, so a group that reads ranges pays for one ordered
-//! insert per new key, as before, plus a probe. A buffer never ordered sorts its keys once,
-//! when it becomes the batch.
+//! The first range read (a pop's walk of its collection's front, a range deletion) moves the
+//! keys into an ordered map, and the buffer keeps that one from then on: a group that reads
+//! ranges costs what it did before keys were hashed, plus one move. A buffer never ordered
+//! sorts its keys once, when it becomes the batch.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -42,40 +42,54 @@ impl Hasher for KeyHasher {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Writes {
+    /// Every key until a range read asks for order; empty after (see `ordered`).
     map: HashMap<Arc<[u8]>, State, BuildHasherDefault<KeyHasher>>,
-    /// Every key of `map`, once a range read asked for them in order.
-    order: OnceCell<BTreeSet<Arc<[u8]>>>,
+    /// Every key once a range read asked for them in order; from the next write on, the only
+    /// copy (a group that reads ranges reads and writes this one map, as it did before keys
+    /// were hashed, instead of keeping both up to date).
+    ordered: OnceCell<BTreeMap<Arc<[u8]>, State>>,
 }
 
 impl Writes {
     pub(super) fn get(&self, key: &[u8]) -> Option<&State> {
-        self.map.get(key)
+        match self.ordered.get() {
+            Some(ordered) => ordered.get(key),
+            None => self.map.get(key),
+        }
     }
 
     pub(super) fn contains_key(&self, key: &[u8]) -> bool {
-        self.map.contains_key(key)
+        self.get(key).is_some()
+    }
+
+    /// The ordered map if a range read built it, as the one copy from now on.
+    fn ordered_mut(&mut self) -> Option<&mut BTreeMap<Arc<[u8]>, State>> {
+        let ordered = self.ordered.get_mut()?;
+        if !self.map.is_empty() {
+            self.map = HashMap::default();
+        }
+        Some(ordered)
     }
 
     /// Sets `key`'s state; returns the one it replaces.
     pub(super) fn insert(&mut self, key: &[u8], state: State) -> Option<State> {
+        if let Some(ordered) = self.ordered_mut() {
+            // One search (a probe first would make it two for a new key, the common case).
+            return ordered.insert(Arc::from(key), state);
+        }
         if let Some(slot) = self.map.get_mut(key) {
             return Some(std::mem::replace(slot, state));
         }
-        let key: Arc<[u8]> = Arc::from(key);
-        if let Some(order) = self.order.get_mut() {
-            order.insert(Arc::clone(&key));
-        }
-        self.map.insert(key, state);
+        self.map.insert(Arc::from(key), state);
         None
     }
 
     /// Forgets `key` (a rollback of its first write).
     pub(super) fn remove(&mut self, key: &[u8]) {
-        if self.map.remove(key).is_some() {
-            if let Some(order) = self.order.get_mut() {
-                order.remove(key);
-            }
-        }
+        match self.ordered_mut() {
+            Some(ordered) => ordered.remove(key),
+            None => self.map.remove(key),
+        };
     }
 
     /// The keys in `bounds` with their states, in key order, from either end.
@@ -83,14 +97,14 @@ impl Writes {
         &'a self,
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
     ) -> impl DoubleEndedIterator<Item = (&'a Arc<[u8]>, &'a State)> + 'a {
-        let order = self.order.get_or_init(|| self.map.keys().cloned().collect());
-        order.range::<[u8], _>(bounds).map(move |k| (k, &self.map[&k[..]]))
+        let ordered = self.ordered.get_or_init(|| self.map.iter().map(|(k, v)| (Arc::clone(k), v.clone())).collect());
+        ordered.range::<[u8], _>(bounds)
     }
 
     /// Every key with its state, in key order.
     pub(super) fn sorted(&self) -> Vec<(&Arc<[u8]>, &State)> {
-        if let Some(order) = self.order.get() {
-            return order.iter().map(|k| (k, &self.map[&k[..]])).collect();
+        if let Some(ordered) = self.ordered.get() {
+            return ordered.iter().collect();
         }
         let mut all: Vec<_> = self.map.iter().collect();
         all.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -101,7 +115,6 @@ impl Writes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     /// Random inserts, removals and range reads (ordered or not yet) agree with a BTreeMap.
     #[test]
