@@ -45,7 +45,7 @@ use crate::resp::Reply;
 pub use connection::REDIS_COMPAT_VERSION;
 pub(crate) use pubsub::{allowed_when_subscribed, subscriber};
 pub use replication::remove_stale_snapshots;
-pub(crate) use streams::{stream_value, write_stream_value};
+pub(crate) use streams::{read_may_block, stream_value, write_stream_value};
 pub(crate) use transactions::is_control as is_transaction_control;
 pub(crate) use transactions::{clear_watches, queued_keys, run_buffered, Part};
 

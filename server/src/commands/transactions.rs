@@ -98,6 +98,11 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
             }
             continue;
         }
+        if spec.name == "xreadgroup" {
+            // Its keys follow STREAMS (a groupable write: it must lock its keys, not its words).
+            out.extend(super::meta::keys(spec, args).into_iter().map(|k| (db, args[k.pos].clone())));
+            continue;
+        }
         if spec.first_key == 0 {
             out.extend(args[1..].iter().map(|a| (db, a.clone())));
             continue;

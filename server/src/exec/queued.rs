@@ -61,6 +61,7 @@ pub(crate) const NOT_HERE: &[&str] = &[
     "xautoclaim",
     "xclaim",
     "xdel",
+    "xreadgroup",
     "xtrim",
     "zremrangebylex",
     "zremrangebyrank",

@@ -66,6 +66,7 @@ pub(crate) const GROUPABLE: &[&str] = &[
     "xautoclaim",
     "xclaim",
     "xdel",
+    "xreadgroup",
     "xtrim",
     "zadd",
     "zincrby",
@@ -84,7 +85,10 @@ const MAX_GROUP: usize = 256;
 /// cheaper batch). Clients of a restricted ACL user run their writes one by one, so a refusal is
 /// logged as a top-level command, never as part of a transaction.
 pub(super) fn groupable(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    spec.has(flag::GROUPABLE) && !(spec.name == "set" && args.len() == 3) && session_may_group(s)
+    spec.has(flag::GROUPABLE)
+        && !(spec.name == "set" && args.len() == 3)
+        && !(spec.name == "xreadgroup" && crate::commands::read_may_block(args))
+        && session_may_group(s)
 }
 
 /// Whether this session's writes may run in a write group now (see [`groupable`]).

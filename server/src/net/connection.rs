@@ -311,6 +311,9 @@ fn announce_blocking<'a>(
         let Some(spec) = crate::commands::lookup(&args[0]).filter(|c| c.has(flag::BLOCKING)) else {
             continue;
         };
+        if matches!(spec.name, "xread" | "xreadgroup") && !crate::commands::read_may_block(args) {
+            continue;
+        }
         keys.extend(crate::commands::meta::keys(spec, args).into_iter().map(|k| (session.db, args[k.pos].clone())));
     }
     (!keys.is_empty()).then(|| state.blocking.announced.announce(session.id, session.arrival, keys))

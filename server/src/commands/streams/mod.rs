@@ -573,6 +573,14 @@ fn xsetid(s: &mut Session, args: &[Bytes]) -> Reply {
     Reply::ok()
 }
 
+/// True if an XREAD or XREADGROUP call may block: an option before `STREAMS` says `BLOCK`.
+/// Without it the call answers at once, as any read does, so it is neither announced as a
+/// blocking command nor kept out of write groups. (A group or consumer named "block" counts as
+/// the option: the answer errs toward blocking.)
+pub(crate) fn read_may_block(args: &[Bytes]) -> bool {
+    args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
 /// The whole stream `meta` describes, as RDB carries it (DUMP, SAVE, MIGRATE): its entries in
 /// their emulated nodes, its fields and its groups.
 pub(crate) fn stream_value(view: &View, meta: &Meta) -> lsm::Result<crate::rdb::stream::StreamValue> {
