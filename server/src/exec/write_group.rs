@@ -11,7 +11,8 @@ use crate::commands::{engine_error, flag, lookup, queued_keys, run_buffered, Com
 use crate::resp::Reply;
 
 /// Write commands that may join a pipeline's write group: each locks exactly the keys its
-/// command-table entry names, never blocks, and never touches another database. Blind writes
+/// command-table entry names (XREADGROUP's key specs: the keys after STREAMS), never blocks
+/// (XREADGROUP only without BLOCK, see [`groupable`]), and never touches another database. Blind writes
 /// (plain SET, MSET) are left out: they read nothing, so a group only adds its buffer's cost.
 pub(crate) const GROUPABLE: &[&str] = &[
     "append",

@@ -9,7 +9,8 @@
 //! could run before the blocking command had even looked at its keys.
 //!
 //! So a connection announces the blocking commands of a round (their keys and the arrival
-//! stamp of the read that brought them) before it runs anything, and withdraws the
+//! stamp of the read that brought them; XREAD and XREADGROUP only with a BLOCK option, as
+//! without one they answer at once like any read) before it runs anything, and withdraws the
 //! announcement once they have run, or have registered as waiters ([`super::blocking`]). A
 //! write of an announced key from another client whose request arrived later goes to an
 //! executor and waits there, before it takes any lock, until the announcement is withdrawn
