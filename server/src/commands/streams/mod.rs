@@ -37,6 +37,7 @@ mod read;
 pub(super) use groups::COMMANDS as GROUP_COMMANDS;
 use model::*;
 pub(crate) use read::free_effort;
+pub(crate) use read::read_may_block;
 use read::{parse_read, streams_reply, xinfo, xread};
 
 use super::blocking_pops::block_on;
@@ -571,14 +572,6 @@ fn xsetid(s: &mut Session, args: &[Bytes]) -> Reply {
     }
     s.notify(STREAM, "xsetid", key);
     Reply::ok()
-}
-
-/// True if an XREAD or XREADGROUP call may block: an option before `STREAMS` says `BLOCK`.
-/// Without it the call answers at once, as any read does, so it is neither announced as a
-/// blocking command nor kept out of write groups. (A group or consumer named "block" counts as
-/// the option: the answer errs toward blocking.)
-pub(crate) fn read_may_block(args: &[Bytes]) -> bool {
-    args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block"))
 }
 
 /// The whole stream `meta` describes, as RDB carries it (DUMP, SAVE, MIGRATE): its entries in

@@ -419,3 +419,35 @@ pub(super) fn info_full_groups(view: &View, meta: &Meta, sm: &StreamMeta, count:
     }
     Ok(Reply::Array(out))
 }
+
+/// True if an XREAD or XREADGROUP call may block: an option before `STREAMS` says `BLOCK`.
+/// Without it the call answers at once, as any read does, so it is neither announced as a
+/// blocking command nor kept out of write groups. (A group or consumer named "block" counts as
+/// the option: the answer errs toward blocking.)
+pub(crate) fn read_may_block(args: &[Bytes]) -> bool {
+    args.iter().skip(1).take_while(|a| !a.eq_ignore_ascii_case(b"streams")).any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    fn call(words: &str) -> Vec<Bytes> {
+        words.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
+    }
+
+    #[test]
+    fn only_a_block_option_makes_a_stream_read_blocking() {
+        assert!(super::read_may_block(&call("XREADGROUP GROUP g c COUNT 1 BLOCK 0 STREAMS s >")));
+        assert!(super::read_may_block(&call("xread block 10 streams s $")));
+        assert!(!super::read_may_block(&call("XREADGROUP GROUP g c COUNT 1 NOACK STREAMS s >")));
+        assert!(!super::read_may_block(&call("XREAD COUNT 2 STREAMS block 0")), "a key named block");
+    }
+
+    /// A grouped XREADGROUP locks its streams, not its option words.
+    #[test]
+    fn an_xreadgroup_queues_the_keys_after_streams() {
+        let keys = crate::commands::queued_keys(3, &[call("XREADGROUP GROUP g c COUNT 1 STREAMS s1 s2 > >")]);
+        assert_eq!(keys, vec![(3, Bytes::from_static(b"s1")), (3, Bytes::from_static(b"s2"))]);
+    }
+}
