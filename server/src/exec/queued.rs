@@ -197,8 +197,8 @@ pub(super) fn run_queued(
         requests.iter().take(MAX_RUN).take_while(|a| may_run(s, a)).map(|a| request_keys(s.db, a)).collect();
     let mut guard = state.storage.try_lock_settled(&each.concat())?;
     // The run ends before the first command with a key whose state before needs the disk.
-    let mut befores = Befores::default();
-    let run = each.iter().take_while(|keys| state.storage.learn_befores(&mut befores, keys)).count();
+    let mut befores = Befores::with_capacity(each.iter().map(Vec::len).sum());
+    let run = state.storage.learn_befores(&mut befores, &each);
     if run == 0 {
         return None;
     }
