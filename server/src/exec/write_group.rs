@@ -12,8 +12,9 @@ use crate::resp::Reply;
 
 /// Write commands that may join a pipeline's write group: each locks exactly the keys its
 /// command-table entry names (XREADGROUP's key specs: the keys after STREAMS), never blocks
-/// (XREADGROUP only without BLOCK, see [`groupable`]), and never touches another database. Blind writes
-/// (plain SET, MSET) are left out: they read nothing, so a group only adds its buffer's cost.
+/// (XREADGROUP only without BLOCK, see [`groupable`]), and never touches another database.
+/// Blind writes (plain SET, MSET) are left out: they read nothing, so a group only adds its
+/// buffer's cost.
 pub(crate) const GROUPABLE: &[&str] = &[
     "append",
     "decr",
