@@ -171,10 +171,8 @@ fn pfcount(s: &mut Session, args: &[Bytes]) -> Reply {
         Ok(found) => found,
         Err(e) => return e,
     };
-    if let Some((_, header)) = &dense {
-        if header[STALE_BYTE] & 0x80 == 0 {
-            return Reply::Integer(u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()) as i64);
-        }
+    if let Some(card) = dense.as_ref().and_then(|(_, header)| hyperloglog::cached_in_header(header, DENSE_SIZE)) {
+        return Reply::Integer(card as i64);
     }
     // (A dense one is read whole through its edit, which keeps the segments it read.)
     let whole = match dense.as_mut() {
