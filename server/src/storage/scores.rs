@@ -201,8 +201,14 @@ impl LiveIndex {
     /// The keys of scores in `[min, max)` (unbounded where not given), within the live records.
     fn span(&self, min: Option<f64>, max: Option<f64>) -> (Vec<u8>, Vec<u8>) {
         let at = |score: f64| [&self.prefix[..], &encode_score(score)].concat();
-        let start = min.map_or_else(|| self.low.clone(), |m| at(m).max(self.low.clone()));
-        let end = max.map_or_else(|| self.high.clone(), |m| at(m).min(self.high.clone()));
+        let start = match min.map(at) {
+            Some(key) if key > self.low => key,
+            _ => self.low.clone(),
+        };
+        let end = match max.map(at) {
+            Some(key) if key < self.high => key,
+            _ => self.high.clone(),
+        };
         (start, end)
     }
 }
