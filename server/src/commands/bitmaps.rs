@@ -195,8 +195,26 @@ fn bitcount(s: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
-/// Set bits in `bytes`, eight at a time.
+/// Set bits in `bytes`, eight at a time: with the CPU's `popcnt` instruction where it has one
+/// (a build for baseline x86-64 otherwise counts with shifts and masks, several times slower
+/// on a BITCOUNT of a long bitmap).
 fn popcount(bytes: &[u8]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the CPU has the instruction the function is compiled to use (checked above).
+        return unsafe { popcount_with_popcnt(bytes) };
+    }
+    popcount_words(bytes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn popcount_with_popcnt(bytes: &[u8]) -> u64 {
+    popcount_words(bytes)
+}
+
+#[inline(always)]
+fn popcount_words(bytes: &[u8]) -> u64 {
     let mut words = bytes.chunks_exact(8);
     let mut n: u64 =
         words.by_ref().map(|w| u64::from(u64::from_ne_bytes(w.try_into().unwrap_or_default()).count_ones())).sum();
@@ -364,5 +382,7 @@ mod tests {
         let bytes: Vec<u8> = (0..=255).collect();
         assert_eq!(popcount(&bytes), 1024);
         assert_eq!(popcount(&bytes[..13]), bytes[..13].iter().map(|b| u64::from(b.count_ones())).sum::<u64>());
+        assert_eq!(popcount_words(&bytes), 1024);
+        assert_eq!(popcount_words(&bytes[3..200]), popcount(&bytes[3..200]));
     }
 }
