@@ -428,6 +428,7 @@ impl ExecContext {
                 ValueKind::RangeDelete => {
                     let (start, end) = (entry.key.to_vec(), entry.value.to_vec());
                     let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
+                    txn.writes.cover(bounds);
                     let doomed: Vec<Vec<u8>> = txn.writes.range(bounds).map(|(k, _)| k.to_vec()).collect();
                     for k in doomed {
                         txn.record(&k, None);
@@ -458,9 +459,13 @@ impl ExecContext {
 
     /// What the running transaction buffered in `[start, end)`: `None` outside one.
     pub(super) fn buffered_in(&self, start: &[u8], end: &[u8]) -> Option<Overlay> {
+        let bounds = (Bound::Included(start), Bound::Excluded(end));
+        if let Ok(mut t) = self.txn.try_borrow_mut() {
+            t.as_mut()?.writes.cover(bounds);
+        }
         let t = self.txn.borrow();
         let txn = t.as_ref()?;
-        let writes = txn.writes.range((Bound::Included(start), Bound::Excluded(end)));
+        let writes = txn.writes.range(bounds);
         Some(Overlay {
             writes: writes.map(|(k, v)| (k.to_vec(), v.is_some())).collect(),
             range_dels: txn.range_dels.iter().filter(|(a, b)| &a[..] < end && &b[..] > start).cloned().collect(),
@@ -564,6 +569,12 @@ impl ExecContext {
         park: Option<(u64, bool)>,
         resumed: bool,
     ) -> RawRange<'_> {
+        // The buffer's keys in the range are read in order from now on (see `writes.rs`).
+        if let Ok(mut t) = self.txn.try_borrow_mut() {
+            if let Some(txn) = t.as_mut() {
+                txn.writes.cover((start.as_ref().map(Vec::as_slice), end.as_ref().map(Vec::as_slice)));
+            }
+        }
         let merged = MergedRange {
             engine: Some(inner),
             txn: &self.txn,
