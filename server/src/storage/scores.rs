@@ -149,8 +149,9 @@ impl<'a> View<'a> {
     /// Calls `visit` with `(score, member)` of each member of the sorted set `meta` whose
     /// score lies in one of `ranges` (`[min, max)` each, visited in the order given, each in
     /// score order) until it returns false, the member borrowed from the engine's buffer. One
-    /// engine cursor serves every range (a geo search reads nine): a range costs a seek, not a
-    /// cursor of its own.
+    /// engine cursor serves every range (a geo search reads up to nine): ranges in score order
+    /// that do not overlap cost one seek and another only where a member lies between them
+    /// (see `View::walk_ranges`), other ranges a seek each, none a cursor of its own.
     pub fn scores_in(
         &self,
         meta: &Meta,
