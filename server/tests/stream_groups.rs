@@ -92,3 +92,39 @@ fn pipelined_group_reads_see_the_writes_before_them_and_deliver_each_entry_once(
     let pending: (u64, Value, Value, Value) = cmd("XPENDING").arg("q").arg("g").query(&mut c).unwrap();
     assert_eq!(pending.0, 0);
 }
+
+/// A transaction's XREADGROUPs of one stream go on from where the one before stopped (the
+/// engine range is parked between them): committed entries come in order with none skipped
+/// or repeated, and an entry the transaction itself added comes after them.
+#[test]
+fn group_reads_in_one_transaction_go_on_from_each_other() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    for i in 1..=5 {
+        cmd("XADD").arg("s").arg(format!("{i}-0")).arg("n").arg(i).query::<String>(&mut c).unwrap();
+    }
+    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(&mut c).unwrap();
+    let read = |count: usize| {
+        let mut r = cmd("XREADGROUP");
+        r.arg("GROUP").arg("g").arg("c").arg("COUNT").arg(count).arg("STREAMS").arg("s").arg(">");
+        r
+    };
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.add_command(read(2));
+    pipe.cmd("XADD").arg("s").arg("6-0").arg("n").arg(6);
+    for _ in 0..5 {
+        pipe.add_command(read(1));
+    }
+    let replies: Vec<Value> = pipe.query(&mut c).unwrap();
+    let ids = |v: &Value| -> Vec<String> {
+        let got: Read = redis::from_redis_value(v).unwrap();
+        got.map(|mut keys| keys.pop().unwrap().1.into_iter().map(|(id, _)| id).collect()).unwrap_or_default()
+    };
+    assert_eq!(ids(&replies[0]), ["1-0", "2-0"]);
+    assert_eq!(replies[1], Value::BulkString(b"6-0".to_vec()));
+    let singles: Vec<Vec<String>> = replies[2..].iter().map(ids).collect();
+    assert_eq!(singles, [vec!["3-0"], vec!["4-0"], vec!["5-0"], vec!["6-0"], vec![]]);
+    let pending: (u64, Value, Value, Value) = cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
+    assert_eq!(pending.0, 6);
+}

@@ -284,7 +284,7 @@ fn deliver_new(
     let now = now_ms();
     let mut b = lsm::WriteBatch::new();
     groups.consumer_or_create(&mut g, consumer, true).map_err(engine_error)?;
-    let mut it = view.elements_between(meta.uid, &start.max(sm.first).field(), super::ENTRIES_END);
+    let mut it = view.elements_resuming(meta.uid, &start.max(sm.first).field(), super::ENTRIES_END);
     while count == 0 || entries.len() < count {
         let Some(kv) = it.next() else { break };
         let (field, value) = kv.map_err(engine_error)?;
