@@ -4,7 +4,8 @@
 //!
 //! **Parked ranges.** A pop from one end of a sorted set reads the first entry of a range and moves
 //! the set's live bound past it (see `scores.rs`), and a run of pops from one end of a list reads
-//! its elements the same way (`View::end_elements`); the next pop of the same transaction or write
+//! its elements the same way (`View::end_elements`), as does an XREADGROUP of a stream's new
+//! entries (`View::elements_resuming`); the next such read of the same transaction or write
 //! group reads the same range from just past that entry. Opening an engine range seeks every
 //! memtable and table (~3 µs, most of a pop's CPU inside a write group), so a range opened with
 //! [`super::ExecContext::resuming_range`] is left in the transaction's buffer when dropped
@@ -149,7 +150,7 @@ impl std::fmt::Debug for MergedRange<'_> {
 }
 
 /// Whether no key lies between `bounds` (`BTreeMap::range` panics on some of those).
-fn is_empty((low, high): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+pub(super) fn is_empty((low, high): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
     match (low, high) {
         (Bound::Included(a), Bound::Included(b)) => a > b,
         (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a >= b,

@@ -21,6 +21,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::merged::is_empty;
+
 /// A buffered key's state: the value written, or `None` for deleted.
 pub(super) type State = Option<Bytes>;
 
@@ -245,15 +247,6 @@ fn ends_no_earlier(a: Bound<&[u8]>, b: Bound<&[u8]>) -> bool {
         (_, Bound::Unbounded) => false,
         (Bound::Excluded(x), Bound::Included(y)) => x > y,
         (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => x >= y,
-    }
-}
-
-/// Whether no key lies between `bounds` (`BTreeMap::range` panics on some of those).
-fn is_empty((low, high): Bounds<'_>) -> bool {
-    match (low, high) {
-        (Bound::Included(a), Bound::Included(b)) => a > b,
-        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a >= b,
-        _ => false,
     }
 }
 
