@@ -295,6 +295,43 @@ fn any_key_value_and_sequence_number_reads_back() {
     assert_eq!((older.trailer() >> 8, older.value()), (1, &b"old"[..]));
 }
 
+/// A small first version is written into its node, right after the key; a large one, and
+/// every later version, into the value arena. Each reads back, and newer versions chain onto
+/// an inline one as onto any other.
+#[test]
+fn a_small_first_version_lives_in_its_node() {
+    let list = SkipList::new(super::super::arena::MAX_CHUNK);
+    let mut inline_seen = 0;
+    for i in 0..400u64 {
+        let k = format!("key{i:04}");
+        let len = (i % 5) as usize * 15; // 0, 15, 30, 45, 60 bytes
+        let value = vec![i as u8; len];
+        let (node, new, _) = put(&list, k.as_bytes(), 10 + i, &value);
+        assert!(new);
+        let first = list.newest(node);
+        assert_eq!((first.value(), first.trailer() >> 8), (&value[..], 10 + i));
+        let inline = first.at.as_ptr() as usize == node.addr() + WORD + node.key().len();
+        // Flags, the sequence number's distance from the base (`i`: a varint of one or two
+        // bytes), the length byte and the value.
+        let bytes = 1 + if i < 128 { 1 } else { 2 } + 1 + len;
+        if bytes <= INLINE_VERSION_TALL {
+            assert!(inline, "a version of {bytes} bytes goes into any node");
+        } else if bytes > INLINE_VERSION {
+            assert!(!inline, "a version of {bytes} bytes goes into the value arena");
+        }
+        inline_seen += usize::from(inline);
+        let newer = format!("newer {i}");
+        let (same, new, _) =
+            list.insert(k.as_bytes(), trailer(1000 + i), newer.as_bytes(), || Hint::Node(node), |_| {}, None);
+        assert!(same == node && !new, "the newer version joins the node's chain");
+        let newest = list.newest(node);
+        assert_eq!(newest.value(), newer.as_bytes());
+        assert_eq!(newest.older().map(|v| (v.at, v.value().to_vec())), Some((first.at, value)));
+    }
+    // All 80 of 3 bytes, about three in four (the nodes of height 1) of the 180 of 18 to 48.
+    assert!(inline_seen > 190, "{inline_seen} of 400 first versions in their nodes");
+}
+
 #[test]
 fn an_empty_list_has_no_nodes() {
     let list = SkipList::new(super::super::arena::MAX_CHUNK);

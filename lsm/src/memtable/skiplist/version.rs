@@ -1,5 +1,6 @@
 //! A version of a key in the memtable's skip list (see [`super`]): its kind, sequence number,
-//! value and the next older version of its node, packed in the value arena.
+//! value and the next older version of its node, packed in the value arena (or, a small first
+//! version, in its node after the key).
 //!
 //! ```text
 //! version: [flags][seq - base varint][older version pointer, if HAS_OLDER][value len varint][value]
@@ -8,7 +9,7 @@
 
 use std::ptr::NonNull;
 
-use crate::coding::MAX_VARINT_LEN;
+use crate::coding::{encode_varint, MAX_VARINT_LEN};
 
 /// Bytes of a pointer.
 pub(super) const POINTER: usize = std::mem::size_of::<*mut u8>();
@@ -147,5 +148,62 @@ impl Version {
             version = v.older();
         }
         last
+    }
+}
+
+/// A version's bytes but its value, encoded (see the module docs' layout): what the writer
+/// puts into the value arena or, for a small first version, into its node.
+pub(super) struct EncodedVersion {
+    flags: u8,
+    seq: [u8; MAX_VARINT_LEN],
+    seq_len: usize,
+    value_len: [u8; MAX_VARINT_LEN],
+    value_len_len: usize,
+    value: usize,
+    older: bool,
+}
+
+impl EncodedVersion {
+    /// Version `trailer` of a list whose base is `base`, with a value of `value` bytes, on top
+    /// of `older` if there is one.
+    pub(super) fn new(base: u64, trailer: u64, older: Option<Version>, value: usize) -> EncodedVersion {
+        let mut seq = [0u8; MAX_VARINT_LEN];
+        let seq_len = encode_varint(&mut seq, (trailer >> 8).wrapping_sub(base));
+        let mut value_len = [0u8; MAX_VARINT_LEN];
+        let value_len_len = encode_varint(&mut value_len, value as u64);
+        // Saturating: only versions inserted out of order make a chain longer than MAX_CHAIN.
+        let depth = older.map_or(0, |o| (o.depth() + 1).min(0x1f));
+        let flags = (trailer as u8 & KIND_BITS) | (depth as u8) << 2 | if older.is_some() { HAS_OLDER } else { 0 };
+        EncodedVersion { flags, seq, seq_len, value_len, value_len_len, value, older: older.is_some() }
+    }
+
+    /// Bytes the version takes.
+    pub(super) fn len(&self) -> usize {
+        1 + self.seq_len + if self.older { POINTER } else { 0 } + self.value_len_len + self.value
+    }
+
+    /// Writes the version at `p`: the flags, the sequence varint, the older pointer
+    /// (unaligned), the length varint and `value`.
+    ///
+    /// # Safety
+    /// `p` must be [`EncodedVersion::len`] bytes that no one else can reach yet; `older` and
+    /// `value` must be what the version was encoded with.
+    pub(super) unsafe fn write(&self, p: *mut u8, older: Option<Version>, value: &[u8]) {
+        debug_assert_eq!((older.is_some(), value.len()), (self.older, self.value));
+        let link = if self.older { POINTER } else { 0 };
+        // SAFETY: the caller's: all within the version's bytes.
+        unsafe {
+            p.write(self.flags);
+            std::ptr::copy_nonoverlapping(self.seq.as_ptr(), p.add(1), self.seq_len);
+            if let Some(o) = older {
+                p.add(1 + self.seq_len).cast::<*mut u8>().write_unaligned(o.at.as_ptr());
+            }
+            std::ptr::copy_nonoverlapping(self.value_len.as_ptr(), p.add(1 + self.seq_len + link), self.value_len_len);
+            std::ptr::copy_nonoverlapping(
+                value.as_ptr(),
+                p.add(1 + self.seq_len + link + self.value_len_len),
+                value.len(),
+            );
+        }
     }
 }
