@@ -183,6 +183,9 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
     };
     let (mut added, mut updated) = (0, 0);
     let mut incr_result = None;
+    // A member named twice in one call sees its own earlier score (only then is it recorded:
+    // a map's first insert allocates, which a one-member ZADD or GEOADD does not need).
+    let repeats = parsed.len() > 1;
     let mut seen: std::collections::HashMap<&Bytes, f64> = std::collections::HashMap::new();
     for (score, member) in parsed {
         let old = match seen.get(member) {
@@ -214,7 +217,9 @@ fn zadd(s: &mut Session, args: &[Bytes]) -> Reply {
             w.set(member, new, None);
             added += 1;
         }
-        seen.insert(member, new);
+        if repeats {
+            seen.insert(member, new);
+        }
         incr_result = Some(new);
     }
     let reply = if incr {
@@ -542,4 +547,27 @@ fn bzmpop(s: &mut Session, args: &[Bytes]) -> Reply {
         let popped = pop_in(state, cx, db, key, count, max)?;
         Ok((!popped.is_empty()).then(|| mpop_reply(key, popped)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::commands::tests::{run, session};
+    use crate::resp::Reply;
+
+    /// A member named twice in one ZADD sees its own earlier score, as in Redis (replies
+    /// compared with redis-server 7.0's); a one-member ZADD keeps no record of it.
+    #[test]
+    fn a_member_named_twice_in_one_zadd_sees_its_earlier_score() {
+        let (_d, mut s) = session();
+        assert_eq!(run(&mut s, &["zadd", "z", "1", "a", "2", "a", "3", "b"]), Reply::Integer(2));
+        assert_eq!(run(&mut s, &["zadd", "z", "incr", "5", "a"]), Reply::Double(7.0));
+        assert_eq!(run(&mut s, &["zadd", "z", "nx", "9", "a", "1", "c", "4", "c"]), Reply::Integer(1));
+        assert_eq!(run(&mut s, &["zadd", "z", "ch", "8", "b", "8", "b"]), Reply::Integer(1));
+        assert_eq!(run(&mut s, &["zadd", "z", "gt", "ch", "0", "b", "9", "b", "1", "b"]), Reply::Integer(1));
+        for (member, score) in [("a", 7.0), ("b", 9.0), ("c", 1.0)] {
+            assert_eq!(run(&mut s, &["zscore", "z", member]), Reply::Double(score));
+        }
+        assert_eq!(run(&mut s, &["geoadd", "g", "13.1", "38.1", "m", "13.2", "38.2", "m"]), Reply::Integer(1));
+        assert_eq!(run(&mut s, &["zcard", "g"]), Reply::Integer(1));
+    }
 }
