@@ -40,9 +40,10 @@
 //! (a set member, a hash field, a list element, a short string), so a first version of at most
 //! [`INLINE_VERSION`] bytes goes into its node, after the key: in the key's cache line or the
 //! next one rather than anywhere in the value arena (a memtable read of 16-byte values took
-//! 6-11 % less time, measured with both builds running at once). Taller nodes take only versions of up to
-//! [`INLINE_VERSION_TALL`] bytes, so that the levels a search walks stay dense. A version is a
-//! version wherever it lies: newer ones go into the value arena and point at it as at any other.
+//! 6-11 % less time, measured with both builds running at once). Taller nodes take only
+//! versions of up to [`INLINE_VERSION_TALL`] bytes, so that the levels a search walks stay
+//! dense. A version is a version wherever it lies: newer ones go into the value arena and
+//! point at it as at any other.
 //!
 //! **The splice.** The writer keeps the place its last node went in ([`splice`]); a new key
 //! right after or right before it (a sequential load, list pushes, pops' tombstones over
@@ -474,7 +475,8 @@ impl SkipList {
                 };
                 return (self.publish(w, node, height, ikey, on_new_node), true, charge);
             }
-            // Memory mapped above 2^48 (which mmap never returns unasked): the long form below.
+            // Memory mapped above 2^48 (which mmap never returns unasked): the version goes into
+            // the value arena below and the node is made again; these bytes stay unused, counted.
             unused = charge;
         }
         let (first, value_charge) = self.write_version(w, encoded, None, value);
