@@ -3,13 +3,13 @@
 //! stretch of a node [`arena`](super::arena), as RocksDB's `InlineSkipList` and LevelDB's
 //! `SkipList` lay out theirs; nodes of height 1 and taller ones come from two arenas, so the
 //! upper levels, which a search walks across the whole list, are dense. Versions live in the
-//! value arena, but for a small first version, which its node holds right after the key.
+//! value arena, but for a small first version, which a node of height 1 holds after the key.
 //!
 //! ```text
 //! node:    [link h-1] ... [link 1] [link 0] | [key len << 48 | newest version pointer][internal key] [pad to 8]
 //!                                           ^ the node's address (what a `Node` and the point index hold)
-//!    or, with its first version inline (at most INLINE_VERSION bytes, INLINE_VERSION_TALL in a taller node):
-//!          [link h-1] ... [link 0] | [key len << 48 | newest version pointer][internal key][first version] [pad to 8]
+//!    or, a node of height 1 with its first version inline (at most INLINE_VERSION bytes):
+//!          [link 0] | [key len << 48 | newest version pointer][internal key][first version] [pad to 8]
 //!    or, for a key of 64 KiB or more or a version pointer above 48 bits (long form):
 //!          [link h-1] ... [link 0] | [0][newest version pointer][key len varint][internal key] [pad to 8]
 //! version: [flags][seq - base varint][older version pointer, if HAS_OLDER][value len varint][value]
@@ -40,10 +40,11 @@
 //! (a set member, a hash field, a list element, a short string), so a first version of at most
 //! [`INLINE_VERSION`] bytes goes into its node, after the key: in the key's cache line or the
 //! next one rather than anywhere in the value arena (a memtable read of 16-byte values took
-//! 6-11 % less time, measured with both builds running at once). Taller nodes take only
-//! versions of up to [`INLINE_VERSION_TALL`] bytes, so that the levels a search walks stay
-//! dense. A version is a version wherever it lies: newer ones go into the value arena and
-//! point at it as at any other.
+//! 10 % less time, `bench/compare-builds.sh`). Only nodes of height 1 (three in four) take one:
+//! the taller nodes' arena, which every search walks, stays dense (with versions of up to 24
+//! bytes inline there too, filling a memtable with random keys took 10 % longer and reads
+//! gained nothing measurable). A version is a version wherever it lies: newer ones go into the
+//! value arena and point at it as at any other.
 //!
 //! **The splice.** The writer keeps the place its last node went in ([`splice`]); a new key
 //! right after or right before it (a sequential load, list pushes, pops' tombstones over
@@ -116,12 +117,10 @@ const SHORT_KEY: usize = 1 << 16;
 /// goes into a node of its own.
 pub(super) const MAX_CHAIN: usize = 16;
 
-/// A first version of at most this many bytes goes into its node (of height 1), after the key,
-/// rather than into the value arena: a lookup that finds the node finds the value in the same
-/// or the next cache line instead of waiting on memory again.
+/// A first version of at most this many bytes goes into its node, if the node has height 1,
+/// after the key rather than into the value arena: a lookup that finds the node finds the value
+/// in the same or the next cache line instead of waiting on memory again.
 const INLINE_VERSION: usize = 48;
-/// The same for taller nodes, whose arena searches walk: only versions that keep them small.
-const INLINE_VERSION_TALL: usize = 24;
 
 /// What the caller knows about the key it inserts (from the point index).
 #[derive(Debug, Clone, Copy)]
@@ -455,14 +454,13 @@ impl SkipList {
         let base = self.base.load(Ordering::Relaxed);
         let encoded = EncodedVersion::new(base, trailer, None, value.len());
         let mut unused = 0;
-        let inline_max = if height == 1 { INLINE_VERSION } else { INLINE_VERSION_TALL };
-        if encoded.len() <= inline_max && ikey.len() < SHORT_KEY {
+        if height == 1 && encoded.len() <= INLINE_VERSION && ikey.len() < SHORT_KEY {
             // The first version in the node, after the key (see the module docs).
             let size = (links + WORD + ikey.len() + encoded.len()).next_multiple_of(8);
-            let (start, charge) = if height == 1 { w.nodes.alloc(size) } else { w.tall.alloc(size) };
+            let (start, charge) = w.nodes.alloc(size);
             if (start.as_ptr() as usize) + size <= SHORT_POINTER {
-                // SAFETY: `start` is `size` fresh, zeroed, 8-aligned bytes of a node arena that no
-                // one else can reach yet: the links (null), the first word (aligned), the key and
+                // SAFETY: `start` is `size` fresh, zeroed, 8-aligned bytes of the node arena that no
+                // one else can reach yet: the link (null), the first word (aligned), the key and
                 // the version, which fit by the size computed above; the version's address fits
                 // the short form (checked above).
                 let node = unsafe {

@@ -295,13 +295,14 @@ fn any_key_value_and_sequence_number_reads_back() {
     assert_eq!((older.trailer() >> 8, older.value()), (1, &b"old"[..]));
 }
 
-/// A small first version is written into its node, right after the key; a large one, and
-/// every later version, into the value arena. Each reads back, and newer versions chain onto
-/// an inline one as onto any other.
+/// A small first version is written into its node (of height 1), right after the key; a large
+/// one, every later version and the first version of a taller node, into the value arena. Each
+/// reads back, and newer versions chain onto an inline one as onto any other.
 #[test]
 fn a_small_first_version_lives_in_its_node() {
     let list = SkipList::new(super::super::arena::MAX_CHUNK);
-    let mut inline_seen = 0;
+    // (node key, whether its first version is inline) of each small first version.
+    let mut small = Vec::new();
     for i in 0..400u64 {
         let k = format!("key{i:04}");
         let len = (i % 5) as usize * 15; // 0, 15, 30, 45, 60 bytes
@@ -314,12 +315,11 @@ fn a_small_first_version_lives_in_its_node() {
         // Flags, the sequence number's distance from the base (`i`: a varint of one or two
         // bytes), the length byte and the value.
         let bytes = 1 + if i < 128 { 1 } else { 2 } + 1 + len;
-        if bytes <= INLINE_VERSION_TALL {
-            assert!(inline, "a version of {bytes} bytes goes into any node");
-        } else if bytes > INLINE_VERSION {
+        if bytes <= INLINE_VERSION {
+            small.push((node.key().to_vec(), inline));
+        } else {
             assert!(!inline, "a version of {bytes} bytes goes into the value arena");
         }
-        inline_seen += usize::from(inline);
         let newer = format!("newer {i}");
         let (same, new, _) =
             list.insert(k.as_bytes(), trailer(1000 + i), newer.as_bytes(), || Hint::Node(node), |_| {}, None);
@@ -328,8 +328,13 @@ fn a_small_first_version_lives_in_its_node() {
         assert_eq!(newest.value(), newer.as_bytes());
         assert_eq!(newest.older().map(|v| (v.at, v.value().to_vec())), Some((first.at, value)));
     }
-    // All 80 of 3 bytes, about three in four (the nodes of height 1) of the 180 of 18 to 48.
-    assert!(inline_seen > 190, "{inline_seen} of 400 first versions in their nodes");
+    // Exactly the small first versions of nodes of height 1 (those not on level 1) are inline.
+    let tall: std::collections::BTreeSet<Vec<u8>> = level_keys(&list, 1).into_iter().collect();
+    for (key, inline) in &small {
+        assert_eq!(*inline, !tall.contains(key), "height decides");
+    }
+    let inline = small.iter().filter(|(_, i)| *i).count();
+    assert!(inline * 10 > small.len() * 6, "{inline} of {} small first versions inline", small.len());
 }
 
 #[test]
