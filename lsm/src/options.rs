@@ -544,6 +544,13 @@ pub struct ReadOptions {
     /// such as an async runtime's thread, which retry elsewhere on that error. Tables read
     /// in place (`TableReadMode::Mmap`) count as disk: touching their pages may fault.
     pub cache_only: bool,
+    /// Keep the row a point lookup finds in a table in the row cache (default `true`; see
+    /// [`Options::row_cache_size`]). A read made to decide a write of the same key (a
+    /// read-modify-write, or a check whether the key exists before it is overwritten) is
+    /// better off without it: the write puts a newer version in the memtable, which every
+    /// later lookup finds first, so the cached row would never answer again while it takes the
+    /// place of one that might.
+    pub fill_row_cache: bool,
 }
 
 impl Default for ReadOptions {
@@ -555,7 +562,21 @@ impl Default for ReadOptions {
 impl ReadOptions {
     /// Defaults: latest state, fill the cache, verify checksums.
     pub fn new() -> Self {
-        ReadOptions { snapshot: None, fill_cache: true, verify_checksums: true, cache_only: false }
+        ReadOptions {
+            snapshot: None,
+            fill_cache: true,
+            verify_checksums: true,
+            cache_only: false,
+            fill_row_cache: true,
+        }
+    }
+
+    /// Keeps (or not) the rows point lookups find in the row cache (see
+    /// [`ReadOptions::fill_row_cache`]).
+    #[must_use]
+    pub fn fill_row_cache(mut self, yes: bool) -> Self {
+        self.fill_row_cache = yes;
+        self
     }
 
     /// Reads from memory only (see [`ReadOptions::cache_only`]).

@@ -228,6 +228,32 @@ fn the_row_cache_answers_repeated_reads_without_stale_versions() {
     }
 }
 
+/// A lookup with `fill_row_cache(false)` (what a read-modify-write reads with) answers the same,
+/// from a cached row when there is one, but leaves no row behind; an ordinary lookup does.
+#[test]
+fn lookups_without_fill_row_cache_leave_no_rows() {
+    use lsm::ReadOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default().row_cache_size(1 << 20)).unwrap();
+    for i in 0..100u32 {
+        db.put(format!("key{i:03}"), format!("value{i}")).unwrap();
+    }
+    db.flush().unwrap();
+    let no_rows = ReadOptions::new().fill_row_cache(false);
+    for i in 0..100u32 {
+        let got = db.get_with(format!("key{i:03}"), &no_rows).unwrap();
+        assert_eq!(got.as_deref(), Some(format!("value{i}").as_bytes()));
+    }
+    assert_eq!(db.get_with("absent", &no_rows).unwrap(), None);
+    let s = db.stats();
+    assert_eq!((s.row_cache_bytes, s.row_cache_hits, s.row_cache_misses), (0, 0, 100), "no row kept");
+    // An ordinary lookup keeps its row, and a later lookup without filling still uses it.
+    assert_eq!(db.get("key042").unwrap().as_deref(), Some(&b"value42"[..]));
+    assert!(db.stats().row_cache_bytes > 0);
+    assert_eq!(db.get_with("key042", &no_rows).unwrap().as_deref(), Some(&b"value42"[..]));
+    assert_eq!(db.stats().row_cache_hits, 1);
+}
+
 /// With `charge_table_readers` (the default) the block cache's size bounds cached blocks and
 /// the open tables' indexes and filters together; without it, blocks fill the whole cache and
 /// the tables' memory comes on top. Either way `memory_usage` counts both.

@@ -12,7 +12,7 @@ use crate::iter::{BoxedIter, DbIterator, MergingIterator};
 use crate::memtable::Lookup;
 use crate::options::ReadOptions;
 use crate::snapshot::Snapshot;
-use crate::sstable::Fetch;
+use crate::sstable::{Fetch, PointFetch};
 use crate::Result;
 
 pub(super) fn new_iterator(
@@ -59,7 +59,7 @@ impl DbInner {
     pub(super) fn get_with(&self, key: &[u8], opts: &ReadOptions) -> Result<Option<Bytes>> {
         self.check_open()?;
         let seq = self.read_seq(opts);
-        Self::get_in(&self.borrow_super_version(), key, seq, opts.cache_only)
+        Self::get_in(&self.borrow_super_version(), key, seq, PointFetch::from_options(opts))
     }
 
     pub(super) fn multi_get(&self, keys: &[&[u8]], opts: &ReadOptions) -> Result<Vec<Option<Bytes>>> {
@@ -71,13 +71,13 @@ impl DbInner {
         order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
         let mut values = vec![None; keys.len()];
         for i in order {
-            values[i] = Self::get_in(&sv, keys[i], seq, opts.cache_only)?;
+            values[i] = Self::get_in(&sv, keys[i], seq, PointFetch::from_options(opts))?;
         }
         Ok(values)
     }
 
     /// `key`'s value at `seq` in the sources of `sv`.
-    fn get_in(sv: &SuperVersion, key: &[u8], seq: u64, cache_only: bool) -> Result<Option<Bytes>> {
+    fn get_in(sv: &SuperVersion, key: &[u8], seq: u64, fetch: PointFetch) -> Result<Option<Bytes>> {
         // Newest source first; stop at the first point version or covering range tombstone
         // (everything below either is older). Point lookups always fill the block cache.
         let mut tomb = None;
@@ -90,7 +90,7 @@ impl DbInner {
             }
         }
         if found.is_none() {
-            (found, tomb) = sv.version.get(key, seq, tomb, cache_only)?;
+            (found, tomb) = sv.version.get(key, seq, tomb, fetch)?;
         }
         Ok(match found {
             Some(Lookup::Found(v, s)) if tomb.is_none_or(|t| t < s) => Some(v),

@@ -9,7 +9,7 @@ use crate::cache::TableCache;
 use crate::iter::BoxedIter;
 use crate::key;
 use crate::memtable::Lookup;
-use crate::sstable::{bloom, Fetch, Table};
+use crate::sstable::{bloom, Fetch, PointFetch, Table};
 use crate::Result;
 
 /// A live table and what the manifest records about it. Shared by every version that lists it.
@@ -153,15 +153,16 @@ impl Version {
     /// than every version (and covering tombstone) in a shallower one, so the search stops at the
     /// first point version or covering tombstone.
     ///
-    /// With `cache_only`, a lookup that needs disk I/O fails with
+    /// With `fetch.cache_only`, a lookup that needs disk I/O fails with
     /// [`Error::WouldBlock`](crate::Error::WouldBlock) (see [`crate::ReadOptions::cache_only`]).
     pub fn get(
         &self,
         user_key: &[u8],
         seq: u64,
         mut tomb: Option<u64>,
-        cache_only: bool,
+        fetch: PointFetch,
     ) -> Result<(Option<Lookup>, Option<u64>)> {
+        let cache_only = fetch.cache_only;
         if tomb.is_some() {
             return Ok((None, tomb));
         }
@@ -191,7 +192,7 @@ impl Version {
             if f.num_range_dels > 0 {
                 tomb = tomb.max(table.max_covering_tombstone(user_key, seq));
             }
-            let found = table.get_fetch(user_key, seq, hash, cache_only)?;
+            let found = table.get_fetch(user_key, seq, hash, fetch)?;
             if found.is_some() || tomb.is_some() {
                 return Ok((found, tomb));
             }

@@ -15,7 +15,7 @@ mod table;
 
 pub use builder::{TableBuilder, TableOptions};
 pub use format::TableProperties;
-pub use table::{Fetch, Table, TableIter};
+pub use table::{Fetch, PointFetch, Table, TableIter};
 
 /// Meta-index key of the bloom filter block.
 pub(crate) const META_FILTER: &[u8] = b"lsm.bloom";

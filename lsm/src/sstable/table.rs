@@ -301,19 +301,21 @@ impl Table {
     /// The newest version of `user_key` with sequence number `<= seq`, if this table has one.
     /// `key_hash` is [`bloom::hash_key`] of `user_key`, computed once per lookup by the caller.
     pub fn get(self: &Arc<Self>, user_key: &[u8], seq: u64, key_hash: u64) -> Result<Option<Lookup>> {
-        self.get_fetch(user_key, seq, key_hash, false)
+        self.get_fetch(user_key, seq, key_hash, PointFetch::default())
     }
 
-    /// [`Table::get`]; with `cache_only`, from memory only: a mapped table (whose filter and
-    /// blocks are pages that may fault) or a data block not in the block cache gives
-    /// [`Error::WouldBlock`].
+    /// [`Table::get`] the way `fetch` says: with `cache_only`, from memory only (a mapped
+    /// table, whose filter and blocks are pages that may fault, or a data block not in the
+    /// block cache gives [`Error::WouldBlock`]); without `fill_row_cache`, a row found in the
+    /// blocks is not added to the row cache.
     pub fn get_fetch(
         self: &Arc<Self>,
         user_key: &[u8],
         seq: u64,
         key_hash: u64,
-        cache_only: bool,
+        fetch: PointFetch,
     ) -> Result<Option<Lookup>> {
+        let cache_only = fetch.cache_only;
         // The row cache holds this table's newest version of a key: a read that sees every
         // version in the table may take it from there.
         let rows = self.cache.as_deref().and_then(BlockCache::rows).filter(|_| seq >= self.props.largest_seq);
@@ -335,7 +337,7 @@ impl Table {
             }
         }
         let found = self.search(user_key, seq, key_hash, cache_only)?;
-        if let (Some(rows), Some(found)) = (rows, &found) {
+        if let (Some(rows), Some(found), true) = (rows, &found, fetch.fill_row_cache) {
             rows.insert(self.number, key_hash, user_key, found);
         }
         Ok(found)
@@ -391,6 +393,29 @@ impl Table {
     /// A cursor reading its blocks the way `fetch` says.
     pub fn iter_fetch(self: &Arc<Self>, fetch: Fetch) -> TableIter {
         TableIter { pos: self.index.len(), data: None, table: Arc::clone(self), fetch }
+    }
+}
+
+/// How a point lookup reads a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointFetch {
+    /// From memory only (see [`ReadOptions::cache_only`](crate::ReadOptions::cache_only)).
+    pub cache_only: bool,
+    /// Keep the row found in the row cache (see
+    /// [`ReadOptions::fill_row_cache`](crate::ReadOptions::fill_row_cache)).
+    pub fill_row_cache: bool,
+}
+
+impl Default for PointFetch {
+    fn default() -> Self {
+        PointFetch { cache_only: false, fill_row_cache: true }
+    }
+}
+
+impl PointFetch {
+    /// What `opts` asks for.
+    pub fn from_options(opts: &crate::ReadOptions) -> PointFetch {
+        PointFetch { cache_only: opts.cache_only, fill_row_cache: opts.fill_row_cache }
     }
 }
 

@@ -593,3 +593,28 @@ fn list_pops_in_transactions_match_a_model() {
         assert_eq!(run(&mut s, &["lrange", names[l], "0", "-1"]), Reply::Array(want));
     }
 }
+
+/// Reads of keys a command is about to write (an INCR's read of the old value, the keyspace
+/// counts' check before a SET) leave no rows in the engine's row cache, where they would never
+/// answer again; a GET's read keeps its row.
+#[test]
+fn only_reads_keep_rows_in_the_row_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = lsm::Db::open(dir.path(), lsm::Options::default().row_cache_size(1 << 20)).unwrap();
+    let mut s = Session::new(Arc::new(ServerState::new(Config::default(), db.clone()).unwrap()));
+    for i in 0..50 {
+        assert_eq!(run(&mut s, &["SET", &format!("k{i}"), "1"]), Reply::ok());
+    }
+    db.flush().unwrap();
+    for i in 0..50 {
+        assert_eq!(run(&mut s, &["INCR", &format!("k{i}")]), Reply::Integer(2));
+    }
+    db.flush().unwrap();
+    for i in 0..50 {
+        assert_eq!(run(&mut s, &["SET", &format!("k{i}"), "3"]), Reply::ok());
+    }
+    assert_eq!(db.stats().row_cache_bytes, 0, "writes' reads keep no rows");
+    db.flush().unwrap();
+    assert_eq!(run(&mut s, &["GET", "k7"]), Reply::Bulk(Bytes::from_static(b"3")));
+    assert!(db.stats().row_cache_bytes > 0, "a GET keeps its row");
+}

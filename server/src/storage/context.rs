@@ -131,7 +131,9 @@ pub struct ExecContext {
     memory_steps: Cell<usize>,
     /// The notification classes in force for this command (0: record nothing).
     notify_flags: Cell<u32>,
-    /// The running command is read-only: its lookups' misses are `keymiss` events.
+    /// The running command's lookups are reads (a read-only command's, or a write's of its
+    /// sources, see `as_read`): their misses are `keymiss` events, and the rows they find in
+    /// tables are kept in the engine's row cache (see [`ExecContext::get`]).
     reading: Cell<bool>,
     /// Keyspace events recorded and not yet published.
     events: RefCell<Vec<KeyEvent>>,
@@ -403,18 +405,24 @@ impl ExecContext {
     }
 
     /// A point read as this command sees it: the transaction's writes, else the snapshot, else
-    /// the latest state.
+    /// the latest state. Only a read (a read-only command's, or a write's of its sources) keeps
+    /// the row it finds in the engine's row cache: a write reads the keys it is about to
+    /// write, whose rows would never answer again (`lsm::ReadOptions::fill_row_cache`).
     pub(super) fn get(&self, engine: &lsm::Db, key: &[u8]) -> lsm::Result<Option<Bytes>> {
         if let Some(v) = self.buffered(key) {
             return Ok(v);
         }
+        let fill_rows = self.reading.get();
         if !self.memory_only.get() {
             if let Some(opts) = self.snapshot.borrow().as_ref() {
                 return engine.get_with(key, opts);
             }
-            return engine.get(key);
+            if fill_rows {
+                return engine.get(key);
+            }
+            return engine.get_with(key, &lsm::ReadOptions::new().fill_row_cache(false));
         }
-        self.noted(engine.get_with(key, &self.read_options().unwrap_or_default()))
+        self.noted(engine.get_with(key, &self.read_options().unwrap_or_default().fill_row_cache(fill_rows)))
     }
 
     /// Buffers `batch` if a transaction runs; gives it back otherwise.

@@ -369,7 +369,9 @@ impl Storage {
         if let Some(known) = self.meta_states.get(fingerprint, failures) {
             return Ok(known);
         }
-        let read = lsm::ReadOptions::new().cache_only(memory_only);
+        // The key is about to be written: its row would never answer again (see
+        // `lsm::ReadOptions::fill_row_cache`).
+        let read = lsm::ReadOptions::new().cache_only(memory_only).fill_row_cache(false);
         match self.engine.get_with(key, &read)? {
             Some(raw) => Ok(Some(
                 Meta::expiry_of(&raw).ok_or_else(|| lsm::Error::InvalidArgument("damaged metadata record".into()))?,
