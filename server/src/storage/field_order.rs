@@ -156,7 +156,7 @@ impl View<'_> {
         for kv in self.raw_range(Bound::Included(prefix.clone()), Bound::Excluded(end)) {
             let (k, v) = kv?;
             if let Some(n) = ordinal(&v).filter(|_| k.len() >= skip) {
-                out.push((super::collection::key_tail(&k, skip), n));
+                out.push((super::elements::key_tail(&k, skip), n));
             }
         }
         if let Some(batch) = batch {

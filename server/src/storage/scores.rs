@@ -13,7 +13,8 @@ use std::ops::Bound;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::collection::{key_tail, prefix_end, Header};
+use super::collection::{prefix_end, Header};
+use super::elements::key_tail;
 use super::{KeyType, Meta, RawRange, View};
 
 /// The prefix every score-index record of `uid` in `pdb` starts with.

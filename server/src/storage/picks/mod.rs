@@ -243,7 +243,7 @@ impl<'a> View<'a> {
     /// The `(member, value)` pairs of the set or sorted set incarnation `uid` in pick order
     /// (the order of their seeded hashes: no order a client can rely on, like Redis's hash
     /// tables), from `from` on.
-    pub fn members(&self, uid: u64, from: Bound<&[u8]>) -> super::collection::ElementIter<'a> {
+    pub fn members(&self, uid: u64, from: Bound<&[u8]>) -> super::elements::ElementIter<'a> {
         let prefix = pick_prefix(self.pdb(), uid);
         let seed = self.storage.pick_seed();
         let start = match from {
@@ -252,7 +252,7 @@ impl<'a> View<'a> {
             Bound::Unbounded => Bound::Included(prefix.clone()),
         };
         let skip = prefix.len() + 8;
-        super::collection::ElementIter::new(self.raw_range(start, Bound::Excluded(prefix_end(&prefix))), skip)
+        super::elements::ElementIter::new(self.raw_range(start, Bound::Excluded(prefix_end(&prefix))), skip)
     }
 
     /// Calls `each(member, record value)` for each of the `count` members of `uid`, in pick
