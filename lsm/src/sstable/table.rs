@@ -337,7 +337,7 @@ impl Table {
             }
         }
         let found = self.search(user_key, seq, key_hash, cache_only)?;
-        if let (Some(rows), Some(found), true) = (rows, &found, fetch.fill_row_cache) {
+        if let (Some(rows), Some(found)) = (rows.filter(|_| fetch.fill_row_cache), &found) {
             rows.insert(self.number, key_hash, user_key, found);
         }
         Ok(found)
