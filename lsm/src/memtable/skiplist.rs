@@ -340,19 +340,18 @@ impl SkipList {
     /// Writes a version into the value arena: the version and the bytes of memory this took.
     fn new_version(&self, w: &mut Writer, trailer: u64, older: Option<Version>, value: &[u8]) -> (Version, usize) {
         let base = self.base.load(Ordering::Relaxed);
-        self.write_version(w, EncodedVersion::new(base, trailer, older, value.len()), older, value)
+        Self::write_version(w, base, EncodedVersion::new(base, trailer, older, value.len()), older, value)
     }
 
-    /// Writes `encoded` (with `older` and `value`) into the value arena: the version and the
-    /// bytes of memory this took.
+    /// Writes `encoded` (encoded against the list's `base`, with `older` and `value`) into the
+    /// value arena: the version and the bytes of memory this took.
     fn write_version(
-        &self,
         w: &mut Writer,
+        base: u64,
         encoded: EncodedVersion,
         older: Option<Version>,
         value: &[u8],
     ) -> (Version, usize) {
-        let base = self.base.load(Ordering::Relaxed);
         let (p, charge) = w.values.alloc(encoded.len());
         // SAFETY: `p` is that many fresh bytes of the value arena, which no one else can reach yet.
         unsafe { encoded.write(p.as_ptr(), older, value) };
@@ -477,7 +476,7 @@ impl SkipList {
             // the value arena below and the node is made again; these bytes stay unused, counted.
             unused = charge;
         }
-        let (first, value_charge) = self.write_version(w, encoded, None, value);
+        let (first, value_charge) = Self::write_version(w, base, encoded, None, value);
         let short = (first.at.as_ptr() as usize) < SHORT_POINTER && ikey.len() < SHORT_KEY;
         let mut klen = [0u8; MAX_VARINT_LEN];
         let header = if short { WORD } else { 2 * WORD + encode_varint(&mut klen, ikey.len() as u64) };
