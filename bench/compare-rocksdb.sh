@@ -84,11 +84,12 @@ to_rocks() {
     -e 's/read_random_write_random/readrandomwriterandom/g; s/update_random/updaterandom/g; s/multi_read_random/multireadrandom/g' \
     -e 's/fill_seq/fillseq/g; s/fill_random_sync/fillsync/g; s/fill_random/fillrandom/g' \
     -e 's/read_random/readrandom/g; s/read_seq/readseq/g; s/read_reverse/readreverse/g; s/read_missing/readmissing/g' \
-    -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g'
+    -e 's/seek_random/seekrandom/g; s/delete_random/deleterandom/g; s/read_while_writing/readwhilewriting/g' \
+    -e 's/wait_for_compaction/waitforcompaction/g'
 }
 common=(--num="$NUM" --key_size="$KEY_SIZE" --value_size="$VALUE_SIZE" --compression_ratio=0.5
         --cache_size="$CACHE_SIZE" --bloom_bits="$BLOOM_BITS" --write_buffer_size=67108864
-        --use_data_block_hash_index="$HASH_INDEX" --charge_table_reader="$CHARGE_TABLE_READER"
+        --use_data_block_hash_index="$HASH_INDEX" --charge_table_reader="$CHARGE_TABLE_READER" --cost_write_buffer_to_cache="$CHARGE_MEMTABLES"
         --batch_size="$BATCH_SIZE" --readwritepercent="$READ_WRITE_PERCENT"
         --benchmark_write_rate_limit="$WRITE_RATE_LIMIT")
 if [ -n "$READS" ]; then common+=(--reads="$READS"); fi
@@ -138,7 +139,8 @@ to_rocks = {"fill_seq": "fillseq", "fill_random": "fillrandom", "fill_random_syn
             "read_random": "readrandom", "read_seq": "readseq", "read_reverse": "readreverse",
             "read_missing": "readmissing", "seek_random": "seekrandom", "delete_random": "deleterandom",
             "read_while_writing": "readwhilewriting", "read_random_write_random": "readrandomwriterandom",
-            "update_random": "updaterandom", "multi_read_random": "multireadrandom"}
+            "update_random": "updaterandom", "multi_read_random": "multireadrandom",
+            "wait_for_compaction": "waitforcompaction"}
 line = re.compile(r"^(\w+)\s*:\s*([0-9.]+) micros/op")
 def parse(path):
     seen = {}

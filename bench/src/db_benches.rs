@@ -30,6 +30,7 @@ pub const DB_BENCHMARKS: &[&str] = &[
     "update_random",
     "multi_read_random",
     "compact",
+    "wait_for_compaction",
     "stats",
 ];
 
@@ -197,6 +198,11 @@ impl DbBench {
             })?,
             "compact" => run_threads(name, 1, 1, f.histogram, false, |_, r| {
                 db.compact_range::<&[u8], _>(..)?;
+                r.done(0);
+                Ok(())
+            })?,
+            "wait_for_compaction" => run_threads(name, 1, 1, f.histogram, false, |_, r| {
+                db.wait_for_compactions()?;
                 r.done(0);
                 Ok(())
             })?,

@@ -191,6 +191,7 @@ pub fn normalise(name: &str) -> String {
         "readrandomwriterandom" => "read_random_write_random",
         "updaterandom" => "update_random",
         "multireadrandom" => "multi_read_random",
+        "waitforcompaction" => "wait_for_compaction",
         other => other,
     }
     .to_string()

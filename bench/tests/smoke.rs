@@ -34,7 +34,7 @@ fn every_benchmark_runs_and_counts_right() {
     let json = dir.path().join("r.json");
     let db = dir.path().join("db");
     let all = "fillseq,read_random,read_missing,read_seq,read_reverse,seek_random,fill_random,read_random,overwrite,\
-               fill_random_sync,delete_random,read_while_writing,compact,stats,table_read,table_read_and_build,\
+               fill_random_sync,delete_random,read_while_writing,compact,wait_for_compaction,stats,table_read,table_read_and_build,\
                table_read_merged,table_random_read";
     let (ok, stdout, stderr) = db_bench(&[
         &format!("--benchmarks={all}"),
@@ -58,6 +58,7 @@ fn every_benchmark_runs_and_counts_right() {
         "overwrite",
         "delete_random",
         "compact",
+        "wait_for_compaction",
         "table_read",
         "table_random_read",
     ] {
@@ -68,7 +69,7 @@ fn every_benchmark_runs_and_counts_right() {
     assert!(stdout.contains("Write amplification"), "stats prints the engine stats");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 18);
+    assert_eq!(results.len(), 19);
     // The second read_random ran after fill_random: uniform random keys with replacement
     // cover about 1 - 1/e = 63 % of the key space.
     let second = results.iter().filter(|r| r["name"] == "read_random").nth(1).unwrap();

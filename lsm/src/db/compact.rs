@@ -149,6 +149,36 @@ impl DbInner {
         Ok(())
     }
 
+    /// Waits until no flush or compaction is running or due: no frozen memtable, no table
+    /// being compacted, and (unless automatic compactions are off or paused) nothing the
+    /// background threads would pick next. Fails at once if the database is closed or
+    /// read-only after a background error, since nothing would run then.
+    pub(super) fn wait_for_compactions(&self) -> Result<()> {
+        loop {
+            self.check_writable()?;
+            let idle = self.opts().disable_auto_compactions || lock(&self.bg).paused;
+            let due = {
+                let vs = lock(&self.versions);
+                let v = vs.current();
+                let cfg = self.picker_config();
+                !vs.busy.is_empty()
+                    || !idle
+                        && (picker::choose(&v, &cfg, &vs.compact_pointers, &vs.busy).is_some()
+                            || picker::choose_marked(&v, &cfg, &vs.busy, self.snapshots.oldest()).is_some())
+            };
+            if !due && self.imm_count.load(Ordering::Acquire) == 0 {
+                return Ok(());
+            }
+            let bg = lock(&self.bg);
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            // Every finished flush or compaction signals `bg_cv`; the timeout covers one that
+            // finished between the check above and this wait.
+            let _ = self.bg_cv.wait_timeout(bg, Duration::from_millis(20));
+        }
+    }
+
     /// Flushes, then compacts every level's tables overlapping `[lo, hi]` down to the bottom,
     /// and rewrites the bottom level's so that nothing unneeded is left anywhere in the range.
     pub(super) fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {

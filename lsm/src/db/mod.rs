@@ -433,6 +433,14 @@ impl Db {
         self.inner.compact_range(lo.as_deref(), hi.as_deref())
     }
 
+    /// Blocks until no flush or compaction is running or due, as RocksDB's `WaitForCompact`:
+    /// after a bulk load, the tree then has the shape reads will see once the load's backlog
+    /// is worked off. Returns at once (after any running job) when automatic compactions are
+    /// off; fails if the database is closed or read-only after a background error.
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        self.inner.wait_for_compactions()
+    }
+
     /// Number of tables in `level` (0 = newest).
     pub fn num_files_at_level(&self, level: usize) -> usize {
         lock(&self.inner.versions).current().levels.get(level).map_or(0, Vec::len)
