@@ -19,7 +19,9 @@
 # CACHE_SIZE (8388608, db_bench's default), BLOOM_BITS (10), HASH_INDEX (1: both engines' data
 # blocks carry a hash index for point lookups, `--use_data_block_hash_index`), CHARGE_TABLE_READER
 # (1: both engines charge open tables' indexes and filters to the block cache, `--charge_table_reader`,
-# Shale's default; 0: neither, RocksDB's default), THREADS (1; readers of
+# Shale's default; 0: neither, RocksDB's default), CHARGE_MEMTABLES (1: both engines charge their
+# memtables to the block cache too, `--cost_write_buffer_to_cache`, so the peak RSS compared does
+# not hang on how full each engine's last memtable happens to be; 0: neither, both defaults), THREADS (1; readers of
 # read_while_writing and threads of every other benchmark), BATCH_SIZE (1, keys per multi_get),
 # READ_WRITE_PERCENT (90), WRITE_RATE_LIMIT (0: none, bytes/s), READS (--reads: reads per
 # thread, default --num), PREFILL (benchmarks run first on one thread and not reported, e.g.
@@ -48,6 +50,7 @@ CACHE_SIZE=${CACHE_SIZE:-8388608}
 BLOOM_BITS=${BLOOM_BITS:-10}
 HASH_INDEX=${HASH_INDEX:-1}
 CHARGE_TABLE_READER=${CHARGE_TABLE_READER:-1}
+CHARGE_MEMTABLES=${CHARGE_MEMTABLES:-1}
 THREADS=${THREADS:-1}
 BATCH_SIZE=${BATCH_SIZE:-1}
 READ_WRITE_PERCENT=${READ_WRITE_PERCENT:-90}

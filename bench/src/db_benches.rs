@@ -74,6 +74,7 @@ impl DbBench {
             .block_cache_size(flags.cache_size)
             .row_cache_size(flags.row_cache_size)
             .charge_table_readers(flags.charge_table_reader)
+            .charge_memtables(flags.cost_write_buffer_to_cache)
             .table_read_mode(if flags.mmap_read { TableReadMode::Mmap } else { TableReadMode::Pread })
             .bloom_bits_per_key(flags.bloom_bits)
             .data_block_hash_index(flags.use_data_block_hash_index)

@@ -81,6 +81,10 @@ pub struct Flags {
     /// on by default in Shale, off in RocksDB).
     #[arg(long = "charge_table_reader", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = parse_bool)]
     pub charge_table_reader: bool,
+    /// Charge the memtables to the block cache, so `--cache_size` bounds them too (RocksDB's
+    /// flag; off by default in both).
+    #[arg(long = "cost_write_buffer_to_cache", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = parse_bool)]
+    pub cost_write_buffer_to_cache: bool,
     /// Memtable size in bytes.
     #[arg(long = "write_buffer_size", default_value_t = 64 << 20)]
     pub write_buffer_size: usize,

@@ -143,6 +143,7 @@ pub struct Options {
     pub(crate) row_cache_size: usize,
     pub(crate) prepopulate_block_cache: bool,
     pub(crate) charge_table_readers: bool,
+    pub(crate) charge_memtables: bool,
     pub(crate) table_read_mode: TableReadMode,
     pub(crate) max_open_files: usize,
     pub(crate) compaction_filter: Option<FilterHandle>,
@@ -202,6 +203,7 @@ impl Default for Options {
             row_cache_size: 0,
             prepopulate_block_cache: false,
             charge_table_readers: true,
+            charge_memtables: false,
             table_read_mode: TableReadMode::default(),
             max_open_files: 1000,
             compaction_filter: None,
@@ -378,6 +380,18 @@ impl Options {
     #[must_use]
     pub fn charge_table_readers(mut self, v: bool) -> Self {
         self.charge_table_readers = v;
+        self
+    }
+
+    /// Charge the memtables (active and frozen, with their bloom filters and point indexes)
+    /// to the block cache (default `false`; RocksDB's `cost_write_buffer_to_cache`): blocks get
+    /// `block_cache_size` less what the memtables hold, so the cache's size bounds blocks,
+    /// table metadata and memtables together, and memory no longer depends on how full the
+    /// memtable happens to be. Both charges together are capped at three quarters of the
+    /// cache, so blocks always keep a quarter of it.
+    #[must_use]
+    pub fn charge_memtables(mut self, v: bool) -> Self {
+        self.charge_memtables = v;
         self
     }
 

@@ -288,3 +288,63 @@ fn the_block_cache_bounds_blocks_and_table_metadata_together() {
         assert!(db.memory_usage() >= blocks + tables, "memory_usage counts blocks and tables");
     }
 }
+
+/// With `charge_memtables` the block cache's size bounds what the memtables hold too: as the
+/// active memtable fills, cached blocks make room for it, and once it is flushed the blocks
+/// get the room back. Without it, blocks fill the cache and the memtables come on top.
+#[test]
+fn charged_memtables_take_their_room_from_the_cached_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: u32| format!("key{i:07}");
+    const KEYS: u32 = 150_000;
+    {
+        let opts = Options::default().write_buffer_size(1 << 20).block_size(1024).disable_auto_compactions(true);
+        let db = Db::open(dir.path(), opts).unwrap();
+        for i in 0..KEYS {
+            db.put(key(i), format!("{i}-{}", "v".repeat(40))).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    const CACHE: usize = 8 << 20;
+    for charge in [true, false] {
+        let opts = Options::default()
+            .block_cache_size(CACHE)
+            .write_buffer_size(16 << 20)
+            .disable_auto_compactions(true)
+            .charge_memtables(charge);
+        let db = Db::open(dir.path(), opts).unwrap();
+        // Two MiB of new keys stay in the active memtable (beside its lookup structures').
+        for i in 0..15_000u32 {
+            db.put(format!("new{i:07}"), "n".repeat(100)).unwrap();
+        }
+        let read_all = || {
+            for i in (0..KEYS).step_by(3) {
+                assert!(db.get(key(i)).unwrap().is_some());
+            }
+        };
+        read_all();
+        let stats = db.stats();
+        let (blocks, tables) = (stats.block_cache_bytes, stats.table_readers_bytes);
+        let memtables = db.memory_usage() - blocks - tables - stats.row_cache_bytes;
+        assert!(memtables > 3 << 20, "the memtable holds the new keys and its lookup structures: {memtables}");
+        // The shards are bounded to within a block of their share, the charge to within a MiB.
+        let slack = 16 * 2048;
+        if charge {
+            assert!(blocks + tables + memtables <= CACHE + (1 << 20) + slack, "{blocks} + {tables} + {memtables}");
+            assert!(
+                blocks + tables + memtables > CACHE - 2 * slack,
+                "the cache is used: {blocks} + {tables} + {memtables}"
+            );
+        } else {
+            assert!(blocks + tables <= CACHE + slack && blocks + tables > CACHE - 2 * slack, "{blocks} + {tables}");
+        }
+        db.flush().unwrap();
+        read_all();
+        let after = db.stats().block_cache_bytes;
+        if charge {
+            assert!(after > blocks + (1 << 20), "a flushed memtable gives its room back: {blocks} -> {after}");
+        } else {
+            assert!(after.abs_diff(blocks) <= 2 * slack, "uncharged, the flush changes nothing: {blocks} -> {after}");
+        }
+    }
+}

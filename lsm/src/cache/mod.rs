@@ -134,6 +134,13 @@ pub fn allocation_size(len: usize) -> usize {
 /// the capacity, so a database whose metadata outgrows the cache still caches blocks (memory
 /// then passes the capacity by the metadata beyond that half, as it would uncharged) rather
 /// than reading every block from the file.
+///
+/// **Charging memtables.** With [`BlockCache::charge_memtables`] on
+/// ([`crate::Options::charge_memtables`], off by default; RocksDB's `cost_write_buffer_to_cache`),
+/// the memtables' memory (active and frozen) is charged too, so the capacity bounds blocks,
+/// table metadata and memtables together, whatever point of its fill cycle the memtable is at.
+/// Both charges together are capped at three quarters of the capacity: blocks always keep a
+/// quarter.
 #[derive(Debug)]
 pub struct BlockCache {
     blocks: Shards<Bytes>,
@@ -145,6 +152,10 @@ pub struct BlockCache {
     readers: AtomicUsize,
     /// Charge `readers` to the capacity.
     charge_readers: AtomicBool,
+    /// Bytes of the memtables last reported (in whole MiB steps, see `set_memtables_memory`).
+    memtables: AtomicUsize,
+    /// Charge `memtables` to the capacity.
+    charge_memtables: AtomicBool,
     /// Serialises changes of the blocks' capacity (the atomics above are read under it).
     resize: Mutex<()>,
 }
@@ -166,6 +177,8 @@ impl BlockCache {
             capacity: AtomicUsize::new(capacity),
             readers: AtomicUsize::new(0),
             charge_readers: AtomicBool::new(false),
+            memtables: AtomicUsize::new(0),
+            charge_memtables: AtomicBool::new(false),
             resize: Mutex::new(()),
         }
     }
@@ -200,12 +213,45 @@ impl BlockCache {
         self.readers.load(Ordering::Relaxed).min(self.capacity.load(Ordering::Relaxed) / 2)
     }
 
-    /// Sets the blocks' capacity to the capacity less the readers' charge, evicting what no
-    /// longer fits.
+    /// Charges the memtables' memory (reported by [`BlockCache::set_memtables_memory`]) to
+    /// the capacity, or stops charging it (see the type's docs).
+    pub fn charge_memtables(&self, on: bool) {
+        self.charge_memtables.store(on, Ordering::Relaxed);
+        self.resize_blocks();
+    }
+
+    /// Tells the cache how many bytes the memtables hold (active and frozen, with their
+    /// lookup structures). With charging on, the blocks' share follows in whole-MiB steps, so
+    /// a writer may report after every write group: the cache is resized only when the
+    /// memtables cross a MiB boundary.
+    pub fn set_memtables_memory(&self, bytes: usize) {
+        let step = bytes & !((1 << 20) - 1);
+        // Read first: the writer reports every group, and the step seldom changes.
+        if self.memtables.load(Ordering::SeqCst) == step {
+            return;
+        }
+        if self.memtables.swap(step, Ordering::SeqCst) != step && self.charge_memtables.load(Ordering::Relaxed) {
+            self.resize_blocks();
+        }
+    }
+
+    /// The part of the capacity the memtables are charged: their memory (in MiB steps) up to
+    /// what the readers' charge leaves of three quarters of the capacity, with charging on;
+    /// else nothing.
+    pub fn memtables_charge(&self) -> usize {
+        if !self.charge_memtables.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let most = (self.capacity.load(Ordering::Relaxed) / 4 * 3).saturating_sub(self.readers_charge());
+        self.memtables.load(Ordering::Relaxed).min(most)
+    }
+
+    /// Sets the blocks' capacity to the capacity less the readers' and the memtables'
+    /// charges, evicting what no longer fits.
     fn resize_blocks(&self) {
         let _serial = self.resize.lock().unwrap_or_else(|e| e.into_inner());
         let capacity = self.capacity.load(Ordering::Relaxed);
-        self.blocks.set_capacity(capacity - self.readers_charge());
+        self.blocks.set_capacity(capacity - self.readers_charge() - self.memtables_charge());
     }
 
     /// The row cache, if there is one.
@@ -450,6 +496,46 @@ mod tests {
         fill(&cache, 5);
         assert!(cache.usage() <= 28 << 16 && cache.usage() > 26 << 16, "{}", cache.usage());
         assert_eq!(cache.readers_memory(), 4 << 16);
+    }
+
+    #[test]
+    fn memtables_are_charged_in_mib_steps_up_to_what_leaves_blocks_a_quarter() {
+        // 1 MiB a shard; blocks charged 4096 + 128 each.
+        let cache = BlockCache::new(16 << 20, Arc::default());
+        let fill = |cache: &BlockCache, file: u64| {
+            for i in 0..6000 {
+                cache.insert(file, i * 4096, Bytes::from(vec![0u8; 4096]));
+            }
+        };
+        let within = |cache: &BlockCache, mib: usize| {
+            let usage = cache.usage();
+            assert!(usage <= mib << 20 && usage > (mib << 20) - (16 << 13), "{usage} vs {mib} MiB");
+        };
+        fill(&cache, 1);
+        within(&cache, 16);
+        // Uncharged (the cache's own default), the memtables' memory changes nothing.
+        cache.set_memtables_memory(5 << 20);
+        assert_eq!(cache.memtables_charge(), 0);
+        within(&cache, 16);
+        // Charged: the blocks make room for it, a whole MiB at a time.
+        cache.charge_memtables(true);
+        assert_eq!(cache.memtables_charge(), 5 << 20);
+        within(&cache, 11);
+        cache.set_memtables_memory((6 << 20) - 1);
+        assert_eq!(cache.memtables_charge(), 5 << 20);
+        cache.set_memtables_memory(6 << 20);
+        within(&cache, 10);
+        // With the readers charged too, both together stop at three quarters of the capacity.
+        cache.charge_readers(true);
+        cache.set_readers_memory(4 << 20);
+        cache.set_memtables_memory(100 << 20);
+        assert_eq!((cache.readers_charge(), cache.memtables_charge()), (4 << 20, 8 << 20));
+        fill(&cache, 2);
+        within(&cache, 4);
+        // A flushed memtable gives its room back.
+        cache.set_memtables_memory(0);
+        fill(&cache, 3);
+        within(&cache, 12);
     }
 
     #[test]

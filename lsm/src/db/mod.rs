@@ -119,6 +119,9 @@ pub(crate) struct DbInner {
     /// The current super version's frozen memtables and L0 tables, counted when it is set:
     /// the write leader checks them every group without loading the super version.
     imm_count: AtomicUsize,
+    /// What the current super version's frozen memtables hold, summed when it is set: the
+    /// write leader reports it with the active memtable's to the block cache every group.
+    imm_bytes: AtomicUsize,
     l0_files: AtomicUsize,
     queue: Mutex<write::WriteQueue>,
     queue_cv: Condvar,
@@ -547,8 +550,26 @@ impl DbInner {
         let _change = self.sv_change.lock().unwrap_or_else(|e| e.into_inner());
         let next = f(&self.sv.load());
         self.imm_count.store(next.imm.len(), Ordering::Release);
+        self.imm_bytes.store(next.imm.iter().map(|m| m.memory_usage()).sum(), Ordering::SeqCst);
         self.l0_files.store(next.version.num_files(0), Ordering::Release);
+        self.report_memtables(&next.mem);
         self.sv.store(Arc::new(next));
+    }
+
+    /// Tells the block cache what the memtables hold, `active` being the active one (see
+    /// [`crate::Options::charge_memtables`]; cheap unless they crossed a MiB boundary).
+    ///
+    /// The write leader and the flush thread both report. One that read the frozen
+    /// memtables' bytes just before the other changed them reports again, so a stale sum
+    /// (a flushed memtable still charged, say) never outlasts the report that replaced it.
+    fn report_memtables(&self, active: &Memtable) {
+        loop {
+            let frozen = self.imm_bytes.load(Ordering::SeqCst);
+            self.tables.block_cache().set_memtables_memory(active.memory_usage() + frozen);
+            if self.imm_bytes.load(Ordering::SeqCst) == frozen {
+                return;
+            }
+        }
     }
 
     fn shutdown(&self) -> Result<()> {

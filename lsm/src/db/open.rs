@@ -32,6 +32,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
     let block_cache =
         Arc::new(BlockCache::with_rows(opts.block_cache_size, opts.row_cache_size, Arc::clone(&read_counters)));
     block_cache.charge_readers(opts.charge_table_readers);
+    block_cache.charge_memtables(opts.charge_memtables);
     let tables = Arc::new(TableCache::new(dir.to_path_buf(), opts.max_open_files, block_cache, opts.table_read_mode));
     let exists = dir.join("CURRENT").exists();
     let mut versions = if exists {
@@ -128,6 +129,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Arc<DbInner>> {
         sv: arc_swap::ArcSwap::from_pointee(SuperVersion { mem: Arc::clone(&active), imm: Vec::new(), version }),
         sv_change: Mutex::new(()),
         imm_count: AtomicUsize::new(0),
+        imm_bytes: AtomicUsize::new(0),
         l0_files: AtomicUsize::new(l0_files),
         queue: Mutex::default(),
         queue_cv: Condvar::new(),

@@ -440,6 +440,7 @@ impl DbInner {
         for p in group.iter() {
             w.mem.apply(&p.batch)?;
         }
+        self.report_memtables(&w.mem);
         w.last_seq = seq;
         self.visible_seq.store(seq, Ordering::Release);
         self.notify_tailers();
