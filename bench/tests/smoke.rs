@@ -102,6 +102,24 @@ fn existing_db_skips_fills_and_reads_what_is_there() {
     assert_eq!(parse_line(&stdout, "read_random").1, Some((5000, 5000)));
 }
 
+/// A run over an existing database draws its own random keys, not the fill's again: after a
+/// random fill of N draws from N keys, about 63 % of the keys exist, and so of the reads find.
+#[test]
+fn a_run_over_an_existing_database_does_not_repeat_the_fills_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let dbflag = format!("--db={}", dir.path().join("db").display());
+    let (ok, _, stderr) = db_bench(&["--benchmarks=fill_random", "--num=5000", &dbflag]);
+    assert!(ok, "{stderr}");
+    for bench in ["read_random", "seek_random"] {
+        let (ok, stdout, stderr) =
+            db_bench(&[&format!("--benchmarks={bench}"), "--num=5000", "--use_existing_db=1", &dbflag]);
+        assert!(ok, "{stderr}");
+        let (found, of) = parse_line(&stdout, bench).1.unwrap();
+        assert_eq!(of, 5000);
+        assert!((2900..=3400).contains(&found), "{bench} found {found} of 5000:\n{stdout}");
+    }
+}
+
 /// The `key:value` counts in a result line, e.g. `( reads:8000 writes:2000 found:8000)`.
 fn counts(stdout: &str, name: &str) -> std::collections::HashMap<String, u64> {
     let line = stdout
