@@ -30,18 +30,20 @@ use crate::table_benches::{TableBench, TABLE_BENCHMARKS};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's options, read before `main`:
-/// - freed pages go back to the OS at once instead of after its ten-second decay, so the RSS a
-///   benchmark reports is what the engine holds rather than what the allocator kept (10 M
-///   random writes, then 1 M random reads with a 116 MB block cache: peak RSS 211 MB with the
-///   decay, 198 MB without; the same throughput);
-/// - the size classes of cached 4 KiB blocks (2.5–4 KiB) are carved from 64 KiB slabs rather
-///   than one or two pages each: a slab costs jemalloc an extent record and a partly used one
-///   strands its free space, and a full block cache is tens of thousands of blocks (at the end
-///   of that run: metadata 8.2 → 4.3 MB, free space in used pages 7.9 → 5.5 MB).
+/// jemalloc's options, read before `main`: freed pages go back to the OS at once instead of
+/// after its ten-second decay, so the RSS a benchmark reports is what the engine holds rather
+/// than what the allocator kept (10 M random writes, then 1 M random reads with a 116 MB block
+/// cache: peak RSS 211 MB with the decay, 198 MB without; the same throughput).
+///
+/// The cached blocks' size classes (2.5–4 KiB) keep jemalloc's own slab sizes, one to a few
+/// pages. Carved from 64 KiB slabs instead, they cost less metadata while the cache only
+/// fills, but a cache that shrinks (memtables charged to it, `--cost_write_buffer_to_cache`,
+/// take room from the blocks as they fill) evicts blocks all over the slabs and frees none of
+/// them: with four readers beside a writer over 10 M entries, 48 MB stayed stranded in partly
+/// used slabs and the peak RSS was 193 MB, against 137 MB with the default slabs.
 #[cfg(feature = "jemalloc")]
 #[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: ConfString = ConfString(c"dirty_decay_ms:0,muzzy_decay_ms:0,slab_sizes:2049-4096:16".as_ptr());
+static MALLOC_CONF: ConfString = ConfString(c"dirty_decay_ms:0,muzzy_decay_ms:0".as_ptr());
 
 /// A pointer to a static C string, as jemalloc's `malloc_conf` symbol is.
 #[cfg(feature = "jemalloc")]
