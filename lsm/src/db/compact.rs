@@ -1,15 +1,39 @@
-//! Running compactions: the background loop and manual `compact_range`.
+//! Running compactions: the background loop, manual `compact_range`, and waiting for both.
 
+use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{lock, DbInner, SuperVersion};
+use super::{lock, Db, DbInner, SuperVersion};
 use crate::compaction::job::{self, JobContext};
 use crate::compaction::picker::{self, Choice, PickerConfig};
 use crate::manifest::Version;
 use crate::sstable::TableOptions;
 use crate::{Error, Result};
+
+/// Compactions asked for.
+impl Db {
+    /// Compacts every table overlapping the user-key `range` down to the bottom level (after a
+    /// flush), dropping everything no reader can see. `..` compacts the whole database.
+    pub fn compact_range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<()> {
+        self.inner.check_writable()?;
+        let bound = |b: Bound<&K>| match b {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref().to_vec()),
+            Bound::Unbounded => None,
+        };
+        let (lo, hi) = (bound(range.start_bound()), bound(range.end_bound()));
+        self.inner.compact_range(lo.as_deref(), hi.as_deref())
+    }
+
+    /// Blocks until no flush or compaction is running or due, as RocksDB's `WaitForCompact`:
+    /// after a bulk load, the tree then has the shape reads will see once the load's backlog
+    /// is worked off. Returns at once (after any running job) when automatic compactions are
+    /// off; fails if the database is closed or read-only after a background error.
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        self.inner.wait_for_compactions()
+    }
+}
 
 impl DbInner {
     pub(super) fn picker_config(&self) -> PickerConfig {

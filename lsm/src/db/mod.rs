@@ -424,26 +424,6 @@ impl Db {
         self.inner.flush_in_background(min_bytes)
     }
 
-    /// Compacts every table overlapping the user-key `range` down to the bottom level (after a
-    /// flush), dropping everything no reader can see. `..` compacts the whole database.
-    pub fn compact_range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<()> {
-        self.inner.check_writable()?;
-        let bound = |b: Bound<&K>| match b {
-            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref().to_vec()),
-            Bound::Unbounded => None,
-        };
-        let (lo, hi) = (bound(range.start_bound()), bound(range.end_bound()));
-        self.inner.compact_range(lo.as_deref(), hi.as_deref())
-    }
-
-    /// Blocks until no flush or compaction is running or due, as RocksDB's `WaitForCompact`:
-    /// after a bulk load, the tree then has the shape reads will see once the load's backlog
-    /// is worked off. Returns at once (after any running job) when automatic compactions are
-    /// off; fails if the database is closed or read-only after a background error.
-    pub fn wait_for_compactions(&self) -> Result<()> {
-        self.inner.wait_for_compactions()
-    }
-
     /// Number of tables in `level` (0 = newest).
     pub fn num_files_at_level(&self, level: usize) -> usize {
         lock(&self.inner.versions).current().levels.get(level).map_or(0, Vec::len)
