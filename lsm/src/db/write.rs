@@ -437,9 +437,9 @@ impl DbInner {
                 return Err(self.poison(e.into()));
             }
         }
-        for p in group.iter() {
-            w.mem.apply(&p.batch)?;
-        }
+        // The group's updates go in together: its batches' random keys wait on memory at once.
+        let batches: Vec<&WriteBatch> = group.iter().map(|p| &p.batch).collect();
+        w.mem.apply_all(&batches)?;
         self.report_memtables(&w.mem);
         w.last_seq = seq;
         self.visible_seq.store(seq, Ordering::Release);

@@ -13,24 +13,55 @@ pub(super) const APPLY_WINDOW: usize = skiplist::MAX_SEARCHES;
 /// ones on their own, when they are inserted).
 const PLACED_KEY: usize = 64;
 
+/// One update of a window: what it writes, its key's hash and its sequence number.
+#[derive(Debug, Clone, Copy)]
+struct Update<'a> {
+    kind: ValueKind,
+    key: &'a [u8],
+    value: &'a [u8],
+    hash: u64,
+    seq: u64,
+}
+
 impl Memtable {
     /// Inserts every update of `batch`, numbered from the batch's sequence number.
-    ///
-    /// The updates go in windows of [`APPLY_WINDOW`]: the bloom-filter line and point-index
-    /// slot of every key of a window are prefetched before the first is inserted, so a batch of
-    /// random keys waits on memory for those once per window instead of twice per key; and the
-    /// places in the list of the window's keys that the point index does not know (new keys,
-    /// which need a node) are searched for all at once (the list's `search_places`), so their
-    /// searches wait on memory together rather than one after another.
     pub fn apply(&self, batch: &WriteBatch) -> Result<()> {
-        let mut entries = batch.iter();
-        let mut seq = batch.sequence();
-        let mut window = [(ValueKind::Put, &[][..], &[][..], 0u64); APPLY_WINDOW];
+        self.apply_all(std::slice::from_ref(batch))
+    }
+
+    /// Inserts every update of each of `batches` in turn, each numbered from its batch's
+    /// sequence number — a commit group's batches, as [`Memtable::apply`] of each would.
+    ///
+    /// The updates go in windows of [`APPLY_WINDOW`], which run on across the batches (a
+    /// group of single-update batches, as fifty clients' SETs make, windows as one batch of
+    /// them would): the bloom-filter line and point-index slot of every key of a window are
+    /// prefetched before the first is inserted, so random keys wait on memory for those once
+    /// per window instead of twice per key; and the places in the list of the window's keys
+    /// that the point index does not know (new keys, which need a node) are searched for all
+    /// at once (the list's `search_places`), so their searches wait on memory together rather
+    /// than one after another. A damaged batch stops it there: the updates before its damage
+    /// are in, those after are not.
+    pub fn apply_all<B: std::borrow::Borrow<WriteBatch>>(&self, batches: &[B]) -> Result<()> {
+        let mut batches = batches.iter().map(|b| b.borrow());
+        let (mut entries, mut seq) = match batches.next() {
+            Some(b) => (b.iter(), b.sequence()),
+            None => return Ok(()),
+        };
+        let mut window = [Update { kind: ValueKind::Put, key: &[], value: &[], hash: 0, seq: 0 }; APPLY_WINDOW];
         loop {
-            let (mut n, mut failed) = (0, None);
+            let (mut n, mut failed, mut ended) = (0, None, false);
             while n < APPLY_WINDOW {
                 let e = match entries.next() {
-                    None => break,
+                    None => match batches.next() {
+                        Some(b) => {
+                            (entries, seq) = (b.iter(), b.sequence());
+                            continue;
+                        }
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    },
                     Some(Ok(e)) => e,
                     Some(Err(e)) => {
                         // The updates before a damaged one go in, as one at a time would.
@@ -43,35 +74,30 @@ impl Memtable {
                     l.bloom.prefetch(hash);
                     l.index.prefetch(hash);
                 }
-                window[n] = (e.kind, e.key, e.value, hash);
+                window[n] = Update { kind: e.kind, key: e.key, value: e.value, hash, seq };
+                seq += 1;
                 n += 1;
             }
-            let placed = self.place_new_keys(&window[..n], seq);
-            for (i, &(kind, key, value, hash)) in window[..n].iter().enumerate() {
+            let placed = self.place_new_keys(&window[..n]);
+            for (i, u) in window[..n].iter().enumerate() {
                 let place = placed.as_ref().and_then(|(searched, places)| places.get(searched[i]));
-                self.insert_hashed(seq, kind, key, value, hash, place);
-                seq += 1;
+                self.insert_hashed(u.seq, u.kind, u.key, u.value, u.hash, place);
             }
             if let Some(e) = failed {
                 return Err(e);
             }
-            if n < APPLY_WINDOW {
+            if ended {
                 return Ok(());
             }
         }
     }
 
-    /// Searches for the places in the list of the keys of `window` (updates numbered from
-    /// `seq`) that will need a node, all at once ([`SkipList::search_places`]): keys the point
+    /// Searches for the places in the list of the keys of `window` that will need a node, all at once ([`SkipList::search_places`]): keys the point
     /// index does not know, if there are two or more and not every one of them goes right at
     /// the writer's splice (a run of keys, which is linked there without a search). Returns
     /// `(searched, places)`, `window[i]`'s place being `places[searched[i]]` (`searched[i]` out
     /// of range for a key not searched for); `None` if nothing was searched for.
-    fn place_new_keys(
-        &self,
-        window: &[(ValueKind, &[u8], &[u8], u64)],
-        seq: u64,
-    ) -> Option<([usize; APPLY_WINDOW], [Place; APPLY_WINDOW])> {
+    fn place_new_keys(&self, window: &[Update<'_>]) -> Option<([usize; APPLY_WINDOW], [Place; APPLY_WINDOW])> {
         if window.len() < 2 {
             // (A batch of one update, as most single commands write: nothing to overlap with.)
             return None;
@@ -79,13 +105,13 @@ impl Memtable {
         let mut ikeys = [[0u8; PLACED_KEY]; APPLY_WINDOW];
         let mut searched = [usize::MAX; APPLY_WINDOW];
         let mut k = 0;
-        for (i, &(kind, key, _, hash)) in window.iter().enumerate() {
-            let len = key.len() + key::TRAILER_LEN;
-            if kind == ValueKind::RangeDelete || len > PLACED_KEY || self.knows(key, hash) {
+        for (i, u) in window.iter().enumerate() {
+            let len = u.key.len() + key::TRAILER_LEN;
+            if u.kind == ValueKind::RangeDelete || len > PLACED_KEY || self.knows(u.key, u.hash) {
                 continue;
             }
-            ikeys[i][..key.len()].copy_from_slice(key);
-            ikeys[i][key.len()..len].copy_from_slice(&key::pack_trailer(seq + i as u64, kind).to_le_bytes());
+            ikeys[i][..u.key.len()].copy_from_slice(u.key);
+            ikeys[i][u.key.len()..len].copy_from_slice(&key::pack_trailer(u.seq, u.kind).to_le_bytes());
             searched[i] = k;
             k += 1;
         }
@@ -94,9 +120,9 @@ impl Memtable {
             return None;
         }
         let mut targets = [&[][..]; APPLY_WINDOW];
-        for (i, &(_, key, _, _)) in window.iter().enumerate() {
+        for (i, u) in window.iter().enumerate() {
             if let Some(t) = targets.get_mut(searched[i]) {
-                *t = &ikeys[i][..key.len() + key::TRAILER_LEN];
+                *t = &ikeys[i][..u.key.len() + key::TRAILER_LEN];
             }
         }
         let mut at_splice = [false; APPLY_WINDOW];
@@ -117,3 +143,6 @@ impl Memtable {
             .is_some_and(|l| l.bloom.may_contain(hash) && matches!(l.index.probe(hash, user_key), Probe::Found(_)))
     }
 }
+
+#[cfg(test)]
+mod tests;
