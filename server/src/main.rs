@@ -202,8 +202,21 @@ fn runtime(workers: usize, state: &ServerState) -> std::io::Result<tokio::runtim
     // that never parked would hold the SETs back, so they wake the commit thread themselves.
     #[cfg(tokio_unstable)]
     {
-        let parked = state.storage.engine().clone();
-        builder.on_thread_park(move || parked.start_deferred_commits());
+        // Only the last worker to park starts them: a worker still running tasks starts them
+        // itself when it parks or after its next polls, with the SETs of both in one group.
+        let threads = if workers > 0 { workers } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
+        builder.worker_threads(threads);
+        let awake = Arc::new(std::sync::atomic::AtomicIsize::new(threads as isize));
+        let (parked, unparked) = (Arc::clone(&awake), awake);
+        let engine = state.storage.engine().clone();
+        builder.on_thread_park(move || {
+            if parked.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) <= 1 {
+                engine.start_deferred_commits();
+            }
+        });
+        builder.on_thread_unpark(move || {
+            unparked.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        });
         let (engine, polls) = (state.storage.engine().clone(), std::sync::atomic::AtomicU32::new(0));
         builder.on_after_task_poll(move |_| {
             if polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % DEFERRED_COMMIT_POLLS == 0 {
