@@ -128,3 +128,35 @@ fn group_reads_in_one_transaction_go_on_from_each_other() {
     let pending: (u64, Value, Value, Value) = cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
     assert_eq!(pending.0, 6);
 }
+
+/// A stream named twice in one XREADGROUP is served twice, as by Redis: the second `>` goes
+/// on after what the first delivered, and a history ID and `>` of one stream each answer.
+#[test]
+fn a_stream_named_twice_is_read_on_from_the_first_delivery() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    for i in 1..=3 {
+        cmd("XADD").arg("s").arg(format!("1-{i}")).arg("n").arg(i).query::<String>(&mut c).unwrap();
+    }
+    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(&mut c).unwrap();
+    let mut read = |count: usize, ids: [&str; 2]| -> Vec<(String, Vec<String>)> {
+        let got: Read = cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(count)
+            .arg("STREAMS")
+            .arg("s")
+            .arg("s")
+            .arg(&ids[..])
+            .query(&mut c)
+            .unwrap();
+        got.unwrap_or_default().into_iter().map(|(k, e)| (k, e.into_iter().map(|(id, _)| id).collect())).collect()
+    };
+    let s = |ids: &[&str]| ("s".to_string(), ids.iter().map(|i| i.to_string()).collect::<Vec<_>>());
+    assert_eq!(read(1, [">", ">"]), [s(&["1-1"]), s(&["1-2"])]);
+    assert_eq!(read(5, ["0", ">"]), [s(&["1-1", "1-2"]), s(&["1-3"])]);
+    let pending: (u64, Value, Value, Value) = cmd("XPENDING").arg("s").arg("g").query(&mut c).unwrap();
+    assert_eq!(pending.0, 3);
+}

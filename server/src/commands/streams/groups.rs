@@ -267,14 +267,13 @@ fn xgroup(s: &mut Session, args: &[Bytes]) -> Reply {
 fn deliver_new(
     at: Place,
     view: &View,
-    key: &[u8],
-    (group, consumer): (&Bytes, &Bytes),
+    (key, opened): (&[u8], Opened),
+    consumer: &Bytes,
     count: usize,
     noack: bool,
 ) -> Result<Option<Reply>, Reply> {
-    let Some((meta, sm)) = stream_at(view, key)? else { return Ok(None) };
+    let Opened { meta, sm, group: mut g } = opened;
     let mut groups = Groups::new(view, meta.uid);
-    let Some(mut g) = groups.group(group).map_err(engine_error)? else { return Ok(None) };
     let Some(start) = g.last.incr() else { return Ok(None) };
     if sm.length == 0 || sm.last < start {
         return Ok(None);
@@ -317,14 +316,14 @@ fn deliver_new(
 fn deliver_history(
     at: Place,
     view: &View,
-    key: &[u8],
-    (group, consumer): (&Bytes, &Bytes),
+    (key, opened): (&[u8], Opened),
+    consumer: &Bytes,
     after: StreamId,
     count: usize,
 ) -> Result<Reply, Reply> {
-    let Some((meta, sm)) = stream_at(view, key)? else { return Ok(Reply::Array(Vec::new())) };
+    let Opened { meta, sm, group: mut g } = opened;
+    let group = &g.name.clone();
     let mut groups = Groups::new(view, meta.uid);
-    let Some(mut g) = groups.group(group).map_err(engine_error)? else { return Ok(Reply::Array(Vec::new())) };
     let Some(start) = after.incr() else { return Ok(Reply::Array(Vec::new())) };
     groups.consumer_or_create(&mut g, consumer, true).map_err(engine_error)?;
     let limit = if count == 0 { usize::MAX } else { count };
@@ -363,24 +362,21 @@ fn xreadgroup(s: &mut Session, args: &[Bytes]) -> Reply {
     let (keys, id_args) = read.streams(args);
     let guard = s.state.storage.lock(&s.exec, s.db, keys.iter().map(|k| &k[..]));
     let view = s.state.storage.view(&s.exec, s.db);
-    // Every key and group must exist, and every ID be valid, before anything is read.
+    // Every key and group must exist, and every ID be valid, before anything is read. Each
+    // stream and group is read once: what was opened here is what is delivered from.
     let mut history = Vec::with_capacity(keys.len());
+    let mut opened = Vec::with_capacity(keys.len());
     for (key, arg) in keys.iter().zip(id_args) {
-        let exists = match stream_at(&view, key) {
-            Ok(Some((meta, _))) => Groups::new(&view, meta.uid).group(&group).map(|g| g.is_some()),
-            Ok(None) => Ok(false),
-            Err(e) => return e,
-        };
-        match exists {
-            Ok(true) => {}
-            Ok(false) => {
+        match open_group(&view, key, &group) {
+            Ok(Some(o)) => opened.push(o),
+            Ok(None) => {
                 return Reply::error(format!(
                     "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
                     String::from_utf8_lossy(key),
                     String::from_utf8_lossy(&group)
                 ))
             }
-            Err(e) => return engine_error(e),
+            Err(e) => return e,
         }
         if arg[..] == b"$"[..] {
             return Reply::error("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.");
@@ -395,10 +391,20 @@ fn xreadgroup(s: &mut Session, args: &[Bytes]) -> Reply {
         }
     }
     let mut found = Vec::new();
-    for (key, from) in keys.iter().zip(&history) {
+    for (i, ((key, from), opened)) in keys.iter().zip(&history).zip(opened).enumerate() {
+        // A key named twice is opened again: the first delivery moved its group on.
+        let opened = if keys[..i].contains(key) {
+            match open_group(&view, key, &group) {
+                Ok(Some(o)) => o,
+                Ok(None) => continue,
+                Err(e) => return e,
+            }
+        } else {
+            opened
+        };
         let served = match from {
-            Some(after) => deliver_history(place(s), &view, key, (&group, &consumer), *after, read.count).map(Some),
-            None => deliver_new(place(s), &view, key, (&group, &consumer), read.count, read.noack),
+            Some(after) => deliver_history(place(s), &view, (key, opened), &consumer, *after, read.count).map(Some),
+            None => deliver_new(place(s), &view, (key, opened), &consumer, read.count, read.noack),
         };
         match served {
             Ok(Some(entries)) => found.push((key.clone(), entries)),
@@ -440,10 +446,26 @@ fn serve_blocked(
         Ok(_) => return Ok(Some(Reply::error("UNBLOCKED the stream key no longer exists"))),
         Err(e) => return Err(engine_error(e)),
     };
-    if Groups::new(&view, meta.uid).group(group).map_err(engine_error)?.is_none() {
+    let Some(group) = Groups::new(&view, meta.uid).group(group).map_err(engine_error)? else {
         return Ok(Some(Reply::error("NOGROUP the consumer group this client was blocked on no longer exists")));
-    }
-    deliver_new((state, cx, db), &view, key, (group, consumer), count, noack)
+    };
+    let sm = StreamMeta::of(&meta);
+    deliver_new((state, cx, db), &view, (key, Opened { meta, sm, group }), consumer, count, noack)
+}
+
+/// A stream and one of its consumer groups, read for a delivery.
+struct Opened {
+    meta: Meta,
+    sm: StreamMeta,
+    group: Group,
+}
+
+/// The stream at `key` and its group `group`; `None` if either does not exist (an error if
+/// the key holds another type).
+fn open_group(view: &View, key: &[u8], group: &[u8]) -> Result<Option<Opened>, Reply> {
+    let Some((meta, sm)) = stream_at(view, key)? else { return Ok(None) };
+    let group = Groups::new(view, meta.uid).group(group).map_err(engine_error)?;
+    Ok(group.map(|group| Opened { meta, sm, group }))
 }
 
 /// Runs `f` on group `group` of the stream at `key` (locked for the command), then writes the
