@@ -154,7 +154,7 @@ impl Default for Config {
             disable_auto_compactions: false,
             compaction_rate_limit: 0,
             block_cache_size: 256 << 20,
-            row_cache_size: 32 << 20,
+            row_cache_size: 16 << 20,
             compression: default_compression(),
             table_read_mode: lsm::TableReadMode::Pread,
             stream_node_max_entries: 100,

@@ -287,7 +287,7 @@ pub static PARAMS: &[Param] = &[
     p("replica-serve-stale-data", "yes", Kind::Bool, true),
     p("replicaof", "", Kind::Str, false),
     p("requirepass", "", Kind::Str, true),
-    p("row-cache-size", "33554432", Kind::Memory, true),
+    p("row-cache-size", "16777216", Kind::Memory, true),
     p("sanitize-dump-payload", "no", Kind::Enum(&["no", "yes", "clients"]), true),
     p("save", "", Kind::Str, true),
     p("server_cpulist", "", Kind::Str, false),
