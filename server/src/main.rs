@@ -12,6 +12,24 @@ use shale_server::state::{sync_mode, LogHook, ServerState};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: freed pages go back to the OS after a second
+/// instead of ten (`jemalloc-bg-thread`'s threads hand them back), and at once once they
+/// would only be lazily freed (`muzzy`, which still counts in RSS). Flushes and compactions
+/// free tens of megabytes at a time: after three rounds of SET and GET over 1M keys, 148 MiB
+/// RSS against 79 MB allocated with the default decay, 101 against 79 with this, at the same
+/// throughput. `_RJEM_MALLOC_CONF` in the environment overrides it.
+#[cfg(feature = "jemalloc")]
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: ConfString = ConfString(c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// A pointer to a static C string, as jemalloc's `malloc_conf` symbol is.
+#[cfg(feature = "jemalloc")]
+#[repr(transparent)]
+struct ConfString(*const std::ffi::c_char);
+// SAFETY: it points at a string literal, which is immutable and lives for the whole program.
+#[cfg(feature = "jemalloc")]
+unsafe impl Sync for ConfString {}
+
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help" || a == "-v" || a == "--version") {
