@@ -8,6 +8,30 @@
 //! most blocks come from its heaps, and a heap gives back only its top: with 10 M random
 //! writes and a 64 MiB write buffer it held about 100 MB free once the writes were done.
 
+/// jemalloc's options as a program sets them, in a static it exports under jemalloc's
+/// `malloc_conf` name (`_rjem_malloc_conf` for tikv-jemallocator), read before `main`:
+///
+/// ```ignore
+/// #[export_name = "_rjem_malloc_conf"]
+/// static MALLOC_CONF: lsm::allocator::MallocConf = lsm::allocator::MallocConf::new(c"dirty_decay_ms:1000");
+/// ```
+#[cfg(feature = "jemalloc")]
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct MallocConf(*const std::ffi::c_char);
+
+#[cfg(feature = "jemalloc")]
+impl MallocConf {
+    /// The options `conf` (jemalloc's `name:value,…` syntax).
+    pub const fn new(conf: &'static std::ffi::CStr) -> Self {
+        MallocConf(conf.as_ptr())
+    }
+}
+
+// SAFETY: it points at a `'static` C string, which is immutable and lives for the whole program.
+#[cfg(feature = "jemalloc")]
+unsafe impl Sync for MallocConf {}
+
 /// Bytes the engines of this process hold outside the allocator, in anonymous mappings of their
 /// own: memtables' value chunks, point indexes and bloom filters, which are unmapped (given
 /// back to the OS at once) when a memtable is dropped.

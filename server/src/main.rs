@@ -20,15 +20,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// throughput. `_RJEM_MALLOC_CONF` in the environment overrides it.
 #[cfg(feature = "jemalloc")]
 #[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: ConfString = ConfString(c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
-
-/// A pointer to a static C string, as jemalloc's `malloc_conf` symbol is.
-#[cfg(feature = "jemalloc")]
-#[repr(transparent)]
-struct ConfString(*const std::ffi::c_char);
-// SAFETY: it points at a string literal, which is immutable and lives for the whole program.
-#[cfg(feature = "jemalloc")]
-unsafe impl Sync for ConfString {}
+static MALLOC_CONF: lsm::allocator::MallocConf =
+    lsm::allocator::MallocConf::new(c"dirty_decay_ms:1000,muzzy_decay_ms:0");
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
