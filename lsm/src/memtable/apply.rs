@@ -92,9 +92,10 @@ impl Memtable {
         }
     }
 
-    /// Searches for the places in the list of the keys of `window` that will need a node, all at once ([`SkipList::search_places`]): keys the point
-    /// index does not know, if there are two or more and not every one of them goes right at
-    /// the writer's splice (a run of keys, which is linked there without a search). Returns
+    /// Searches for the places in the list of the keys of `window` that will need a node, all
+    /// at once ([`SkipList::search_places`]): keys the point index does not know, if there are
+    /// two or more and not every one of them goes right at the writer's splice (a run of keys,
+    /// which is linked there without a search). Returns
     /// `(searched, places)`, `window[i]`'s place being `places[searched[i]]` (`searched[i]` out
     /// of range for a key not searched for); `None` if nothing was searched for.
     fn place_new_keys(&self, window: &[Update<'_>]) -> Option<([usize; APPLY_WINDOW], [Place; APPLY_WINDOW])> {
