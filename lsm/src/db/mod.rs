@@ -241,6 +241,15 @@ impl Db {
         self.inner.multi_get(&keys, opts)
     }
 
+    /// Starts loading into the CPU's cache what [`Db::get`]s of `keys` will read first (the
+    /// memtables' filter lines, point-index slots, nodes and newest versions; the open tables'
+    /// filter lines), in stages across the keys, so that the lookups that follow wait on
+    /// memory once rather than once per key and stage: a hint that reads nothing the caller
+    /// sees, never blocks and never faults.
+    pub fn prefetch_gets(&self, keys: &[&[u8]]) {
+        self.inner.prefetch_gets(keys);
+    }
+
     /// A handle that reads this database without keeping it open: for a compaction filter that
     /// must look other keys up (holding a `Db` there would keep the database open forever).
     pub fn downgrade(&self) -> WeakDb {

@@ -15,6 +15,9 @@ use crate::snapshot::Snapshot;
 use crate::sstable::{Fetch, PointFetch};
 use crate::Result;
 
+/// Keys whose lookups [`DbInner::multi_get`] starts loading together.
+const PREFETCH_WINDOW: usize = 16;
+
 pub(super) fn new_iterator(
     sv: Arc<SuperVersion>,
     seq: u64,
@@ -70,10 +73,37 @@ impl DbInner {
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
         let mut values = vec![None; keys.len()];
-        for i in order {
-            values[i] = Self::get_in(&sv, keys[i], seq, PointFetch::from_options(opts))?;
+        // A window at a time: its keys' first loads started together, then its lookups.
+        let mut window = Vec::with_capacity(PREFETCH_WINDOW);
+        for chunk in order.chunks(PREFETCH_WINDOW) {
+            window.clear();
+            window.extend(chunk.iter().map(|&i| keys[i]));
+            Self::prefetch_in(&sv, &window);
+            for &i in chunk {
+                values[i] = Self::get_in(&sv, keys[i], seq, PointFetch::from_options(opts))?;
+            }
         }
         Ok(values)
+    }
+
+    pub(super) fn prefetch_gets(&self, keys: &[&[u8]]) {
+        Self::prefetch_in(&self.borrow_super_version(), keys);
+    }
+
+    /// Starts loading what lookups of `keys` in the sources of `sv` read first, stage by stage
+    /// across the keys (see [`crate::Db::prefetch_gets`]).
+    fn prefetch_in(sv: &SuperVersion, keys: &[&[u8]]) {
+        let hashes: Vec<u64> = keys.iter().map(|k| crate::sstable::bloom::hash_key(k)).collect();
+        let mems = || std::iter::once(&sv.mem).chain(sv.imm.iter());
+        for (key, &hash) in keys.iter().zip(&hashes) {
+            mems().for_each(|m| m.prefetch_lookup(key, hash, 0));
+            sv.version.prefetch_point(key, hash);
+        }
+        for stage in 1..=2 {
+            for (key, &hash) in keys.iter().zip(&hashes) {
+                mems().for_each(|m| m.prefetch_lookup(key, hash, stage));
+            }
+        }
     }
 
     /// `key`'s value at `seq` in the sources of `sv`.

@@ -168,16 +168,10 @@ impl Version {
         }
         let hash = bloom::hash_key(user_key);
         let target = key::seek_key(user_key, seq);
-        let level_files = self.levels[1..].iter().filter_map(|level| {
-            // The one table of the level that may hold user_key (compared as internal keys, so
-            // a tombstone's end sentinel does not claim the key it stops before).
-            let i = level.partition_point(|f| key::compare(&f.largest, &target).is_lt());
-            level.get(i).filter(|f| key::user_key(&f.smallest) <= user_key)
-        });
         // Tables the cache has open are borrowed from its lock-free copy (no reference count
         // written per lookup: two threads reading one hot table would bounce it).
         let open = self.files().find_map(|(_, f)| f.tables.as_ref()).map(|t| t.open_tables());
-        for f in self.levels[0].iter().filter(|f| f.covers(user_key)).chain(level_files) {
+        for f in self.candidates(user_key, &target) {
             let fetched;
             let table = match open.as_ref().and_then(|o| o.get(&f.number)) {
                 Some(t) => {
@@ -198,6 +192,33 @@ impl Version {
             }
         }
         Ok((None, tomb))
+    }
+
+    /// The tables a lookup of `user_key` at `target` (its seek key) searches, newest first: the
+    /// L0 tables whose range covers it, then the one table of each deeper level that may hold
+    /// it.
+    fn candidates<'a>(&'a self, user_key: &'a [u8], target: &'a [u8]) -> impl Iterator<Item = &'a Arc<FileMeta>> {
+        let level_files = self.levels[1..].iter().filter_map(move |level| {
+            // Compared as internal keys, so a tombstone's end sentinel does not claim the key
+            // it stops before.
+            let i = level.partition_point(|f| key::compare(&f.largest, target).is_lt());
+            level.get(i).filter(|f| key::user_key(&f.smallest) <= user_key)
+        });
+        self.levels[0].iter().filter(move |f| f.covers(user_key)).chain(level_files)
+    }
+
+    /// Starts loading into the CPU's cache the filter lines a lookup of `user_key` (whose
+    /// [`bloom::hash_key`] is `hash`) reads first in the open tables it would search.
+    pub fn prefetch_point(&self, user_key: &[u8], hash: u64) {
+        let Some(open) = self.files().find_map(|(_, f)| f.tables.as_ref()).map(|t| t.open_tables()) else {
+            return;
+        };
+        let target = key::seek_key(user_key, key::MAX_SEQUENCE);
+        for f in self.candidates(user_key, &target) {
+            if let Some(t) = open.get(&f.number) {
+                t.prefetch_filter(hash);
+            }
+        }
     }
 
     /// The tables with range tombstones (opening them, unless `cache_only`).

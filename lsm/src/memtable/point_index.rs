@@ -153,6 +153,15 @@ impl PointIndex {
         crate::prefetch(self.slots[self.first_slot(hash)].as_ptr());
     }
 
+    /// The node the first slot a probe of `hash` reads points at, if that slot may be the
+    /// key's (by its tag): for a prefetch, which reads the node only once its slot is loaded.
+    #[inline]
+    pub(super) fn first_node(&self, hash: u64) -> Option<Node> {
+        let slot = self.slots[self.first_slot(hash)].load(Ordering::Acquire);
+        // SAFETY: as in `note`: a non-empty slot points at a node of the memtable's list.
+        (slot != 0 && may_match(slot, tag_of(hash))).then(|| unsafe { Node::from_addr(decode(slot)) })
+    }
+
     /// Slot `i` of a probe that runs past the end continues from the start.
     #[inline]
     fn wrap(&self, i: usize) -> usize {

@@ -290,6 +290,21 @@ fn line_of(h: u64, num_lines: u32) -> usize {
     ((u64::from(h as u32) * u64::from(num_lines)) >> 32) as usize
 }
 
+/// Starts loading the line of `filter` that [`may_contain`] reads for the hash `h` into the
+/// CPU's cache (a hint: nothing for a malformed filter).
+#[inline]
+pub fn prefetch(filter: &[u8], h: u64) {
+    let n = filter.len();
+    if n < 5 {
+        return;
+    }
+    let num_lines = read_u32(filter, n - 4).unwrap_or(0);
+    if num_lines == 0 || (num_lines as usize) * LINE_BYTES != n - 5 {
+        return;
+    }
+    crate::prefetch(filter[line_of(h, num_lines) * LINE_BYTES..].as_ptr());
+}
+
 /// False only if the key whose hash is `h` was certainly not added. A malformed filter answers
 /// `true` (it can only cost a read, never hide a key).
 #[inline]

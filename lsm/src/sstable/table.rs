@@ -233,6 +233,14 @@ impl Table {
         maybe
     }
 
+    /// Starts loading the filter line a lookup of the key whose hash is `key_hash` reads (not
+    /// for a mapped table, whose filter is pages that may not be resident).
+    pub fn prefetch_filter(&self, key_hash: u64) {
+        if let Some(f) = self.filter.as_ref().filter(|_| !self.is_mapped()) {
+            bloom::prefetch(f, key_hash);
+        }
+    }
+
     /// True if the table's bytes are read in place from a mapping (whose pages may fault).
     fn is_mapped(&self) -> bool {
         matches!(self.data, Source::Mapped(_))

@@ -32,7 +32,7 @@ pub(crate) mod write_group;
 
 pub(crate) use gate::run_command;
 pub use gate::{dispatch, gate, run_batch, serve_keys, serve_signals, BatchEnd};
-pub use in_memory::{run_in_memory, InMemory, InMemoryCounters};
+pub use in_memory::{prefetch_keys, run_in_memory, InMemory, InMemoryCounters};
 pub use observe::log_slow;
 pub use pool::{Executor, JobPanicked};
 pub use session::{BlockRequest, ReplyMode, Session};

@@ -116,6 +116,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         // Blocking commands are announced before anything of the round runs: another client's
         // write that arrived later cannot overtake them (services/announced.rs).
         let mut announced = announce_blocking(&state, &session, &requests);
+        crate::exec::prefetch_keys(&session, &requests);
         // Reads that memory answers and plain SETs run right here; the rest go to an executor.
         let output_full = loop {
             match run_in_memory(&mut session, &mut requests, &mut output, OUTPUT_BOUND) {

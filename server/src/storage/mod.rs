@@ -300,6 +300,31 @@ impl Storage {
         self.get_physical(cx, self.phys(db), key, now_ms())
     }
 
+    /// Starts loading into the CPU's cache what reading the metadata records of `keys` (in
+    /// `db`) will read first (see [`lsm::Db::prefetch_gets`]): a pipeline's reads started this
+    /// way wait on memory together, not one after another.
+    pub fn prefetch_metas<'a>(&self, db: u32, keys: impl Iterator<Item = &'a [u8]>) {
+        let pdb = self.phys(db).to_be_bytes();
+        let mut buf = Vec::with_capacity(512);
+        let mut ends = Vec::with_capacity(32);
+        for key in keys {
+            buf.push(b'M');
+            buf.extend_from_slice(&pdb);
+            buf.extend_from_slice(key);
+            ends.push(buf.len());
+        }
+        let mut start = 0;
+        let keys: Vec<&[u8]> = ends
+            .iter()
+            .map(|&end| {
+                let k = &buf[start..end];
+                start = end;
+                k
+            })
+            .collect();
+        self.engine.prefetch_gets(&keys);
+    }
+
     fn get_physical(&self, cx: &ExecContext, pdb: u16, key: &[u8], now: u64) -> lsm::Result<Option<Meta>> {
         // Short keys are built on the stack: this is every read's path.
         let mut buf = [0u8; 128];

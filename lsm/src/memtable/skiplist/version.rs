@@ -129,6 +129,11 @@ impl Version {
         }
     }
 
+    /// Where the version's bytes start (for a prefetch).
+    pub(in crate::memtable) fn addr(self) -> *const u8 {
+        self.at.as_ptr()
+    }
+
     /// The first version from this one down its chain whose trailer is at or below `ceiling`.
     pub(in crate::memtable) fn first_at_or_below(self, ceiling: u64) -> Option<Version> {
         let mut version = Some(self);
