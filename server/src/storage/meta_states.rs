@@ -24,77 +24,92 @@
 //! - anything that replaces more than single records (a range delete of whole databases, a full
 //!   sync, a rewind) clears every entry.
 //!
-//! Keys are held by their 128-bit hash, not their bytes (see [`Fingerprint`]).
-//! A shard that fills up is emptied (the next writes of its keys read the engine again).
-//! Its table is open-addressed over fixed slots, so a commit can prefetch the slots of all its
-//! keys before it looks any of them up ([`MetaStates::prefetch`]).
+//! Keys are held by a 128-bit hash, not their bytes (see [`Fingerprint`]).
+//!
+//! The table is set-associative: a key's hash picks one bucket of [`WAYS`] slots, a single
+//! cache line, so a lookup reads one line (which a commit prefetches for all its keys before
+//! it looks any of them up, [`MetaStates::prefetch`]), and a key that finds its bucket full
+//! replaces one of the bucket's entries (chosen by other bits of its hash). The table stays
+//! full under churn, holding the latest writes of as many keys as it has slots, with no
+//! probing chains to keep and nothing emptied wholesale. The failure count is kept per shard:
+//! its entries were all recorded under it (see [`MetaStates::record`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Shards: enough that threads rarely meet on one lock.
 const SHARDS: usize = 64;
-/// Entries per shard before it is emptied (64 × 2048 = 131,072 keys).
-const PER_SHARD: usize = 2048;
-/// Slots per shard: twice the entries, so a probe finds its key or a free slot within a few
-/// (64 × 4096 slots of 32 bytes: 8 MiB, touched as it fills).
-const SLOTS: usize = 2 * PER_SHARD;
+/// Slots per bucket: a bucket of 16-byte slots is one 64-byte cache line.
+const WAYS: usize = 4;
+/// Buckets per shard: 64 × 2048 × 4 = 524,288 keys in 8 MiB, touched as it fills.
+const BUCKETS: usize = 2048;
 
 /// The state of a metadata record: `None` if there is none, else its `expire_at_ms` (0: no
 /// TTL).
 pub(super) type State = Option<u64>;
 
-/// A metadata record's key, by its 128-bit xxh3: two keys share one with probability 2^-128,
-/// so a table of 131,072 of them never takes one key for another in practice (storing the keys
-/// would cost an allocation per entry). Never 0, which marks a free slot.
+/// A metadata record's key, by its 128-bit xxh3: the top bits choose its shard and bucket, the
+/// low 64 are what a slot keeps (never 0, which marks a free slot). Two keys of one bucket
+/// share all of them with probability 2^-64 per pair, so the table never takes one key for
+/// another in practice (storing the keys would cost an allocation per entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Fingerprint(u128);
 
 impl Fingerprint {
     pub(super) fn of(key: &[u8]) -> Fingerprint {
-        Fingerprint(xxhash_rust::xxh3::xxh3_128(key).max(1))
+        let h = xxhash_rust::xxh3::xxh3_128(key);
+        Fingerprint(if h as u64 == 0 { h | 1 } else { h })
     }
 
-    /// The slot a probe for it starts at (the low bits; the shard is chosen by the high ones).
-    fn home(self) -> usize {
-        self.0 as usize & (SLOTS - 1)
+    /// What a slot holds for it.
+    fn tag(self) -> u64 {
+        self.0 as u64
+    }
+
+    fn shard(self) -> usize {
+        (self.0 >> 122) as usize % SHARDS
+    }
+
+    fn bucket(self) -> usize {
+        (self.0 >> 64) as usize % BUCKETS
+    }
+
+    /// The way it replaces in a full bucket.
+    fn victim(self) -> usize {
+        (self.0 >> 96) as usize % WAYS
     }
 }
 
 /// `State` in a slot: `u64::MAX` for none (no expiry lies that far).
 const ABSENT: u64 = u64::MAX;
 
-/// One entry: the fingerprint's halves (0, 0: free), the state and the failure count it was
-/// recorded under. Atomics only so that a slot can be prefetched without the lock: every read
-/// and write of one is made holding its shard's lock.
-#[repr(transparent)]
-struct Slot([AtomicU64; 4]);
+/// One cache line of [`WAYS`] slots, each a tag (0: free) and a state. Atomics only so that a
+/// bucket can be prefetched without the lock: every read and write of one is made holding its
+/// shard's lock.
+#[repr(C, align(64))]
+struct Bucket([AtomicU64; 2 * WAYS]);
 
-impl Slot {
-    fn fingerprint(&self) -> u128 {
-        (u128::from(self.0[1].load(Ordering::Relaxed)) << 64) | u128::from(self.0[0].load(Ordering::Relaxed))
-    }
+/// One shard: its buckets and, under its lock, the failure count its entries were recorded
+/// under and how many slots are taken.
+struct Shard {
+    lock: Mutex<ShardState>,
+    buckets: Box<[Bucket]>,
 }
 
-/// One shard: an open-addressed table of `SLOTS` slots (linear probing) and, under its lock,
-/// how many it holds.
-struct Shard {
-    len: Mutex<usize>,
-    slots: Box<[Slot]>,
+#[derive(Debug, Default)]
+struct ShardState {
+    failures: u64,
+    taken: usize,
 }
 
 impl Shard {
-    /// The slot holding `key`, or the free slot where it would go (`len` < `SLOTS`, so there is
-    /// one). The caller holds the lock.
-    fn find(&self, key: Fingerprint) -> &Slot {
-        let mut i = key.home();
-        loop {
-            let slot = &self.slots[i];
-            let fp = slot.fingerprint();
-            if fp == key.0 || fp == 0 {
-                return slot;
+    /// Frees every slot (the caller holds the lock, `state`).
+    fn empty(&self, state: &mut ShardState) {
+        if state.taken > 0 {
+            for word in self.buckets.iter().flat_map(|b| b.0.iter().step_by(2)) {
+                word.store(0, Ordering::Relaxed);
             }
-            i = (i + 1) & (SLOTS - 1);
+            state.taken = 0;
         }
     }
 }
@@ -112,20 +127,20 @@ impl std::fmt::Debug for MetaStates {
 
 impl Default for MetaStates {
     fn default() -> Self {
-        let shard = || Shard { len: Mutex::new(0), slots: free_slots(SLOTS) };
+        let shard = || Shard { lock: Mutex::default(), buckets: free_buckets(BUCKETS) };
         MetaStates { shards: (0..SHARDS).map(|_| shard()).collect() }
     }
 }
 
-/// `n` free slots, from a zeroed allocation: pages the kernel hands out zeroed and makes
+/// `n` free buckets, from a zeroed allocation: pages the kernel hands out zeroed and makes
 /// resident only when written, so an idle server does not hold the whole table.
-fn free_slots(n: usize) -> Box<[Slot]> {
-    let layout = std::alloc::Layout::array::<Slot>(n).expect("the table's size fits in isize");
-    // SAFETY: the layout is not empty (`n` > 0, a slot is 32 bytes); all-zero bytes are a valid
-    // slot (four atomics at 0: free); the pointer comes from the global allocator with the
-    // layout of `[Slot; n]`, which is what the box frees it with.
+fn free_buckets(n: usize) -> Box<[Bucket]> {
+    let layout = std::alloc::Layout::array::<Bucket>(n).expect("the table's size fits in isize");
+    // SAFETY: the layout is not empty (`n` > 0, a bucket is 64 bytes); all-zero bytes are a
+    // valid bucket (atomics at 0: free slots); the pointer comes from the global allocator with
+    // the layout of `[Bucket; n]`, which is what the box frees it with.
     unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<Slot>();
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<Bucket>();
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
@@ -134,60 +149,63 @@ fn free_slots(n: usize) -> Box<[Slot]> {
 }
 
 impl MetaStates {
-    fn shard(&self, key: Fingerprint) -> &Shard {
-        &self.shards[(key.0 >> 122) as usize % SHARDS]
+    fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, ShardState> {
+        shard.lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, usize> {
-        shard.len.lock().unwrap_or_else(|e| e.into_inner())
+    fn bucket(&self, key: Fingerprint) -> (&Shard, &Bucket) {
+        let shard = &self.shards[key.shard()];
+        (shard, &shard.buckets[key.bucket()])
     }
 
-    /// Starts loading the slot a lookup of `key` reads first into the CPU's cache: the table is
+    /// Starts loading the bucket a lookup of `key` reads into the CPU's cache: the table is
     /// larger than the caches, so a commit that looks up several keys issues the loads together
     /// and then finds them cached.
     pub(super) fn prefetch(&self, key: Fingerprint) {
-        lsm::prefetch(self.shard(key).slots[key.home()].0.as_ptr());
+        lsm::prefetch(self.bucket(key).1 .0.as_ptr());
     }
 
     /// The recorded state of the metadata record `key`, if there is one recorded while the
     /// engine had seen `failures` failed write groups, as it has now.
     pub(super) fn get(&self, key: Fingerprint, failures: u64) -> Option<State> {
-        let shard = self.shard(key);
-        let _len = Self::lock(shard);
-        let slot = shard.find(key);
-        if slot.fingerprint() != key.0 || slot.0[3].load(Ordering::Relaxed) != failures {
+        let (shard, bucket) = self.bucket(key);
+        let state = Self::lock(shard);
+        if state.failures != failures {
             return None;
         }
-        let state = slot.0[2].load(Ordering::Relaxed);
-        Some((state != ABSENT).then_some(state))
+        let way = (0..WAYS).find(|&w| bucket.0[2 * w].load(Ordering::Relaxed) == key.tag())?;
+        let recorded = bucket.0[2 * way + 1].load(Ordering::Relaxed);
+        Some((recorded != ABSENT).then_some(recorded))
     }
 
     /// Records `state` as what the engine holds for `key` once the write the caller is making
     /// or queueing is applied; the engine had seen `failures` failed write groups before it
-    /// (the caller holds the key's lock).
+    /// (the caller holds the key's lock). A state recorded under an older count than the
+    /// shard's is dropped (its write came before a failure); a newer count empties the shard
+    /// first (its entries came before one).
     pub(super) fn record(&self, key: Fingerprint, state: State, failures: u64) {
-        let shard = self.shard(key);
-        let mut len = Self::lock(shard);
-        let mut slot = shard.find(key);
-        if slot.fingerprint() != key.0 {
-            if *len >= PER_SHARD {
-                Self::empty(shard, &mut len);
-                slot = shard.find(key);
+        let (shard, bucket) = self.bucket(key);
+        let mut held = Self::lock(shard);
+        if failures < held.failures {
+            return;
+        }
+        if failures > held.failures {
+            shard.empty(&mut held);
+            held.failures = failures;
+        }
+        let tags = || (0..WAYS).map(|w| bucket.0[2 * w].load(Ordering::Relaxed));
+        let way = match tags().position(|t| t == key.tag()) {
+            Some(w) => w,
+            None => {
+                let free = tags().position(|t| t == 0);
+                if free.is_some() {
+                    held.taken += 1;
+                }
+                free.unwrap_or(key.victim())
             }
-            *len += 1;
-            slot.0[0].store(key.0 as u64, Ordering::Relaxed);
-            slot.0[1].store((key.0 >> 64) as u64, Ordering::Relaxed);
-        }
-        slot.0[2].store(state.unwrap_or(ABSENT), Ordering::Relaxed);
-        slot.0[3].store(failures, Ordering::Relaxed);
-    }
-
-    fn empty(shard: &Shard, len: &mut usize) {
-        for slot in shard.slots.iter() {
-            slot.0[0].store(0, Ordering::Relaxed);
-            slot.0[1].store(0, Ordering::Relaxed);
-        }
-        *len = 0;
+        };
+        bucket.0[2 * way].store(key.tag(), Ordering::Relaxed);
+        bucket.0[2 * way + 1].store(state.unwrap_or(ABSENT), Ordering::Relaxed);
     }
 
     /// `result`, of a write whose states were recorded: if it failed or was refused, they are
@@ -202,10 +220,7 @@ impl MetaStates {
     /// Forgets everything.
     pub(super) fn clear(&self) {
         for shard in self.shards.iter() {
-            let mut len = Self::lock(shard);
-            if *len > 0 {
-                Self::empty(shard, &mut len);
-            }
+            shard.empty(&mut Self::lock(shard));
         }
     }
 }
@@ -225,16 +240,29 @@ mod tests {
         assert_eq!(states.get(k, 1), None, "a failure since retires the entry");
         states.record(k, Some(77), 1);
         assert_eq!(states.get(k, 1), Some(Some(77)));
-        // Far more keys than fit: every shard stays within its bound.
-        let n = SHARDS * PER_SHARD * 2;
+        assert_eq!(states.get(gone, 1), None, "recorded before the failure");
+        // A state from before the failure, recorded late, is not taken.
+        states.record(k, Some(5), 0);
+        assert_eq!(states.get(k, 1), Some(Some(77)));
+        // Far more keys than fit: every bucket keeps at most its ways, the newest always.
+        let n = SHARDS * BUCKETS * WAYS * 2;
         for i in 0..n {
-            states.record(Fingerprint::of(format!("M{i}").as_bytes()), Some(i as u64), 0);
+            let key = Fingerprint::of(format!("M{i}").as_bytes());
+            states.record(key, Some(i as u64), 1);
+            assert_eq!(states.get(key, 1), Some(Some(i as u64)), "the newest is kept");
         }
-        assert!(states.shards.iter().all(|s| *s.len.lock().unwrap() <= PER_SHARD));
-        let last = Fingerprint::of(format!("M{}", n - 1).as_bytes());
-        assert_eq!(states.get(last, 0), Some(Some(n as u64 - 1)), "the newest is kept");
+        let taken: usize = states.shards.iter().map(|s| s.lock.lock().unwrap().taken).sum();
+        let slots = SHARDS * BUCKETS * WAYS;
+        // Two keys a slot on average: a bucket stays short of full only if it drew fewer than
+        // its ways (~4 %).
+        assert!(taken <= slots && taken > slots / 10 * 9, "{taken} of {slots} slots taken");
+        // Of the last half, most are still there (a replacement takes a random way).
+        let kept = (n / 2..n).filter(|&i| states.get(Fingerprint::of(format!("M{i}").as_bytes()), 1).is_some()).count();
+        assert!(kept > n / 4, "{kept} of {} kept", n / 2);
         states.clear();
-        assert_eq!(states.get(last, 0), None);
+        let last = Fingerprint::of(format!("M{}", n - 1).as_bytes());
+        assert_eq!(states.get(last, 1), None);
+        assert!(states.shards.iter().all(|s| s.lock.lock().unwrap().taken == 0));
     }
 }
 
