@@ -86,6 +86,27 @@ fn meta_key(pdb: u16, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The metadata record keys of several keys, in one buffer (no allocation per key).
+#[derive(Debug, Default)]
+struct MetaKeys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl MetaKeys {
+    fn push(&mut self, pdb: u16, key: &[u8]) {
+        self.bytes.push(b'M');
+        self.bytes.extend_from_slice(&pdb.to_be_bytes());
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| &self.bytes[start..end])
+    }
+}
+
 /// The expiry index entry of `key` in `pdb`, expiring at `at`.
 fn expiry_key(at: u64, pdb: u16, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(11 + key.len());
@@ -304,25 +325,10 @@ impl Storage {
     /// `db`) will read first (see [`lsm::Db::prefetch_gets`]): a pipeline's reads started this
     /// way wait on memory together, not one after another.
     pub fn prefetch_metas<'a>(&self, db: u32, keys: impl Iterator<Item = &'a [u8]>) {
-        let pdb = self.phys(db).to_be_bytes();
-        let mut buf = Vec::with_capacity(512);
-        let mut ends = Vec::with_capacity(32);
-        for key in keys {
-            buf.push(b'M');
-            buf.extend_from_slice(&pdb);
-            buf.extend_from_slice(key);
-            ends.push(buf.len());
-        }
-        let mut start = 0;
-        let keys: Vec<&[u8]> = ends
-            .iter()
-            .map(|&end| {
-                let k = &buf[start..end];
-                start = end;
-                k
-            })
-            .collect();
-        self.engine.prefetch_gets(&keys);
+        let pdb = self.phys(db);
+        let mut metas = MetaKeys::default();
+        keys.for_each(|key| metas.push(pdb, key));
+        self.engine.prefetch_gets(&metas.iter().collect::<Vec<_>>());
     }
 
     fn get_physical(&self, cx: &ExecContext, pdb: u16, key: &[u8], now: u64) -> lsm::Result<Option<Meta>> {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::blind_writes::CountChanges;
 use super::meta_states::Fingerprint;
-use super::{meta_key, LockGuard, Storage};
+use super::{LockGuard, MetaKeys, Storage};
 use crate::services::tracking::Touched;
 
 /// The state before (absent, or present with its `expire_at_ms`) of the metadata record of
@@ -85,14 +85,19 @@ impl Storage {
     /// and its slot's load started before the first lookup, so a run waits on memory once.
     pub fn learn_befores(&self, befores: &mut Befores, each: &[Vec<(u32, Bytes)>]) -> usize {
         let failures = self.engine.failed_write_groups();
-        let mut keys = Vec::with_capacity(each.iter().map(Vec::len).sum());
+        let mut metas = MetaKeys::default();
         for (db, key) in each.iter().flatten() {
-            let mk = meta_key(self.phys(*db), key);
-            let fingerprint = Fingerprint::of(&mk);
-            self.meta_states.prefetch(fingerprint);
-            keys.push((mk, fingerprint));
+            metas.push(self.phys(*db), key);
         }
-        let mut keys = keys.iter();
+        let fingerprints: Vec<Fingerprint> = metas
+            .iter()
+            .map(|mk| {
+                let fingerprint = Fingerprint::of(mk);
+                self.meta_states.prefetch(fingerprint);
+                fingerprint
+            })
+            .collect();
+        let mut keys = metas.iter().zip(&fingerprints);
         for (learned, command) in each.iter().enumerate() {
             for (mk, fingerprint) in keys.by_ref().take(command.len()) {
                 match self.state_before(mk, *fingerprint, failures, true) {
