@@ -316,8 +316,9 @@ impl Storage {
         let damaged = || lsm::Error::InvalidArgument("damaged metadata record".into());
         let failures = self.engine.failed_write_groups();
         let mut written = Vec::with_capacity(if record { finals.len() } else { 0 });
-        // The fingerprints first, with their slots' loads started, then the lookups: a
-        // pipeline's batch waits on memory once, not once per key.
+        // The fingerprints first, with their slots' loads started, then the lookups there, then
+        // the engine's loads started for the keys they do not know, then those reads: a
+        // pipeline's batch waits on memory once a stage, not once per key.
         let finals: Vec<_> = finals
             .into_iter()
             .map(|(key, after)| {
@@ -326,14 +327,29 @@ impl Storage {
                 (key, after, fingerprint)
             })
             .collect();
-        for (key, after, fingerprint) in finals {
+        let knowns: Vec<Option<meta_states::State>> = finals
+            .iter()
+            .map(|&(key, _, fingerprint)| {
+                let pdb = u16::from_be_bytes([key[1], key[2]]);
+                if is_cleared(pdb) {
+                    Some(None)
+                } else if let Some(state) = known.and_then(|k| k.get(fingerprint)) {
+                    Some(state)
+                } else {
+                    self.meta_states.get(fingerprint, failures)
+                }
+            })
+            .collect();
+        let unknown: Vec<&[u8]> =
+            finals.iter().zip(&knowns).filter(|(_, k)| k.is_none()).map(|((key, ..), _)| *key).collect();
+        if unknown.len() > 1 {
+            self.engine.prefetch_gets(&unknown);
+        }
+        for ((key, after, fingerprint), known) in finals.into_iter().zip(knowns) {
             let pdb = u16::from_be_bytes([key[1], key[2]]);
-            let before = if is_cleared(pdb) {
-                None
-            } else if let Some(state) = known.and_then(|k| k.get(fingerprint)) {
-                state
-            } else {
-                self.state_before(key, fingerprint, failures, memory_only)?
+            let before = match known {
+                Some(state) => state,
+                None => self.read_state(key, memory_only)?,
             };
             let after = match after {
                 Some(raw) => Some(Meta::expiry_of(raw).ok_or_else(damaged)?),
@@ -366,9 +382,14 @@ impl Storage {
         failures: u64,
         memory_only: bool,
     ) -> lsm::Result<Option<u64>> {
-        if let Some(known) = self.meta_states.get(fingerprint, failures) {
-            return Ok(known);
+        match self.meta_states.get(fingerprint, failures) {
+            Some(known) => Ok(known),
+            None => self.read_state(key, memory_only),
         }
+    }
+
+    /// The state of the metadata record `key` in the engine (see [`Storage::state_before`]).
+    fn read_state(&self, key: &[u8], memory_only: bool) -> lsm::Result<Option<u64>> {
         // The key is about to be written: its row would never answer again (see
         // `lsm::ReadOptions::fill_row_cache`).
         let read = lsm::ReadOptions::new().cache_only(memory_only).fill_row_cache(false);
