@@ -316,3 +316,19 @@ mod layout {
         assert_eq!(s.pick_seed(), seed, "pick records stay findable after a restart");
     }
 }
+
+mod meta_keys {
+    use super::super::{meta_key, MetaKeys};
+
+    #[test]
+    fn a_run_of_metadata_keys_reads_back_as_each_was_built() {
+        let mut metas = MetaKeys::default();
+        let keys: [(u16, &[u8]); 4] = [(0, b"a"), (7, b""), (65535, b"a longer key"), (1, b"b")];
+        for (pdb, key) in keys {
+            metas.push(pdb, key);
+        }
+        let want: Vec<Vec<u8>> = keys.iter().map(|&(pdb, key)| meta_key(pdb, key)).collect();
+        assert_eq!(metas.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), want);
+        assert_eq!(MetaKeys::default().iter().count(), 0);
+    }
+}

@@ -134,9 +134,12 @@ const PREFETCHED: usize = 64;
 /// Starts loading into the CPU's cache what reading the metadata records of the keys the
 /// requests at the front of `requests` name will touch first, so that a pipeline's lookups
 /// wait on memory together rather than one after another (reads here, writes on this thread
-/// or an executor's: the lines are in the shared cache by then).
+/// or an executor's: the lines are in the shared cache by then). Only a hint: the keys are
+/// taken in the session's current database (a SELECT among the requests makes the later ones
+/// useless, nothing worse), and nothing is done for a client that has not authenticated.
 pub fn prefetch_keys(s: &Session, requests: &VecDeque<Vec<Bytes>>) {
-    if requests.len() < 2 && requests.front().is_none_or(|args| args.len() < 5) {
+    let one_short = requests.len() < 2 && requests.front().is_none_or(|args| args.len() < 5);
+    if one_short || !s.authenticated {
         return;
     }
     let keys = requests
