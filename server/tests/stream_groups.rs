@@ -93,6 +93,15 @@ fn pipelined_group_reads_see_the_writes_before_them_and_deliver_each_entry_once(
     assert_eq!(pending.0, 0);
 }
 
+/// Stream `s` with an entry at each of `ids` (field `n`, numbered from 1) and group `g` from
+/// its start.
+fn stream_with_group(c: &mut redis::Connection, ids: impl Iterator<Item = String>) {
+    for (n, id) in ids.enumerate() {
+        cmd("XADD").arg("s").arg(id).arg("n").arg(n + 1).query::<String>(c).unwrap();
+    }
+    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(c).unwrap();
+}
+
 /// A transaction's XREADGROUPs of one stream go on from where the one before stopped (the
 /// engine range is parked between them): committed entries come in order with none skipped
 /// or repeated, and an entry the transaction itself added comes after them.
@@ -100,10 +109,7 @@ fn pipelined_group_reads_see_the_writes_before_them_and_deliver_each_entry_once(
 fn group_reads_in_one_transaction_go_on_from_each_other() {
     let server = Server::start(&[]);
     let mut c = server.client();
-    for i in 1..=5 {
-        cmd("XADD").arg("s").arg(format!("{i}-0")).arg("n").arg(i).query::<String>(&mut c).unwrap();
-    }
-    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(&mut c).unwrap();
+    stream_with_group(&mut c, (1..=5).map(|i| format!("{i}-0")));
     let read = |count: usize| {
         let mut r = cmd("XREADGROUP");
         r.arg("GROUP").arg("g").arg("c").arg("COUNT").arg(count).arg("STREAMS").arg("s").arg(">");
@@ -135,10 +141,7 @@ fn group_reads_in_one_transaction_go_on_from_each_other() {
 fn a_stream_named_twice_is_read_on_from_the_first_delivery() {
     let server = Server::start(&[]);
     let mut c = server.client();
-    for i in 1..=3 {
-        cmd("XADD").arg("s").arg(format!("1-{i}")).arg("n").arg(i).query::<String>(&mut c).unwrap();
-    }
-    cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").query::<()>(&mut c).unwrap();
+    stream_with_group(&mut c, (1..=3).map(|i| format!("1-{i}")));
     let mut read = |count: usize, ids: [&str; 2]| -> Vec<(String, Vec<String>)> {
         let got: Read = cmd("XREADGROUP")
             .arg("GROUP")
