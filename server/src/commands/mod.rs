@@ -47,7 +47,7 @@ pub(crate) use pubsub::{allowed_when_subscribed, subscriber};
 pub use replication::remove_stale_snapshots;
 pub(crate) use streams::{read_may_block, stream_value, write_stream_value};
 pub(crate) use transactions::is_control as is_transaction_control;
-pub(crate) use transactions::{clear_watches, queued_keys, run_buffered, Part};
+pub(crate) use transactions::{clear_watches, command_keys, queued_keys, run_buffered, Part};
 
 /// A command implementation: the session and the full argument vector (name first).
 pub type Handler = fn(&mut Session, &[Bytes]) -> Reply;
@@ -341,18 +341,14 @@ impl ShortTable {
     /// A name of at most [`SHORT_NAME`] bytes as two words: its bytes lowercased and padded
     /// with zeros, and its length in the second word's top byte, which no name byte reaches
     /// (so "get" and "get\0" differ).
+    /// Lowercased eight bytes at a time ([`lowercase_word`]), not byte by byte.
     #[inline]
     fn words(name: &[u8]) -> (u64, u64) {
-        let (mut lo, mut hi) = (0u64, (name.len() as u64) << 56);
-        for (i, b) in name.iter().enumerate() {
-            let b = u64::from(b.to_ascii_lowercase());
-            if i < 8 {
-                lo |= b << (8 * i);
-            } else {
-                hi |= b << (8 * (i - 8));
-            }
-        }
-        (lo, hi)
+        let mut bytes = [0u8; 16];
+        bytes[..name.len()].copy_from_slice(name);
+        let lo = u64::from_le_bytes(bytes[..8].try_into().expect("eight bytes"));
+        let hi = u64::from_le_bytes(bytes[8..].try_into().expect("eight bytes"));
+        (lowercase_word(lo), lowercase_word(hi) | (name.len() as u64) << 56)
     }
 
     #[inline]
@@ -392,6 +388,21 @@ impl ShortTable {
             }
         }
     }
+}
+
+/// Each byte of `w` as `u8::to_ascii_lowercase` maps it: `A`-`Z` get bit 5 set, every other
+/// byte (including those over 0x7f) stays. Per byte, with `h` its low seven bits: `h + 0x3f`
+/// reaches 0x80 iff `h >= b'A'`, `h + 0x25` iff `h > b'Z'` (neither carries into the next
+/// byte), and the byte's own top bit rules out non-ASCII bytes.
+#[inline]
+fn lowercase_word(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    let h = w & LOW7;
+    let at_least_a = h + 0x3f3f_3f3f_3f3f_3f3f;
+    let past_z = h + 0x2525_2525_2525_2525;
+    let upper = at_least_a & !past_z & !w & TOP;
+    w | (upper >> 2)
 }
 
 static SHORT_TABLE: LazyLock<ShortTable> = LazyLock::new(|| ShortTable::build(&TABLE));

@@ -46,6 +46,21 @@ fn lookup_finds_every_command_in_any_case_and_nothing_else() {
 }
 
 #[test]
+fn word_lowercasing_matches_byte_lowercasing_for_every_byte_in_every_position() {
+    for b in 0..=255u8 {
+        for pos in 0..8 {
+            // The byte among neighbours that are upper case, lower case and non-ASCII.
+            for fill in [b'Q', b'q', 0xc3, 0] {
+                let mut bytes = [fill; 8];
+                bytes[pos] = b;
+                let want = bytes.map(|c| c.to_ascii_lowercase());
+                assert_eq!(super::lowercase_word(u64::from_le_bytes(bytes)), u64::from_le_bytes(want), "{bytes:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn dispatch_checks_names_and_arity_like_redis() {
     let (_d, mut s) = session();
     assert_eq!(run(&mut s, &["PING"]), Reply::Simple("PONG".into()));
