@@ -88,8 +88,14 @@ fn watch_broken(s: &Session) -> bool {
 /// Every (db, key) the queued commands may touch: their declared keys, and for commands that
 /// locate keys by a count (ZUNION, LMPOP, …) every argument. Locking too much is harmless.
 pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
-    let mut db = db;
     let mut out = Vec::new();
+    each_queued_key(db, queue, |db, key| out.push((db, key.clone())));
+    out
+}
+
+/// Calls `f` with every (db, key) of [`queued_keys`], in order, without copying them.
+fn each_queued_key<'a>(db: u32, queue: &'a [Vec<Bytes>], mut f: impl FnMut(u32, &'a Bytes)) {
+    let mut db = db;
     for args in queue {
         let Some(spec) = lookup(&args[0]) else { continue };
         if spec.name == "select" {
@@ -98,18 +104,21 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
             }
             continue;
         }
-        if spec.name == "xreadgroup" {
-            // Its keys follow STREAMS (a groupable write: it must lock its keys, not its words).
-            out.extend(super::meta::keys(spec, args).into_iter().map(|k| (db, args[k.pos].clone())));
-            continue;
-        }
-        if spec.first_key == 0 {
-            out.extend(args[1..].iter().map(|a| (db, a.clone())));
-            continue;
-        }
-        out.extend(spec.key_positions(args.len()).map(|i| (db, args[i].clone())));
+        command_keys(spec, args, |key| f(db, key));
     }
-    out
+}
+
+/// Calls `f` with every key a call of `spec` with `args` (not a SELECT) may touch, as
+/// [`queued_keys`] counts them.
+pub(crate) fn command_keys<'a>(spec: &CommandSpec, args: &'a [Bytes], mut f: impl FnMut(&'a Bytes)) {
+    if spec.name == "xreadgroup" {
+        // Its keys follow STREAMS (a groupable write: it must lock its keys, not its words).
+        super::meta::keys(spec, args).into_iter().for_each(|k| f(&args[k.pos]));
+    } else if spec.first_key == 0 {
+        args[1..].iter().for_each(f);
+    } else {
+        spec.key_positions(args.len()).for_each(|i| f(&args[i]));
+    }
 }
 
 /// One client's commands in a buffered run: its session and the commands it runs.

@@ -32,7 +32,7 @@ use bytes::{Bytes, BytesMut};
 use super::gate::{dispatch, panic_message};
 use super::session::Session;
 use super::write_group::{groupable, session_may_group};
-use crate::commands::{engine_error, flag, lookup, queued_keys, CommandSpec};
+use crate::commands::{command_keys, engine_error, flag, lookup, CommandSpec};
 use crate::resp::Reply;
 use crate::services::notifications::KeyEvent;
 use crate::state::ServerState;
@@ -68,12 +68,7 @@ pub(crate) const NOT_HERE: &[&str] = &[
     "zremrangebyscore",
 ];
 
-/// True if `args` may run in a group here.
-fn may_run(s: &Session, args: &[Bytes]) -> bool {
-    lookup(&args[0]).is_some_and(|spec| may_run_spec(s, spec, args))
-}
-
-/// [`may_run`] of a call of `spec`.
+/// True if a call of `spec` with `args` may run in a group here.
 fn may_run_spec(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
     if is_task_script(spec) {
         return session_may_group(s);
@@ -96,17 +91,20 @@ pub(crate) fn script_may_call(spec: &CommandSpec, args: &[Bytes]) -> bool {
     write || (spec.has(flag::MEMORY_READ) && !spec.has(flag::PUBSUB)) || spec.name == "time"
 }
 
-/// The keys a request of a run here locks and counts: a script's declared keys, any other
-/// command's (see `queued_keys`). A script's bad key count gives none (it fails at once).
-fn request_keys(db: u32, args: &Vec<Bytes>) -> Vec<(u32, Bytes)> {
-    if lookup(&args[0]).is_some_and(is_task_script) {
+/// Appends the keys a request (a call of `spec`) of a run here locks and counts to `keys`,
+/// borrowed from the request: a script's declared keys, any other command's (see
+/// `command_keys`). A script's bad key count gives none (it fails at once).
+fn request_keys<'a>(db: u32, spec: &CommandSpec, args: &'a [Bytes], keys: &mut Vec<(u32, &'a [u8])>) {
+    if is_task_script(spec) {
         let n = args.get(2).and_then(|n| crate::commands::parse_i64(n)).unwrap_or(-1);
-        return match usize::try_from(n) {
-            Ok(n) if n <= args.len().saturating_sub(3) => args[3..3 + n].iter().map(|k| (db, k.clone())).collect(),
-            _ => Vec::new(),
-        };
+        if let Ok(n) = usize::try_from(n) {
+            if n <= args.len().saturating_sub(3) {
+                keys.extend(args[3..3 + n].iter().map(|k| (db, &k[..])));
+            }
+        }
+        return;
     }
-    queued_keys(db, std::slice::from_ref(args))
+    command_keys(spec, args, |key| keys.push((db, &key[..])));
 }
 
 /// True if an XADD may trim (MAXLEN or MINID among its leading options, after a NOMKSTREAM):
@@ -193,12 +191,20 @@ pub(super) fn run_queued(
     output_bound: usize,
 ) -> Option<PendingWrites> {
     let state = Arc::clone(&s.state);
-    let each: Vec<Vec<(u32, Bytes)>> =
-        requests.iter().take(MAX_RUN).take_while(|a| may_run(s, a)).map(|a| request_keys(s.db, a)).collect();
-    let mut guard = state.storage.try_lock_settled(&each.concat())?;
+    // The run's keys, borrowed from its requests (no copies: this runs for every round of a
+    // pipeline, and fails at once when another client's write holds a hot key's stripe), and
+    // how many each request has.
+    let (mut keys, mut counts) = (Vec::new(), Vec::new());
+    for args in requests.iter().take(MAX_RUN) {
+        let Some(spec) = lookup(&args[0]).filter(|spec| may_run_spec(s, spec, args)) else { break };
+        let before = keys.len();
+        request_keys(s.db, spec, args, &mut keys);
+        counts.push(keys.len() - before);
+    }
+    let mut guard = state.storage.try_lock_settled(&keys)?;
     // The run ends before the first command with a key whose state before needs the disk.
-    let mut befores = Befores::with_capacity(each.iter().map(Vec::len).sum());
-    let run = state.storage.learn_befores(&mut befores, &each);
+    let mut befores = Befores::with_capacity(keys.len());
+    let run = state.storage.learn_befores(&mut befores, &keys, &counts);
     if run == 0 {
         return None;
     }

@@ -9,8 +9,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
-
 use super::blind_writes::CountChanges;
 use super::meta_states::Fingerprint;
 use super::{LockGuard, MetaKeys, Storage};
@@ -72,21 +70,21 @@ impl Storage {
     /// Locks the stripes of `keys` without waiting: `None` if another command holds one, or an
     /// async write queued under one is not visible yet (then the commands run where waiting is
     /// allowed).
-    pub fn try_lock_settled(&self, keys: &[(u32, Bytes)]) -> Option<LockGuard<'_>> {
-        let mut guard = self.locks.try_lock_pairs(keys.iter().map(|(db, k)| (*db, &k[..])))?;
+    pub fn try_lock_settled(&self, keys: &[(u32, &[u8])]) -> Option<LockGuard<'_>> {
+        let mut guard = self.locks.try_lock_pairs(keys.iter().copied())?;
         guard.try_settle(&self.engine).ok()?;
         Some(guard)
     }
 
-    /// Adds the states before of the metadata records of each command's `keys` (see
-    /// [`Befores`]) to `befores`, from memory only, in order until a command has one that needs
-    /// the disk (or is damaged: the executor path reports it); returns how many commands'
-    /// states are known. The caller holds the keys' stripes. Every key's fingerprint is taken
+    /// Adds the states before of the metadata records of a run of commands' `keys` (see
+    /// [`Befores`]; command `i` has the next `counts[i]` of them) to `befores`, from memory
+    /// only, in order until a command has one that needs the disk (or is damaged: the executor
+    /// path reports it); returns how many commands' states are known. The caller holds the keys' stripes. Every key's fingerprint is taken
     /// and its slot's load started before the first lookup, so a run waits on memory once.
-    pub fn learn_befores(&self, befores: &mut Befores, each: &[Vec<(u32, Bytes)>]) -> usize {
+    pub fn learn_befores(&self, befores: &mut Befores, keys: &[(u32, &[u8])], counts: &[usize]) -> usize {
         let failures = self.engine.failed_write_groups();
         let mut metas = MetaKeys::default();
-        for (db, key) in each.iter().flatten() {
+        for (db, key) in keys {
             metas.push(self.phys(*db), key);
         }
         let fingerprints: Vec<Fingerprint> = metas
@@ -98,15 +96,15 @@ impl Storage {
             })
             .collect();
         let mut keys = metas.iter().zip(&fingerprints);
-        for (learned, command) in each.iter().enumerate() {
-            for (mk, fingerprint) in keys.by_ref().take(command.len()) {
+        for (learned, &count) in counts.iter().enumerate() {
+            for (mk, fingerprint) in keys.by_ref().take(count) {
                 match self.state_before(mk, *fingerprint, failures, true) {
                     Ok(state) => befores.0.insert(*fingerprint, state),
                     Err(_) => return learned,
                 };
             }
         }
-        each.len()
+        counts.len()
     }
 
     /// Queues `batch` (the writes of commands that ran under `guard` with [`Storage::learn_befores`]
