@@ -198,13 +198,28 @@ fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> E
     }
 }
 
+/// Runtime threads when `worker-threads` is 0: half the cores, at least one. The other half
+/// is left to the executors, the engine's commit, flush and compaction threads (and, when
+/// benchmarked on one machine, the client). Every runtime thread more is another that a wake-up
+/// from those threads (a commit done, an executor's replies) may have to unpark, and that
+/// steals the others' tasks. On 2 cores, one runtime thread instead of two (with long rounds
+/// handed to the executors whole, see `net::connection`): SET P1 +48 %, INCR P1 +27 %, SADD P1
+/// +17 %, GET P1 +15 %; at P16 SET and GET over 1M keys +12 %, INCR +17 %, SADD +15 %; GET over
+/// 100K keys and MSET 4 % slower (redis-benchmark, 50 clients, medians of two alternating runs).
+fn default_workers() -> usize {
+    (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1)
+}
+
 /// Task polls on a busy runtime between two starts of deferred commits (see `runtime`).
 #[cfg(tokio_unstable)]
 const DEFERRED_COMMIT_POLLS: u32 = 32;
 
-/// The multi-threaded runtime serving connections, with `workers` threads (0: one per core).
+/// The multi-threaded runtime serving connections, with `workers` threads (0: half the cores,
+/// at least one: see [`default_workers`]).
 fn runtime(workers: usize, state: &ServerState) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let threads = if workers > 0 { workers } else { default_workers() };
+    builder.worker_threads(threads);
     // SETs queued from connections' tasks do not wake the engine's commit thread one by one
     // (`Storage::defer_async_commits`): a worker starts their commit once per pass over its
     // ready tasks — before it parks, and every `DEFERRED_COMMIT_POLLS` task polls while it
@@ -219,8 +234,6 @@ fn runtime(workers: usize, state: &ServerState) -> std::io::Result<tokio::runtim
         // park of a worker thread (never for the blocking pool's threads), and the runtime has
         // exactly `threads` workers (the server never calls `block_in_place`, which would hand
         // a worker's place to another thread).
-        let threads = if workers > 0 { workers } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
-        builder.worker_threads(threads);
         let awake = Arc::new(std::sync::atomic::AtomicIsize::new(threads as isize));
         let (parked, unparked) = (Arc::clone(&awake), awake);
         let engine = state.storage.engine().clone();
@@ -239,9 +252,6 @@ fn runtime(workers: usize, state: &ServerState) -> std::io::Result<tokio::runtim
             }
         });
         state.storage.defer_async_commits();
-    }
-    if workers > 0 {
-        builder.worker_threads(workers);
     }
     // Tasks woken together run in the order they were woken. With tokio's LIFO slot, the task
     // woken last runs first: when two clients' commands arrive in one poll of the sockets, the
