@@ -203,7 +203,7 @@ fn import_rdb(path: &std::path::Path, state: Arc<ServerState>, db: lsm::Db) -> E
 /// benchmarked on one machine, the client). Every runtime thread more is another that a wake-up
 /// from those threads (a commit done, an executor's replies) may have to unpark, and that
 /// steals the others' tasks. On 2 cores, one runtime thread instead of two (with long rounds
-/// handed to the executors whole, see `net::connection`): SET P1 +48 %, INCR P1 +27 %, SADD P1
+/// handed to the executors whole, see `net::round`): SET P1 +48 %, INCR P1 +27 %, SADD P1
 /// +17 %, GET P1 +15 %; at P16 SET and GET over 1M keys +12 %, INCR +17 %, SADD +15 %; GET over
 /// 100K keys and MSET 4 % slower (redis-benchmark, 50 clients, medians of two alternating runs).
 fn default_workers() -> usize {

@@ -6,7 +6,7 @@
 //! memory-only engine reads, plain SETs (and a lone MSET) queued with the engine's non-blocking
 //! commit ([`in_memory::run_in_memory`]), and runs of read-modify-write commands (EVAL scripts
 //! too) whose keys' stripes are free, run as one write group with memory-only reads and queued
-//! the same way ([`queued`]) — but a batch of more than `net::connection::LONG_ROUND`
+//! the same way ([`queued`]) — but a batch of more than `net::round::LONG_ROUND`
 //! requests goes to an executor whole while other connections wait for a runtime thread.
 //! Everything else (and any command that turns out to need the disk)
 //! goes with the connection's [`Session`] to an executor thread ([`pool`]), which passes each

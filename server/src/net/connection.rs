@@ -1,7 +1,7 @@
 //! One client's task: read, parse the complete requests in the buffer, run the leading ones
 //! that need no waiting here (reads memory answers, with memory-only engine reads; runs of plain
 //! SETs, queued with the engine's async commit, which the task awaits) — unless the round is
-//! long and other connections wait for this thread ([`hand_off_whole`]) —, hand the rest with
+//! long and other connections wait for this thread ([`super::round`]) —, hand the rest with
 //! the session to an executor thread, write the replies with one write (pipelining), repeat. The
 //! task never blocks: besides that it only waits — for a commit, the executor, the socket, a
 //! blocked command's wake-up, `CLIENT PAUSE`, `CLIENT KILL`, the idle `timeout` or a server
@@ -21,8 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::query_buffer::{self, QueryBuffer};
+use super::round;
 use crate::commands::flag;
-use crate::exec::{run_batch, run_in_memory, BatchEnd, BlockRequest, InMemory, Session};
+use crate::exec::{run_batch, BatchEnd, BlockRequest, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::services::announced::Announcement;
 use crate::state::ServerState;
@@ -31,10 +32,6 @@ use crate::state::ServerState;
 pub const MAX_BATCH: usize = 1024;
 /// Once a round's replies pass this many bytes, they are written before more commands run.
 pub const OUTPUT_BOUND: usize = 1 << 20;
-
-/// A round of more requests than this goes to an executor whole while other connections'
-/// tasks wait for a runtime thread (see [`hand_off_whole`]).
-pub const LONG_ROUND: usize = 8;
 
 /// The client's socket: plain TCP or TLS over it.
 pub(crate) trait Socket: AsyncRead + AsyncWrite + Unpin + Send {
@@ -125,10 +122,10 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         crate::exec::prefetch_keys(&session, &requests);
         // Reads that memory answers and plain SETs run right here, unless the round is long
         // and other connections wait for this thread; the rest go to an executor.
-        let output_full = if hand_off_whole(&runtime, &requests) {
+        let output_full = if round::hand_off_whole(&runtime, &requests) {
             false
         } else {
-            run_here(&state, &mut session, &mut requests, &mut output).await
+            round::run_here(&state, &mut session, &mut requests, &mut output).await
         };
         if !requests.is_empty() && !output_full {
             let round = if crate::exec::combine::eligible(&session, &requests) {
@@ -325,64 +322,7 @@ async fn execute(
 
 /// Serves, on an executor thread, the clients blocked on the keys in `session.signals` (their
 /// commands run, and may block), before the connection goes on.
-/// Runs what of the round's front [`run_in_memory`] takes on this task, awaiting the commits
-/// of the writes it queues; true if it stopped because the replies passed [`OUTPUT_BOUND`].
-async fn run_here(
-    state: &Arc<ServerState>,
-    session: &mut Box<Session>,
-    requests: &mut VecDeque<Vec<Bytes>>,
-    output: &mut BytesMut,
-) -> bool {
-    loop {
-        match run_in_memory(session, requests, output, OUTPUT_BOUND) {
-            InMemory::Stopped(full) => return full,
-            InMemory::Sets(mut sets) => {
-                let committed = match sets.commit.take() {
-                    Some(commit) => commit.await,
-                    None => Ok(()),
-                };
-                sets.finish(session, committed, output);
-                if output.len() >= OUTPUT_BOUND {
-                    return true;
-                }
-            }
-            InMemory::Writes(mut writes) => {
-                let voided = writes.voided;
-                let committed = match writes.commit.take() {
-                    Some(commit) => commit.await,
-                    None => Ok(()),
-                };
-                if writes.finish(session, committed, output) {
-                    serve_blocked(state, session).await;
-                }
-                if output.len() >= OUTPUT_BOUND || voided {
-                    return output.len() >= OUTPUT_BOUND;
-                }
-            }
-        }
-    }
-}
-
-/// True if the whole round goes to an executor: it is longer than [`LONG_ROUND`], other
-/// connections' tasks are ready to run on the runtime meanwhile, and it has no pub/sub command
-/// (a SUBSCRIBE or UNSUBSCRIBE takes effect when its connection reads it, see
-/// `exec::in_memory`). Run here, a pipeline's commands keep a runtime thread from every other
-/// connection for as long as they take; handed off, they run on the executors, in parallel
-/// with the runtime's network I/O, for the price of two thread hand-offs per round. With the
-/// single runtime thread a 2-core machine gets by default (`worker-threads`), GET -P 16 over
-/// 1M keys ran about 1.5x as fast as with every round run here (the runtime thread was the
-/// bottleneck). A round of one request (P1) is never handed off.
-fn hand_off_whole(runtime: &tokio::runtime::RuntimeMetrics, requests: &VecDeque<Vec<Bytes>>) -> bool {
-    if requests.len() <= LONG_ROUND {
-        return false;
-    }
-    let waiting = runtime.global_queue_depth();
-    #[cfg(tokio_unstable)]
-    let waiting = waiting + (0..runtime.num_workers()).map(|w| runtime.worker_local_queue_depth(w)).sum::<usize>();
-    waiting > 0 && !requests.iter().any(|args| crate::commands::lookup(&args[0]).is_some_and(|c| c.has(flag::PUBSUB)))
-}
-
-async fn serve_blocked(state: &Arc<ServerState>, session: &mut Session) {
+pub(super) async fn serve_blocked(state: &Arc<ServerState>, session: &mut Session) {
     let (keys, db) = (std::mem::take(&mut session.signals), session.db);
     let server = Arc::clone(state);
     let served = state.executor.run(move || crate::exec::serve_keys(&server, db, keys));

@@ -6,6 +6,7 @@
 
 mod connection;
 mod query_buffer;
+mod round;
 pub(crate) use connection::{write_out, Socket};
 pub mod tls;
 

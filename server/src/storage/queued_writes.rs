@@ -79,8 +79,9 @@ impl Storage {
     /// Adds the states before of the metadata records of a run of commands' `keys` (see
     /// [`Befores`]; command `i` has the next `counts[i]` of them) to `befores`, from memory
     /// only, in order until a command has one that needs the disk (or is damaged: the executor
-    /// path reports it); returns how many commands' states are known. The caller holds the keys' stripes. Every key's fingerprint is taken
-    /// and its slot's load started before the first lookup, so a run waits on memory once.
+    /// path reports it); returns how many commands' states are known. The caller holds the
+    /// keys' stripes. Every key's fingerprint is taken and its slot's load started before the
+    /// first lookup, so a run waits on memory once.
     pub fn learn_befores(&self, befores: &mut Befores, keys: &[(u32, &[u8])], counts: &[usize]) -> usize {
         let failures = self.engine.failed_write_groups();
         let mut metas = MetaKeys::default();
@@ -95,9 +96,9 @@ impl Storage {
                 fingerprint
             })
             .collect();
-        let mut keys = metas.iter().zip(&fingerprints);
+        let mut fingerprinted = metas.iter().zip(&fingerprints);
         for (learned, &count) in counts.iter().enumerate() {
-            for (mk, fingerprint) in keys.by_ref().take(count) {
+            for (mk, fingerprint) in fingerprinted.by_ref().take(count) {
                 match self.state_before(mk, *fingerprint, failures, true) {
                     Ok(state) => befores.0.insert(*fingerprint, state),
                     Err(_) => return learned,
