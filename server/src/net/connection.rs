@@ -76,6 +76,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
     tokio::pin!(stopping);
     let mut stop_seen = false;
     let runtime = tokio::runtime::Handle::current().metrics();
+    let mut round_cost = round::RoundCost::default();
     let resize_timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(resize_timer);
     let mut resize_armed = false;
@@ -122,10 +123,10 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         crate::exec::prefetch_keys(&session, &requests);
         // Reads that memory answers and plain SETs run right here, unless the round is long
         // and other connections wait for this thread; the rest go to an executor.
-        let output_full = if round::hand_off_whole(&runtime, &requests) {
+        let output_full = if round_cost.hand_off_whole(&runtime, &requests) {
             false
         } else {
-            round::run_here(&state, &mut session, &mut requests, &mut output).await
+            round::run_here(&state, &mut session, &mut requests, &mut output, &mut round_cost).await
         };
         if !requests.is_empty() && !output_full {
             let round = if crate::exec::combine::eligible(&session, &requests) {

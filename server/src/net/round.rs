@@ -1,9 +1,11 @@
 //! Where a connection's round of requests starts: on its own task, which runs the leading
-//! requests memory can answer ([`run_here`]), or — for a long round while other connections'
-//! tasks wait for a runtime thread — whole on an executor ([`hand_off_whole`]).
+//! requests memory can answer ([`run_here`]), or — for a long, costly round while other
+//! connections' tasks wait for a runtime thread — whole on an executor
+//! ([`RoundCost::hand_off_whole`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -12,21 +14,100 @@ use crate::commands::{flag, lookup};
 use crate::exec::{run_in_memory, InMemory, Session};
 use crate::state::ServerState;
 
-/// A round of more requests than this goes to an executor whole while other connections'
-/// tasks wait for a runtime thread (see [`hand_off_whole`]).
+/// A round of more requests than this may go to an executor whole (see [`RoundCost`]).
 pub const LONG_ROUND: usize = 8;
 
+/// A long round whose requests are estimated to keep the runtime thread at least this long
+/// goes to an executor (if other tasks wait): about what the hand-off costs (two thread
+/// wake-ups and the session's trip), so cheaper rounds (PING, GETs of keys in the memtable)
+/// stay here, where handing them off would cost more than it frees. Measured on 2 cores
+/// against 16 µs: GET -P 16 over 1M keys +10 %, PING and GET over 100K keys unchanged.
+const HAND_OFF_AT: Duration = Duration::from_micros(8);
+
+/// One in this many rounds that would go to an executor runs here instead, to measure again.
+const REMEASURE_EVERY: u32 = 8;
+
+/// What running its rounds on its own task costs a connection's runtime thread, per request
+/// (an estimate measured on the rounds run here), and whether a round goes to an executor
+/// whole instead (see [`RoundCost::hand_off_whole`]).
+#[derive(Debug, Default)]
+pub(super) struct RoundCost {
+    /// Nanoseconds a request run here took on the runtime thread (a moving average; 0 until
+    /// measured).
+    per_request_ns: u64,
+    /// Rounds handed off since the last one measured.
+    handed_off: u32,
+}
+
+impl RoundCost {
+    /// True if the whole round goes to an executor: it is longer than [`LONG_ROUND`], its
+    /// requests would keep the runtime thread for [`HAND_OFF_AT`] or more by this connection's
+    /// estimate, other connections' tasks are ready to run on the runtime meanwhile, and it has
+    /// no pub/sub command (a SUBSCRIBE or UNSUBSCRIBE takes effect when its connection reads
+    /// it, see `exec::in_memory`). Run here, a pipeline's commands keep a runtime thread from
+    /// every other connection for as long as they take; handed off, they run on the
+    /// executors, in parallel with the runtime's network I/O. With the single runtime thread
+    /// a 2-core machine gets by default (`worker-threads`), GET -P 16 over 1M keys ran about
+    /// 1.5x as fast as with every round run here (the runtime thread was the bottleneck). A
+    /// round of one request (P1) is never handed off.
+    pub(super) fn hand_off_whole(
+        &mut self,
+        runtime: &tokio::runtime::RuntimeMetrics,
+        requests: &VecDeque<Vec<Bytes>>,
+    ) -> bool {
+        let estimate = self.per_request_ns.saturating_mul(requests.len() as u64);
+        if requests.len() <= LONG_ROUND || estimate < HAND_OFF_AT.as_nanos() as u64 || !others_wait(runtime) {
+            return false;
+        }
+        if requests.iter().any(|args| lookup(&args[0]).is_some_and(|c| c.has(flag::PUBSUB))) {
+            return false;
+        }
+        self.handed_off += 1;
+        if self.handed_off >= REMEASURE_EVERY {
+            self.handed_off = 0;
+            return false;
+        }
+        true
+    }
+
+    /// Notes that `requests` requests ran here, keeping the runtime thread for `took`.
+    fn ran_here(&mut self, requests: usize, took: Duration) {
+        if requests == 0 {
+            return;
+        }
+        let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX) / requests as u64;
+        self.per_request_ns =
+            if self.per_request_ns == 0 { sample } else { (3 * self.per_request_ns).saturating_add(sample) / 4 };
+    }
+}
+
+/// True if other tasks are ready to run on the runtime (its queues are not empty).
+fn others_wait(runtime: &tokio::runtime::RuntimeMetrics) -> bool {
+    let waiting = runtime.global_queue_depth();
+    #[cfg(tokio_unstable)]
+    let waiting = waiting + (0..runtime.num_workers()).map(|w| runtime.worker_local_queue_depth(w)).sum::<usize>();
+    waiting > 0
+}
+
 /// Runs what of the round's front [`run_in_memory`] takes on this task, awaiting the commits
-/// of the writes it queues; true if it stopped because the replies passed [`OUTPUT_BOUND`].
+/// of the writes it queues, and notes in `cost` how long that kept the runtime thread (the
+/// waits for commits not counted); true if it stopped because the replies passed
+/// [`OUTPUT_BOUND`].
 pub(super) async fn run_here(
     state: &Arc<ServerState>,
     session: &mut Box<Session>,
     requests: &mut VecDeque<Vec<Bytes>>,
     output: &mut BytesMut,
+    cost: &mut RoundCost,
 ) -> bool {
-    loop {
-        match run_in_memory(session, requests, output, OUTPUT_BOUND) {
-            InMemory::Stopped(full) => return full,
+    let before = requests.len();
+    let mut took = Duration::ZERO;
+    let full = loop {
+        let started = Instant::now();
+        let ran = run_in_memory(session, requests, output, OUTPUT_BOUND);
+        took += started.elapsed();
+        match ran {
+            InMemory::Stopped(full) => break full,
             InMemory::Sets(mut sets) => {
                 let committed = match sets.commit.take() {
                     Some(commit) => commit.await,
@@ -34,7 +115,7 @@ pub(super) async fn run_here(
                 };
                 sets.finish(session, committed, output);
                 if output.len() >= OUTPUT_BOUND {
-                    return true;
+                    break true;
                 }
             }
             InMemory::Writes(mut writes) => {
@@ -47,30 +128,13 @@ pub(super) async fn run_here(
                     serve_blocked(state, session).await;
                 }
                 if output.len() >= OUTPUT_BOUND || voided {
-                    return output.len() >= OUTPUT_BOUND;
+                    break output.len() >= OUTPUT_BOUND;
                 }
             }
         }
-    }
-}
-
-/// True if the whole round goes to an executor: it is longer than [`LONG_ROUND`], other
-/// connections' tasks are ready to run on the runtime meanwhile, and it has no pub/sub command
-/// (a SUBSCRIBE or UNSUBSCRIBE takes effect when its connection reads it, see
-/// `exec::in_memory`). Run here, a pipeline's commands keep a runtime thread from every other
-/// connection for as long as they take; handed off, they run on the executors, in parallel
-/// with the runtime's network I/O, for the price of two thread hand-offs per round. With the
-/// single runtime thread a 2-core machine gets by default (`worker-threads`), GET -P 16 over
-/// 1M keys ran about 1.5x as fast as with every round run here (the runtime thread was the
-/// bottleneck). A round of one request (P1) is never handed off.
-pub(super) fn hand_off_whole(runtime: &tokio::runtime::RuntimeMetrics, requests: &VecDeque<Vec<Bytes>>) -> bool {
-    if requests.len() <= LONG_ROUND {
-        return false;
-    }
-    let waiting = runtime.global_queue_depth();
-    #[cfg(tokio_unstable)]
-    let waiting = waiting + (0..runtime.num_workers()).map(|w| runtime.worker_local_queue_depth(w)).sum::<usize>();
-    waiting > 0 && !requests.iter().any(|args| lookup(&args[0]).is_some_and(|c| c.has(flag::PUBSUB)))
+    };
+    cost.ran_here(before - requests.len(), took);
+    full
 }
 
 #[cfg(test)]
@@ -84,11 +148,13 @@ mod tests {
     }
 
     #[test]
-    fn only_long_rounds_without_pub_sub_leave_a_busy_runtime() {
+    fn only_long_costly_rounds_without_pub_sub_leave_a_busy_runtime() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
         let metrics = rt.metrics();
         let long = round(&["get", "incr"], LONG_ROUND + 1);
-        assert!(!hand_off_whole(&metrics, &long), "nothing waits for the runtime");
+        let mut cost = RoundCost::default();
+        cost.ran_here(4, Duration::from_micros(8));
+        assert!(!cost.hand_off_whole(&metrics, &long), "nothing waits for the runtime");
         // Hold the only worker, then queue tasks behind it.
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -98,14 +164,36 @@ mod tests {
         });
         held_rx.recv().unwrap();
         let queued: Vec<_> = (0..3).map(|_| rt.spawn(async {})).collect();
-        assert!(hand_off_whole(&metrics, &long), "a long round leaves a busy runtime");
-        assert!(!hand_off_whole(&metrics, &round(&["get"], LONG_ROUND)), "a short one stays");
-        assert!(!hand_off_whole(&metrics, &round(&["get"], 1)), "P1 stays");
+        assert!(cost.hand_off_whole(&metrics, &long), "a long, costly round leaves a busy runtime");
+        assert!(!cost.hand_off_whole(&metrics, &round(&["get"], LONG_ROUND)), "a short one stays");
+        assert!(!cost.hand_off_whole(&metrics, &round(&["get"], 1)), "P1 stays");
         let with_pubsub = round(&["get", "get", "unsubscribe"], LONG_ROUND * 2);
-        assert!(!hand_off_whole(&metrics, &with_pubsub), "pub/sub takes effect when read");
+        assert!(!cost.hand_off_whole(&metrics, &with_pubsub), "pub/sub takes effect when read");
+        // Every REMEASURE_EVERY-th round that would go runs here, to measure again.
+        let handed: Vec<bool> = (0..2 * REMEASURE_EVERY).map(|_| cost.hand_off_whole(&metrics, &long)).collect();
+        assert_eq!(handed.iter().filter(|&&h| !h).count(), 2, "{handed:?}");
+        // Cheap requests (measured at 100 ns each) stay, however busy the runtime.
+        let mut cheap = RoundCost::default();
+        assert!(!cheap.hand_off_whole(&metrics, &long), "unmeasured: runs here first");
+        cheap.ran_here(16, Duration::from_micros(1) + Duration::from_nanos(600));
+        assert!(!cheap.hand_off_whole(&metrics, &round(&["ping"], 16)));
+        assert!(cheap.hand_off_whole(&metrics, &round(&["ping"], 1000)), "unless there are many");
         release_tx.send(()).unwrap();
         for task in queued {
             rt.block_on(task).unwrap();
         }
+    }
+
+    #[test]
+    fn the_estimate_follows_what_rounds_cost() {
+        let mut cost = RoundCost::default();
+        cost.ran_here(0, Duration::from_secs(1));
+        assert_eq!(cost.per_request_ns, 0, "a round that ran nothing says nothing");
+        cost.ran_here(10, Duration::from_micros(10));
+        assert_eq!(cost.per_request_ns, 1000);
+        for _ in 0..20 {
+            cost.ran_here(10, Duration::from_micros(50));
+        }
+        assert!((4900..=5000).contains(&cost.per_request_ns), "{}", cost.per_request_ns);
     }
 }
