@@ -76,8 +76,11 @@ impl RoundCost {
             return;
         }
         let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX) / requests as u64;
-        self.per_request_ns =
-            if self.per_request_ns == 0 { sample } else { (3 * self.per_request_ns).saturating_add(sample) / 4 };
+        self.per_request_ns = if self.per_request_ns == 0 {
+            sample
+        } else {
+            self.per_request_ns.saturating_mul(3).saturating_add(sample) / 4
+        };
     }
 }
 
