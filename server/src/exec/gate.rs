@@ -281,6 +281,17 @@ pub fn serve_signals(s: &mut Session) {
     serve_keys(&s.state, s.db, std::mem::take(&mut s.signals));
 }
 
+/// Serves, on an executor thread, the clients blocked on the keys in `session.signals` (their
+/// commands run, and may block), before the connection goes on.
+pub async fn serve_blocked(state: &std::sync::Arc<crate::state::ServerState>, session: &mut Session) {
+    let (keys, db) = (std::mem::take(&mut session.signals), session.db);
+    let server = std::sync::Arc::clone(state);
+    let served = state.executor.run(move || crate::exec::serve_keys(&server, db, keys));
+    if served.await.is_err() {
+        tracing::error!(target: "shale::net", client = session.id, "serving blocked clients failed");
+    }
+}
+
 /// Serves the clients blocked on `keys` of `db` (their commands run here, and may block).
 pub fn serve_keys(state: &crate::state::ServerState, db: u32, keys: Vec<Bytes>) {
     for key in keys {

@@ -16,10 +16,12 @@
 //! Per-command state (transaction buffer, read snapshot, held key stripes, memory-only mode)
 //! travels in the session's [`ExecContext`](crate::storage::ExecContext), reset after each
 //! command, and a connection whose unsent replies pass a bound is not read until they drain.
-//! A round that is a single write of the kinds pipelines group (INCR, LPUSH, XADD, …) goes to
-//! the [`combine`] queue instead: one executor job runs the single writes of many clients as
-//! one write group with one commit, so fifty clients writing one key do not wait for fifty
-//! commits in turn.
+//! A short round of writes of the kinds pipelines group (INCR, LPUSH, XADD, …) whose key's
+//! last write is still queued waits for it on the task ([`combine::on_task`]): one task per
+//! such hot key runs the rounds of all the clients waiting on it as one write group, the same
+//! way, once that write is visible, so fifty clients writing one key do not wait for fifty
+//! commits in turn. Other rounds of such writes that cannot run on the task go to the
+//! [`combine`] queue, where one executor job runs them as one group with one commit.
 
 mod after_command;
 pub mod combine;
@@ -33,7 +35,7 @@ mod set_batch;
 pub(crate) mod write_group;
 
 pub(crate) use gate::run_command;
-pub use gate::{dispatch, gate, run_batch, serve_keys, serve_signals, BatchEnd};
+pub use gate::{dispatch, gate, run_batch, serve_blocked, serve_keys, serve_signals, BatchEnd};
 pub use in_memory::{prefetch_keys, run_in_memory, InMemory, InMemoryCounters};
 pub use observe::log_slow;
 pub use pool::{Executor, JobPanicked};

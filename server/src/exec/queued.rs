@@ -8,7 +8,9 @@
 //! Nothing here may block, so it runs only when it cannot need to:
 //! - the stripes of all the run's keys are free and every async write queued under them is
 //!   visible (`Storage::try_lock_settled`); otherwise the run goes to an executor, where it
-//!   may wait (and where writes of one hot key are combined);
+//!   may wait, or — free stripes whose write is not visible yet, a hot key's — a short round
+//!   waits for that write on the task, where the rounds of every client waiting on the key
+//!   then run as one group ([`run_parts`], `combine::on_task`);
 //! - the keyspace counts' "before" of every key is known from memory (`Storage::befores`);
 //! - every command's reads are memory-only, as the in-memory reads' are: the first one that
 //!   would need the disk (or walks a range) is void — its buffered writes and events are
@@ -36,7 +38,7 @@ use crate::commands::{command_keys, engine_error, flag, lookup, CommandSpec};
 use crate::resp::Reply;
 use crate::services::notifications::KeyEvent;
 use crate::state::ServerState;
-use crate::storage::{Befores, CountChanges, QueuedWrite};
+use crate::storage::{Befores, CountChanges, QueuedWrite, Unsettled};
 
 /// Most commands one group runs here (a pipeline's longer runs go on in the next round).
 const MAX_RUN: usize = 64;
@@ -118,6 +120,7 @@ fn trims(args: &[Bytes]) -> bool {
 pub type GroupCommit = std::pin::Pin<Box<dyn std::future::Future<Output = lsm::Result<()>> + Send>>;
 
 /// A group of writes on its way to the engine: its replies go out once it is committed.
+#[derive(Default)]
 pub struct PendingWrites {
     /// Resolves once the batch is committed (None: the group wrote nothing, or failed before
     /// it was queued: `failure`).
@@ -132,6 +135,8 @@ pub struct PendingWrites {
     failure: Option<Reply>,
     /// The group ended at a command that needed the disk: it goes to an executor next.
     pub voided: bool,
+    /// How many of the part's commands ran.
+    pub(super) ran: usize,
 }
 
 impl std::fmt::Debug for PendingWrites {
@@ -141,17 +146,13 @@ impl std::fmt::Debug for PendingWrites {
 }
 
 impl PendingWrites {
-    /// Encodes the replies once `committed` is the commit's outcome (Ok if there was none) and
-    /// publishes the group's keyspace events. True if clients blocked on keys the group wrote
-    /// must be served now (`Session::signals`: serving runs their commands, which may block,
-    /// so the caller does it on an executor thread before going on).
-    pub fn finish(self, s: &mut Session, committed: lsm::Result<()>, out: &mut BytesMut) -> bool {
-        let failure = match (self.failure, committed) {
-            (Some(reply), _) => Some(reply),
-            (None, Err(e)) => Some(engine_error(e)),
-            (None, Ok(())) => None,
-        };
-        if let Some(error) = failure {
+    /// Encodes the replies once the commit is done — `failed` is its error, None if it
+    /// succeeded (or there was none) — and publishes the group's keyspace events. True if
+    /// clients blocked on keys the group wrote must be served now (`Session::signals`: serving
+    /// runs their commands, which may block, so the caller does it on an executor thread before
+    /// going on).
+    pub fn finish(self, s: &mut Session, failed: Option<&Reply>, out: &mut BytesMut) -> bool {
+        if let Some(error) = self.failure.as_ref().or(failed) {
             for _ in 0..self.sent {
                 error.encode(s.protocol, out);
             }
@@ -180,111 +181,178 @@ pub(super) fn eligible(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool 
         && !s.state.storage.engine().is_read_only()
 }
 
+/// Why [`run_queued`] ran nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRun {
+    /// A stripe is held by another command, or the first command's counts or reads need the
+    /// disk: the requests go to an executor thread.
+    Elsewhere,
+    /// The stripes are free but an async write queued under one is not visible yet: the
+    /// requests may wait for it here (`combine::on_task`).
+    Waits(lsm::WriteTicket),
+}
+
 /// Runs the run of groupable writes at the front of `requests` (see the module docs) and
-/// queues their batch; the requests it ran leave the queue. `None` if none ran (busy stripes,
-/// counts or a first read that need the disk): they go to an executor thread. Stops early once
-/// the replies (with `out_len` bytes already waiting) reach `output_bound`.
+/// queues their batch; the requests it ran leave the queue. Stops early once the replies (with
+/// `out_len` bytes already waiting) reach `output_bound`.
 pub(super) fn run_queued(
     s: &mut Session,
     requests: &mut VecDeque<Vec<Bytes>>,
     out_len: usize,
     output_bound: usize,
-) -> Option<PendingWrites> {
-    let state = Arc::clone(&s.state);
+) -> Result<PendingWrites, NotRun> {
+    let (state, origin) = (Arc::clone(&s.state), s.id);
+    let (mut ran, commit) = run_parts(&mut [Part { s, requests, out_len }], output_bound)?;
+    let mut pending = ran.pop().expect("one part");
+    if let Some(queued) = commit {
+        pending.commit = Some(Box::pin(committed(state, queued, origin)));
+    }
+    Ok(pending)
+}
+
+/// One client's requests in a run here: its session, its requests (those run leave the
+/// front), and the bytes of replies it already has waiting.
+pub(super) struct Part<'a> {
+    pub(super) s: &'a mut Session,
+    pub(super) requests: &'a mut VecDeque<Vec<Bytes>>,
+    pub(super) out_len: usize,
+}
+
+/// Runs the groupable writes at the front of each part's requests as one write group, the
+/// parts in order (one client's pipeline, or several clients' writes combined by
+/// `combine::on_task`): every command reads through the writes of those before it, of
+/// whichever client, and the group's batch is queued with the engine once. Each part gets its
+/// [`PendingWrites`] (replies and events; the commit is the group's, returned beside them).
+/// Where a command turns out to need the disk, it and everything after it (of every part)
+/// is left queued; a panic answers the commands run so far, and the one that panicked, with
+/// an error and queues nothing.
+pub(super) fn run_parts(
+    parts: &mut [Part<'_>],
+    output_bound: usize,
+) -> Result<(Vec<PendingWrites>, Option<QueuedWrite>), NotRun> {
+    let Some(state) = parts.first().map(|p| Arc::clone(&p.s.state)) else { return Err(NotRun::Elsewhere) };
     // The run's keys, borrowed from its requests (no copies: this runs for every round of a
     // pipeline, and fails at once when another client's write holds a hot key's stripe), and
-    // how many each request has.
-    let (mut keys, mut counts) = (Vec::new(), Vec::new());
-    for args in requests.iter().take(MAX_RUN) {
-        let Some(spec) = lookup(&args[0]).filter(|spec| may_run_spec(s, spec, args)) else { break };
-        let before = keys.len();
-        request_keys(s.db, spec, args, &mut keys);
-        counts.push(keys.len() - before);
+    // how many each request has; each part's leading requests that may run here.
+    let (mut keys, mut counts, mut limits) = (Vec::new(), Vec::new(), Vec::with_capacity(parts.len()));
+    for part in parts.iter() {
+        let mut limit = 0;
+        for args in part.requests.iter().take(MAX_RUN) {
+            let Some(spec) = lookup(&args[0]).filter(|spec| may_run_spec(part.s, spec, args)) else { break };
+            let before = keys.len();
+            request_keys(part.s.db, spec, args, &mut keys);
+            counts.push(keys.len() - before);
+            limit += 1;
+        }
+        limits.push(limit);
     }
-    let mut guard = state.storage.try_lock_settled(&keys)?;
+    let mut guard = state.storage.try_lock_settled(&keys).map_err(|why| match why {
+        Unsettled::Held => NotRun::Elsewhere,
+        Unsettled::Queued(ticket) => NotRun::Waits(ticket),
+    })?;
     // The run ends before the first command with a key whose state before needs the disk.
     let mut befores = Befores::with_capacity(keys.len());
-    let run = state.storage.learn_befores(&mut befores, &keys, &counts);
-    if run == 0 {
-        return None;
+    let mut known = state.storage.learn_befores(&mut befores, &keys, &counts);
+    if known == 0 {
+        return Err(NotRun::Elsewhere);
     }
-    state.storage.hold_for_exec(&s.exec, &guard);
-    s.exec.resume_transaction(None);
-    s.in_exec = true;
-    s.exec.begin_memory_only();
-    let (mut replies, mut sent, mut ran, mut voided) = (BytesMut::new(), 0, 0, false);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        for args in requests.iter().take(run) {
-            let (savepoint, signals) = (s.exec.savepoint(), s.signals.len());
-            let reply = dispatch(s, args);
-            if s.exec.voided() {
-                // Not run: an executor runs it again, gate included (counted once).
-                voided = true;
-                s.exec.rollback(savepoint);
-                s.signals.truncate(signals);
-                state.commands_processed.fetch_sub(1, Ordering::Relaxed);
-                state.in_memory.writes_voided.fetch_add(1, Ordering::Relaxed);
-                break;
+    let mut ran_parts = Vec::with_capacity(parts.len());
+    let (mut buffer, mut stopped, mut failure) = (None, false, None);
+    for (part, limit) in parts.iter_mut().zip(limits) {
+        let s = &mut *part.s;
+        let mut pending = PendingWrites::default();
+        let may_run = if stopped || failure.is_some() { 0 } else { limit.min(known) };
+        known = known.saturating_sub(limit);
+        if may_run == 0 || s.handle.killed.load(Ordering::Acquire) {
+            ran_parts.push(pending);
+            continue;
+        }
+        state.storage.hold_for_exec(&s.exec, &guard);
+        s.exec.resume_transaction(buffer.take());
+        s.in_exec = true;
+        s.exec.begin_memory_only();
+        let mut ran = 0;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for args in part.requests.iter().take(may_run) {
+                let (savepoint, signals) = (s.exec.savepoint(), s.signals.len());
+                let reply = dispatch(s, args);
+                if s.exec.voided() {
+                    // Not run: an executor runs it again, gate included (counted once).
+                    stopped = true;
+                    s.exec.rollback(savepoint);
+                    s.signals.truncate(signals);
+                    state.commands_processed.fetch_sub(1, Ordering::Relaxed);
+                    state.in_memory.writes_voided.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                ran += 1;
+                if s.take_reply_permission() {
+                    reply.encode(s.protocol, &mut pending.replies);
+                    pending.sent += 1;
+                }
+                if part.out_len + pending.replies.len() >= output_bound {
+                    break;
+                }
             }
-            ran += 1;
-            if s.take_reply_permission() {
-                reply.encode(s.protocol, &mut replies);
-                sent += 1;
-            }
-            if out_len + replies.len() >= output_bound {
-                break;
+        }));
+        s.in_exec = false;
+        buffer = s.exec.suspend_transaction();
+        s.exec.end_memory_only();
+        state.storage.end_exec(&s.exec);
+        pending.events = s.exec.take_events();
+        s.exec.reset();
+        if let Err(panic) = outcome {
+            let what = panic_message(&*panic);
+            tracing::error!(target: "shale::exec", client = s.id, commands = ran + 1, panic = %what, "a write group run on a connection's task panicked; its commands get errors");
+            // The command that panicked is answered too, never run again.
+            ran = (ran + 1).min(part.requests.len());
+            pending.sent = ran;
+            failure = Some(Reply::error("ERR internal error running a pipelined write (see the server log)"));
+        }
+        pending.ran = ran;
+        pending.voided = stopped;
+        part.requests.drain(..ran);
+        ran_parts.push(pending);
+    }
+    if let Some(failure) = failure {
+        // Nothing is queued: every command run so far gets the error.
+        drop(guard);
+        for (part, pending) in parts.iter_mut().zip(&mut ran_parts) {
+            part.s.signals.clear();
+            if pending.ran > 0 {
+                pending.sent = pending.ran;
+                pending.failure = Some(failure.clone());
             }
         }
-    }));
-    s.in_exec = false;
-    let batch = s.exec.finish_transaction();
-    s.exec.end_memory_only();
-    state.storage.end_exec(&s.exec);
-    let events = s.exec.take_events();
-    s.exec.reset();
-    if let Err(panic) = outcome {
-        drop(guard);
-        let what = panic_message(&*panic);
-        tracing::error!(target: "shale::exec", client = s.id, commands = ran + 1, panic = %what, "a write group run on a connection's task panicked; its commands get errors");
-        s.signals.clear();
-        // The command that panicked is answered too, never run again.
-        let answered = (ran + 1).min(requests.len());
-        requests.drain(..answered);
-        let failure = Reply::error("ERR internal error running a pipelined write (see the server log)");
-        return Some(PendingWrites {
-            commit: None,
-            replies,
-            sent: answered,
-            events,
-            failure: Some(failure),
-            voided: false,
-        });
+        return Ok((ran_parts, None));
     }
-    if ran == 0 {
-        return None;
+    if ran_parts.iter().all(|p| p.ran == 0) {
+        return Err(NotRun::Elsewhere);
     }
-    requests.drain(..ran);
     state.in_memory.write_groups.fetch_add(1, Ordering::Relaxed);
-    let mut pending = PendingWrites { commit: None, replies, sent, events, failure: None, voided };
+    let batch = buffer.map(crate::storage::Suspended::into_batch).unwrap_or_default();
     if batch.is_empty() {
-        return Some(pending);
+        return Ok((ran_parts, None));
     }
     match state.storage.queue_write(&mut guard, batch, &befores) {
-        Ok(queued) => pending.commit = Some(Box::pin(committed(Arc::clone(&state), queued, s.id))),
+        Ok(queued) => Ok((ran_parts, Some(queued))),
         Err(e) => {
             // Refused before anything was queued (nothing happened): a batch writing a key
             // the group did not lock, which no groupable command does, or an engine that
             // turned read-only meanwhile.
-            tracing::warn!(target: "shale::exec", client = s.id, error = %e, "a write group run on a connection's task could not be queued");
-            pending.failure = Some(engine_error(e));
+            tracing::warn!(target: "shale::exec", error = %e, "a write group run on a connection's task could not be queued");
+            let failure = engine_error(e);
+            for pending in ran_parts.iter_mut().filter(|p| p.ran > 0) {
+                pending.failure = Some(failure.clone());
+            }
+            Ok((ran_parts, None))
         }
     }
-    Some(pending)
 }
 
 /// Awaits a queued group's commit, then what follows it (tracking invalidations, or taking
 /// back its count changes).
-async fn committed(state: Arc<ServerState>, queued: QueuedWrite, origin: u64) -> lsm::Result<()> {
+pub(super) async fn committed(state: Arc<ServerState>, queued: QueuedWrite, origin: u64) -> lsm::Result<()> {
     let (commit, changes, touched): (_, CountChanges, _) = queued.into_parts();
     let outcome = commit.await;
     state.storage.finish_queued(changes, touched, &outcome, origin);

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use super::query_buffer::{self, QueryBuffer};
 use super::round;
 use crate::commands::flag;
+use crate::exec::combine::on_task;
 use crate::exec::{run_batch, BatchEnd, BlockRequest, Session};
 use crate::resp::{parse_request, Limits, Reply};
 use crate::services::announced::Announcement;
@@ -123,13 +124,15 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         crate::exec::prefetch_keys(&session, &requests);
         // Reads that memory answers and plain SETs run right here, unless the round is long
         // and other connections wait for this thread; the rest go to an executor.
-        let output_full = if round_cost.hand_off_whole(&runtime, &requests) {
-            false
+        let left = if round_cost.hand_off_whole(&runtime, &requests) {
+            round::Left::Rest
         } else {
             round::run_here(&state, &mut session, &mut requests, &mut output, &mut round_cost).await
         };
-        if !requests.is_empty() && !output_full {
-            let round = if crate::exec::combine::eligible(&session, &requests) {
+        if !requests.is_empty() && left != round::Left::OutputFull {
+            let round = if let (round::Left::Waits(ticket), true) = (left, on_task::eligible(&session, &requests)) {
+                on_task::run(&state, session, std::mem::take(&mut requests), output, ticket, OUTPUT_BOUND).await
+            } else if crate::exec::combine::eligible(&session, &requests) {
                 crate::exec::combine::run(&state, session, std::mem::take(&mut requests), output).await
             } else {
                 execute(&state, session, std::mem::take(&mut requests), output).await
@@ -319,17 +322,6 @@ async fn execute(
         (session, requests, output, end)
     });
     round.await.ok()
-}
-
-/// Serves, on an executor thread, the clients blocked on the keys in `session.signals` (their
-/// commands run, and may block), before the connection goes on.
-pub(super) async fn serve_blocked(state: &Arc<ServerState>, session: &mut Session) {
-    let (keys, db) = (std::mem::take(&mut session.signals), session.db);
-    let server = Arc::clone(state);
-    let served = state.executor.run(move || crate::exec::serve_keys(&server, db, keys));
-    if served.await.is_err() {
-        tracing::error!(target: "shale::net", client = session.id, "serving blocked clients failed");
-    }
 }
 
 /// Writes and clears `output`; false if the connection is gone. A client that stops reading

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::connection::{serve_blocked, OUTPUT_BOUND};
+use super::connection::OUTPUT_BOUND;
+use crate::commands::engine_error;
 use crate::commands::{flag, lookup};
-use crate::exec::{run_in_memory, InMemory, Session};
+use crate::exec::{run_in_memory, serve_blocked, InMemory, Session};
 use crate::state::ServerState;
 
 /// A round of more requests than this may go to an executor whole (see [`RoundCost`]).
@@ -92,25 +93,38 @@ fn others_wait(runtime: &tokio::runtime::RuntimeMetrics) -> bool {
     waiting > 0
 }
 
+/// Where a round stands after [`run_here`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// What is left of it (if anything) goes to an executor.
+    Rest,
+    /// The replies passed [`OUTPUT_BOUND`]: they go out before anything else runs.
+    OutputFull,
+    /// Its front request is a write that waits for another client's queued write
+    /// ([`InMemory::Waits`]).
+    Waits(lsm::WriteTicket),
+}
+
 /// Runs what of the round's front [`run_in_memory`] takes on this task, awaiting the commits
 /// of the writes it queues, and notes in `cost` how long that kept the runtime thread (the
-/// waits for commits not counted); true if it stopped because the replies passed
-/// [`OUTPUT_BOUND`].
+/// waits for commits not counted); says where it stopped.
 pub(super) async fn run_here(
     state: &Arc<ServerState>,
     session: &mut Box<Session>,
     requests: &mut VecDeque<Vec<Bytes>>,
     output: &mut BytesMut,
     cost: &mut RoundCost,
-) -> bool {
+) -> Left {
     let before = requests.len();
     let mut took = Duration::ZERO;
-    let full = loop {
+    let left = loop {
         let started = Instant::now();
         let ran = run_in_memory(session, requests, output, OUTPUT_BOUND);
         took += started.elapsed();
         match ran {
-            InMemory::Stopped(full) => break full,
+            InMemory::Stopped(true) => break Left::OutputFull,
+            InMemory::Stopped(false) => break Left::Rest,
+            InMemory::Waits(ticket) => break Left::Waits(ticket),
             InMemory::Sets(mut sets) => {
                 let committed = match sets.commit.take() {
                     Some(commit) => commit.await,
@@ -118,26 +132,29 @@ pub(super) async fn run_here(
                 };
                 sets.finish(session, committed, output);
                 if output.len() >= OUTPUT_BOUND {
-                    break true;
+                    break Left::OutputFull;
                 }
             }
             InMemory::Writes(mut writes) => {
                 let voided = writes.voided;
-                let committed = match writes.commit.take() {
-                    Some(commit) => commit.await,
-                    None => Ok(()),
+                let failed = match writes.commit.take() {
+                    Some(commit) => commit.await.err().map(engine_error),
+                    None => None,
                 };
-                if writes.finish(session, committed, output) {
+                if writes.finish(session, failed.as_ref(), output) {
                     serve_blocked(state, session).await;
                 }
-                if output.len() >= OUTPUT_BOUND || voided {
-                    break output.len() >= OUTPUT_BOUND;
+                if output.len() >= OUTPUT_BOUND {
+                    break Left::OutputFull;
+                }
+                if voided {
+                    break Left::Rest;
                 }
             }
         }
     };
     cost.ran_here(before - requests.len(), took);
-    full
+    left
 }
 
 #[cfg(test)]

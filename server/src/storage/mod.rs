@@ -64,7 +64,7 @@ use layout::layout;
 #[cfg(test)]
 use layout::{record as layout_record, LAYOUT_KEY, LAYOUT_VERSION};
 pub use meta::{KeyType, Meta};
-pub use queued_writes::{Befores, QueuedWrite};
+pub use queued_writes::{Befores, QueuedWrite, Unsettled};
 pub use scores::{decode_score, encode_score, ScoreBounds, ScoreIter};
 pub use strings::{Chunk, StringEdit, HLL_SEGMENT, INLINE_MAX, SEGMENT};
 pub use watch::{Watched, Watches};

@@ -56,6 +56,15 @@ impl Befores {
     }
 }
 
+/// Why [`Storage::try_lock_settled`] could not lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsettled {
+    /// Another command holds a stripe.
+    Held,
+    /// The stripes are free, but this async write queued under one is not visible yet.
+    Queued(lsm::WriteTicket),
+}
+
 /// A write group's batch, queued: await its commit ([`QueuedWrite::into_parts`]), then hand
 /// the outcome to [`Storage::finish_queued`].
 #[derive(Debug)]
@@ -67,13 +76,14 @@ pub struct QueuedWrite {
 }
 
 impl Storage {
-    /// Locks the stripes of `keys` without waiting: `None` if another command holds one, or an
-    /// async write queued under one is not visible yet (then the commands run where waiting is
-    /// allowed).
-    pub fn try_lock_settled(&self, keys: &[(u32, &[u8])]) -> Option<LockGuard<'_>> {
-        let mut guard = self.locks.try_lock_pairs(keys.iter().copied())?;
-        guard.try_settle(&self.engine).ok()?;
-        Some(guard)
+    /// Locks the stripes of `keys` without waiting. Fails if another command holds one
+    /// ([`Unsettled::Held`]: the commands run where waiting is allowed), or if an async write
+    /// queued under one is not visible yet ([`Unsettled::Queued`], with that write's ticket:
+    /// the commands may wait for it without blocking, `exec::combine::on_task`).
+    pub fn try_lock_settled(&self, keys: &[(u32, &[u8])]) -> Result<LockGuard<'_>, Unsettled> {
+        let mut guard = self.locks.try_lock_pairs(keys.iter().copied()).ok_or(Unsettled::Held)?;
+        guard.try_settle(&self.engine).map_err(Unsettled::Queued)?;
+        Ok(guard)
     }
 
     /// Adds the states before of the metadata records of a run of commands' `keys` (see

@@ -126,6 +126,11 @@ pub enum InMemory {
     /// the clients blocked on its keys if it says so), then call again — unless
     /// [`PendingWrites::voided`]: the next request needs the disk, and goes to an executor.
     Writes(PendingWrites),
+    /// The request at the front is a write that would run as [`InMemory::Writes`] but for
+    /// an async write queued under one of its keys' stripes and not visible yet (another
+    /// client's write of a hot key): its round may wait for that write here, combined with
+    /// other clients' writes of the key (`combine::on_task`), or go to an executor.
+    Waits(lsm::WriteTicket),
 }
 
 /// Keys (of the requests at the front of a batch) whose metadata [`prefetch_keys`] prefetches.
@@ -192,8 +197,9 @@ pub fn run_in_memory(
         }
         if write {
             return match queued::run_queued(s, requests, out.len(), output_bound) {
-                Some(writes) => InMemory::Writes(writes),
-                None => InMemory::Stopped(false),
+                Ok(writes) => InMemory::Writes(writes),
+                Err(queued::NotRun::Waits(ticket)) => InMemory::Waits(ticket),
+                Err(queued::NotRun::Elsewhere) => InMemory::Stopped(false),
             };
         }
         // Keyspace events a SET or a missed read would record go with the executor path (a

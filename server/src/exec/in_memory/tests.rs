@@ -212,10 +212,12 @@ pub(super) fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &
                 let committed = sets.commit.take().map_or(Ok(()), futures_block_on);
                 sets.finish(s, committed, out);
             }
+            // (As `combine::on_task` does, without the company.)
+            InMemory::Waits(ticket) => s.state.storage.engine().wait_committed(ticket),
             InMemory::Writes(mut writes) => {
                 let committed = writes.commit.take().map_or(Ok(()), futures_block_on);
                 let voided = writes.voided;
-                if writes.finish(s, committed, out) {
+                if writes.finish(s, committed.err().map(crate::commands::engine_error).as_ref(), out) {
                     crate::exec::serve_signals(s);
                 }
                 if voided {

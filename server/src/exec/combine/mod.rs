@@ -20,11 +20,15 @@
 //! with the engine's error, since none of their writes happened. A group of one runs the usual
 //! way ([`super::run_batch`]), so a lone client pays nothing for this.
 //!
+//! Short rounds whose key's last write is still on its way to the engine are combined the
+//! same way without leaving the runtime ([`on_task`]); this queue takes the rest, and what
+//! cannot run there.
+//!
 //! What is never combined: a client with `CLIENT TRACKING` on (its `NOLOOP` needs its writes
 //! committed as its own), a client inside MULTI, subscribed or of a restricted ACL user (see
 //! `write_group::groupable`), and anything while `CLIENT PAUSE` is in force (the usual path honours it).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -37,6 +41,8 @@ use super::{run_batch, BatchEnd, Session};
 use crate::commands::{engine_error, lookup, queued_keys, run_buffered, Part};
 use crate::resp::Reply;
 use crate::state::ServerState;
+
+pub mod on_task;
 
 /// Most writes one combined group runs (a client's round joins whole, so a group may pass it
 /// by one round).
@@ -70,6 +76,9 @@ struct Queue {
 /// in one queue and writes of unrelated keys still run on every executor thread.
 pub struct Combiner {
     shards: Vec<Mutex<Queue>>,
+    /// Rounds waiting on connections' tasks for a hot key's queued write, by their first key
+    /// (see [`on_task`]); a key is here while a task drains its rounds.
+    waiting: Mutex<HashMap<(u32, Bytes), VecDeque<Entry>>>,
     /// Groups of two or more writes run (INFO `combined_write_groups`).
     pub groups: AtomicU64,
     /// Writes those groups ran (INFO `combined_writes`).
@@ -81,6 +90,7 @@ impl Combiner {
     pub fn new(n: usize) -> Combiner {
         Combiner {
             shards: (0..n.max(1)).map(|_| Mutex::default()).collect(),
+            waiting: Mutex::default(),
             groups: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         }
@@ -94,6 +104,10 @@ impl Combiner {
 
     fn queue(&self, shard: usize) -> std::sync::MutexGuard<'_, Queue> {
         self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Bytes), VecDeque<Entry>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -124,19 +138,36 @@ pub async fn run(
     requests: VecDeque<Vec<Bytes>>,
     output: BytesMut,
 ) -> Option<Round> {
-    let (done, rx) = oneshot::channel();
-    let key =
-        queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).into_iter().next();
-    let shard = key.as_ref().map_or(0, |(db, k)| state.combiner.shard_of(*db, k));
+    let (entry, rx) = Entry::new(session, requests, output);
+    to_executor(state, entry);
+    rx.await.ok()
+}
+
+impl Entry {
+    /// The entry of a round, and where its outcome arrives.
+    fn new(
+        session: Box<Session>,
+        requests: VecDeque<Vec<Bytes>>,
+        output: BytesMut,
+    ) -> (Entry, oneshot::Receiver<Round>) {
+        let (done, rx) = oneshot::channel();
+        let key =
+            queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).into_iter().next();
+        (Entry { key, session, requests: requests.into(), output, done }, rx)
+    }
+}
+
+/// Queues `entry` for an executor job that drains its queue.
+fn to_executor(state: &Arc<ServerState>, entry: Entry) {
+    let shard = entry.key.as_ref().map_or(0, |(db, k)| state.combiner.shard_of(*db, k));
     let start = {
         let mut q = state.combiner.queue(shard);
-        q.entries.push(Entry { key, session, requests: requests.into(), output, done });
+        q.entries.push(entry);
         !std::mem::replace(&mut q.draining, true)
     };
     if start {
         schedule(state, shard);
     }
-    rx.await.ok()
 }
 
 /// Queues the draining job on the executor; its result is not awaited (each entry gets its

@@ -1,0 +1,173 @@
+//! Write combining on the connections' own tasks, for a hot key whose last write is still on
+//! its way to the engine.
+//!
+//! A write that may run on its connection's task (`exec::queued`) takes its keys' stripes only
+//! once every async write queued under them is visible. Fifty clients writing one key (SADD
+//! to one set, XADD to one stream, one request each) nearly always find the key's last write
+//! queued and not yet committed. Rather than send each of them to an executor thread (two
+//! thread hand-offs per write, which at one request per round cost more CPU than the write),
+//! a round that finds its keys so ([`InMemory::Waits`](crate::exec::InMemory::Waits)) waits
+//! here: rounds are queued by their first key, and one task per waiting key awaits the write
+//! they wait for ([`lsm::Db::committed`], which never blocks), then runs every round queued
+//! meanwhile as one write group on the runtime, as a pipeline's run here is run
+//! (`queued::run_parts`: stripes taken without waiting, memory-only reads, one batch queued with
+//! the engine's async commit), awaits that commit and answers each client. Rounds that queue
+//! while it commits make the next group, so a hot key's writes run one group per commit.
+//!
+//! What cannot run here goes to the executors' [`Combiner`](super::Combiner) queue, as it
+//! would have without this: a group whose stripes another thread holds, or whose first command
+//! needs the disk. The commands a group leaves (one needed the disk, or a client's replies
+//! reached the output bound) go back to their connections, which run them the usual way.
+
+use std::collections::hash_map::Entry as Slot;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::{to_executor, Entry, Round, MAX_COMBINED};
+use crate::commands::{engine_error, lookup};
+use crate::exec::queued::{self, NotRun, Part, PendingWrites};
+use crate::exec::{serve_blocked, BatchEnd, Session};
+use crate::resp::Reply;
+use crate::state::ServerState;
+
+/// Longest round that waits here. A pipeline's longer rounds of a hot key carry enough work
+/// that running them on the executors, beside the runtime thread's network work, gains more
+/// than the hand-offs cost (SADD and HSET -P 16 to one key, 50 clients: 4-10 % slower when
+/// they waited here).
+const MAX_ROUND_HERE: usize = 8;
+
+/// True if `requests` (a connection's round whose front waits for a queued write) may wait
+/// here: a short round of writes the executors' combiner would take (`combine::eligible`),
+/// each of which may run on a connection's task.
+pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
+    requests.len() <= MAX_ROUND_HERE
+        && super::eligible(s, requests)
+        && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| queued::eligible(s, spec, args)))
+}
+
+/// Queues the writes `requests` of `session`, whose first key waits for the queued write
+/// `ticket`, and waits until a group has run them (see the module docs); a client's run stops
+/// once its replies pass `output_bound`. `None` if the round was lost (a panic outside any
+/// command): the connection closes.
+pub async fn run(
+    state: &Arc<ServerState>,
+    session: Box<Session>,
+    requests: VecDeque<Vec<Bytes>>,
+    output: BytesMut,
+    ticket: lsm::WriteTicket,
+    output_bound: usize,
+) -> Option<Round> {
+    let (entry, rx) = Entry::new(session, requests, output);
+    let Some(key) = entry.key.clone() else {
+        to_executor(state, entry);
+        return rx.await.ok();
+    };
+    let lead = match state.combiner.waiting().entry(key.clone()) {
+        Slot::Occupied(mut queue) => {
+            queue.get_mut().push_back(entry);
+            false
+        }
+        Slot::Vacant(slot) => {
+            slot.insert(VecDeque::from([entry]));
+            true
+        }
+    };
+    if lead {
+        tokio::spawn(drain(Arc::clone(state), key, ticket, output_bound));
+    }
+    rx.await.ok()
+}
+
+/// The task that runs the rounds waiting on `key`, a group per commit, until none is left.
+async fn drain(state: Arc<ServerState>, key: (u32, Bytes), mut ticket: lsm::WriteTicket, output_bound: usize) {
+    loop {
+        state.storage.engine().committed(ticket).await;
+        let mut group = {
+            let mut waiting = state.combiner.waiting();
+            let Some(queue) = waiting.get_mut(&key).filter(|q| !q.is_empty()) else {
+                waiting.remove(&key);
+                return;
+            };
+            let mut writes = 0;
+            let mut group = Vec::new();
+            while let Some(entry) = queue.pop_front() {
+                writes += entry.requests.len();
+                group.push(entry);
+                if writes >= MAX_COMBINED {
+                    break;
+                }
+            }
+            group
+        };
+        match run_group(&mut group, output_bound) {
+            Err(NotRun::Waits(next)) => {
+                // Another write of the key was queued in between: wait for that one.
+                ticket = next;
+                let mut waiting = state.combiner.waiting();
+                let queue = waiting.entry(key.clone()).or_default();
+                for entry in group.into_iter().rev() {
+                    queue.push_front(entry);
+                }
+            }
+            Err(NotRun::Elsewhere) => {
+                for entry in group {
+                    to_executor(&state, entry);
+                }
+            }
+            Ok((pending, queued)) => {
+                if group.len() > 1 {
+                    state.combiner.groups.fetch_add(1, Ordering::Relaxed);
+                    let writes: usize = pending.iter().map(|p| p.ran).sum();
+                    state.combiner.writes.fetch_add(writes as u64, Ordering::Relaxed);
+                }
+                let failed = match queued {
+                    Some(queued) => {
+                        let origin = if group.len() == 1 { group[0].session.id } else { 0 };
+                        queued::committed(Arc::clone(&state), queued, origin).await.err().map(engine_error)
+                    }
+                    None => None,
+                };
+                answer(&state, group, pending, failed.as_ref()).await;
+            }
+        }
+    }
+}
+
+/// Runs the rounds of `group` as one write group here (`queued::run_parts`); what each round
+/// did not run stays in its entry.
+fn run_group(
+    group: &mut [Entry],
+    output_bound: usize,
+) -> Result<(Vec<PendingWrites>, Option<crate::storage::QueuedWrite>), NotRun> {
+    let mut requests: Vec<VecDeque<Vec<Bytes>>> =
+        group.iter_mut().map(|e| VecDeque::from(std::mem::take(&mut e.requests))).collect();
+    let mut parts: Vec<Part<'_>> = group
+        .iter_mut()
+        .zip(requests.iter_mut())
+        .map(|(e, requests)| Part { out_len: e.output.len(), s: &mut e.session, requests })
+        .collect();
+    let ran = queued::run_parts(&mut parts, output_bound);
+    drop(parts);
+    for (entry, left) in group.iter_mut().zip(requests) {
+        entry.requests = left.into();
+    }
+    ran
+}
+
+/// Answers each round of a group once its commit is done (`failed`: its error).
+async fn answer(state: &Arc<ServerState>, group: Vec<Entry>, pending: Vec<PendingWrites>, failed: Option<&Reply>) {
+    for (entry, ran) in group.into_iter().zip(pending) {
+        let Entry { mut session, requests, mut output, done, .. } = entry;
+        if ran.finish(&mut session, failed, &mut output) {
+            serve_blocked(state, &mut session).await;
+        }
+        let end = if session.handle.killed.load(Ordering::Acquire) { BatchEnd::Close } else { BatchEnd::Drained };
+        let _ = done.send((session, requests.into(), output, end));
+    }
+}
+
+#[cfg(test)]
+mod tests;

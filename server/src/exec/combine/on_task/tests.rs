@@ -1,0 +1,141 @@
+use super::*;
+use crate::exec::gate::dispatch;
+use crate::exec::gate::tests::{request, session, session_in};
+use crate::exec::run_batch;
+use crate::exec::{run_in_memory, InMemory};
+
+/// A current-thread runtime that starts the engine's deferred commits whenever it goes idle,
+/// as the server's runtime does.
+fn runtime(state: &Arc<ServerState>) -> tokio::runtime::Runtime {
+    let engine = state.storage.engine().clone();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(move || engine.start_deferred_commits())
+        .build()
+        .unwrap()
+}
+
+fn queue(requests: &[&[&[u8]]]) -> VecDeque<Vec<Bytes>> {
+    requests.iter().map(|r| request(r)).collect()
+}
+
+/// Writes of clients that find a hot key's last write queued and not yet visible wait on the
+/// task and run as one group once it is: each gets its own replies (an error stays its own),
+/// every write lands once, in order, and the group counts as one combined group.
+#[test]
+fn writes_waiting_for_a_hot_keys_queued_write_run_as_one_group_on_the_task() {
+    let (_d, mut a) = session();
+    let state = Arc::clone(&a.state);
+    dispatch(&mut a, &request(&[b"set", b"str", b"x"]));
+    // Commits queued from here on wait until the runtime goes idle: A's INCR stays queued.
+    state.storage.defer_async_commits();
+    let (mut pending_a, mut out_a) = (queue(&[&[b"incr", b"counter"]]), BytesMut::new());
+    let InMemory::Writes(mut a_writes) = run_in_memory(&mut a, &mut pending_a, &mut out_a, 1 << 20) else {
+        panic!("A's INCR runs here")
+    };
+    let mut b = Box::new(Session::new(Arc::clone(&state)));
+    let mut c = Box::new(Session::new(Arc::clone(&state)));
+    let mut b_round = queue(&[&[b"incr", b"counter"], &[b"rpush", b"list", b"b"]]);
+    let mut c_round = queue(&[&[b"incr", b"counter"], &[b"lpush", b"str", b"v"], &[b"rpush", b"list", b"c"]]);
+    let mut ticket = None;
+    for (s, round) in [(&mut b, &mut b_round), (&mut c, &mut c_round)] {
+        assert!(eligible(s, round));
+        match run_in_memory(s, round, &mut BytesMut::new(), 1 << 20) {
+            InMemory::Waits(t) => ticket = Some(t),
+            other => panic!("the key's write is queued, not visible: {other:?}"),
+        }
+    }
+    let ticket = ticket.unwrap();
+    let rt = runtime(&state);
+    let (b_done, c_done, a_failed) = rt.block_on(async {
+        tokio::join!(
+            run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20),
+            run(&state, c, c_round, BytesMut::new(), ticket, 1 << 20),
+            async { a_writes.commit.take().expect("a commit").await.err() },
+        )
+    });
+    assert!(a_failed.is_none());
+    assert!(!a_writes.finish(&mut a, None, &mut out_a));
+    assert_eq!(&out_a[..], b":1\r\n");
+    let (_, b_left, b_out, b_end) = b_done.expect("B answered");
+    let (_, c_left, c_out, c_end) = c_done.expect("C answered");
+    assert!(b_left.is_empty() && c_left.is_empty());
+    assert!(matches!((b_end, c_end), (BatchEnd::Drained, BatchEnd::Drained)));
+    // B's round ran first (it queued first), C's after it, reading through B's writes.
+    assert_eq!(&b_out[..], b":2\r\n:1\r\n");
+    assert_eq!(&c_out[..], &b":3\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:2\r\n"[..]);
+    assert_eq!(state.combiner.groups.load(Ordering::Relaxed), 1);
+    assert_eq!(state.combiner.writes.load(Ordering::Relaxed), 5);
+    assert!(state.combiner.waiting().is_empty(), "the drainer is gone once nothing waits");
+    assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"3")));
+    assert_eq!(
+        dispatch(&mut a, &request(&[b"lrange", b"list", b"0", b"-1"])),
+        Reply::Array(vec![Reply::Bulk(Bytes::from_static(b"b")), Reply::Bulk(Bytes::from_static(b"c"))])
+    );
+    assert_eq!(dispatch(&mut a, &request(&[b"dbsize"])), Reply::Integer(3));
+}
+
+/// A command of a waiting round that needs the disk ends the group there: the rounds before it
+/// are answered, and its round goes back to its connection whole from that command on, to run
+/// where it may block.
+#[test]
+fn a_command_that_needs_the_disk_leaves_the_rest_of_its_round_to_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = session_in(dir.path());
+        for i in 0..2000 {
+            dispatch(&mut s, &request(&[b"hset", b"big", format!("f{i}").as_bytes(), b"5"]));
+        }
+        s.state.storage.engine().flush().unwrap();
+    }
+    // Reopened: the hash's fields are on disk, in blocks nothing has read; a write brings its
+    // metadata into memory.
+    let mut a = session_in(dir.path());
+    let state = Arc::clone(&a.state);
+    dispatch(&mut a, &request(&[b"hset", b"big", b"x", b"1"]));
+    let on_disk = (0..2000)
+        .map(|i| format!("f{i}"))
+        .find(|field| {
+            let mut probe = queue(&[&[b"hget", b"big", field.as_bytes()]]);
+            matches!(run_in_memory(&mut a, &mut probe, &mut BytesMut::new(), 1 << 20), InMemory::Stopped(false))
+                && probe.len() == 1
+        })
+        .expect("fields on disk");
+    state.storage.defer_async_commits();
+    let (mut pending_a, mut out_a) = (queue(&[&[b"hincrby", b"big", b"x", b"1"]]), BytesMut::new());
+    let InMemory::Writes(mut a_writes) = run_in_memory(&mut a, &mut pending_a, &mut out_a, 1 << 20) else {
+        panic!("A's HINCRBY runs here")
+    };
+    let mut b = Box::new(Session::new(Arc::clone(&state)));
+    let mut d = Box::new(Session::new(Arc::clone(&state)));
+    let mut b_round = queue(&[&[b"hincrby", b"big", b"x", b"1"]]);
+    let mut d_round = queue(&[&[b"hincrby", b"big", on_disk.as_bytes(), b"1"], &[b"hincrby", b"big", b"x", b"1"]]);
+    let mut ticket = None;
+    for (s, round) in [(&mut b, &mut b_round), (&mut d, &mut d_round)] {
+        match run_in_memory(s, round, &mut BytesMut::new(), 1 << 20) {
+            InMemory::Waits(t) => ticket = Some(t),
+            other => panic!("the key's write is queued, not visible: {other:?}"),
+        }
+    }
+    let ticket = ticket.unwrap();
+    let voided = state.in_memory.writes_voided.load(Ordering::Relaxed);
+    let (b_done, d_done, _) = runtime(&state).block_on(async {
+        tokio::join!(
+            run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20),
+            run(&state, d, d_round, BytesMut::new(), ticket, 1 << 20),
+            async { a_writes.commit.take().expect("a commit").await.err() },
+        )
+    });
+    let (_, b_left, b_out, _) = b_done.expect("B answered");
+    assert!(b_left.is_empty());
+    assert_eq!(&b_out[..], b":3\r\n");
+    let (mut d, mut d_left, mut d_out, d_end) = d_done.expect("D answered");
+    assert!(matches!(d_end, BatchEnd::Drained));
+    assert_eq!((d_left.len(), &d_out[..]), (2, &b""[..]), "D's round is back whole, nothing answered");
+    assert_eq!(state.in_memory.writes_voided.load(Ordering::Relaxed), voided + 1);
+    assert!(matches!(run_batch(&mut d, &mut d_left, &mut d_out, 1 << 20), BatchEnd::Drained));
+    assert_eq!(&d_out[..], b":6\r\n:4\r\n");
+    let stats = dispatch(&mut a, &request(&[b"info", b"commandstats"]));
+    let Reply::Verbatim(stats) = stats else { panic!("{stats:?}") };
+    assert!(String::from_utf8_lossy(&stats).contains("cmdstat_hincrby:calls=4,"), "each counted once");
+}
