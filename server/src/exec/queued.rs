@@ -173,12 +173,16 @@ impl PendingWrites {
 /// go before later writes and no MONITOR would see a voided command twice, on a writable
 /// engine.
 pub(super) fn eligible(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    may_run_spec(s, spec, args)
-        && !s.tracking
-        && !s.state.pubsub.has_monitors()
-        && !s.state.pause_in_force()
-        && !s.state.blocking.announced.any()
-        && !s.state.storage.engine().is_read_only()
+    may_run_spec(s, spec, args) && !s.tracking && server_allows(&s.state)
+}
+
+/// The server-wide part of [`eligible`], which can change while a round waits
+/// (`combine::on_task` checks it again before it runs one).
+pub(super) fn server_allows(state: &ServerState) -> bool {
+    !state.pubsub.has_monitors()
+        && !state.pause_in_force()
+        && !state.blocking.announced.any()
+        && !state.storage.engine().is_read_only()
 }
 
 /// Why [`run_queued`] ran nothing.

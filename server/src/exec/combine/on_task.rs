@@ -102,7 +102,11 @@ async fn drain(state: Arc<ServerState>, key: (u32, Bytes), mut ticket: lsm::Writ
             }
             group
         };
-        match run_group(&mut group, output_bound) {
+        // What changed while they waited (a CLIENT PAUSE, an announced blocking command, a
+        // MONITOR) is honoured on the usual path.
+        let ran =
+            if queued::server_allows(&state) { run_group(&mut group, output_bound) } else { Err(NotRun::Elsewhere) };
+        match ran {
             Err(NotRun::Waits(next)) => {
                 // Another write of the key was queued in between: wait for that one.
                 ticket = next;

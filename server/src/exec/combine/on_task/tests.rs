@@ -139,3 +139,33 @@ fn a_command_that_needs_the_disk_leaves_the_rest_of_its_round_to_its_connection(
     let Reply::Verbatim(stats) = stats else { panic!("{stats:?}") };
     assert!(String::from_utf8_lossy(&stats).contains("cmdstat_hincrby:calls=4,"), "each counted once");
 }
+
+/// A CLIENT PAUSE that starts while rounds wait here holds them as it holds any write: they
+/// go the usual way, which waits for the pause to end.
+#[test]
+fn rounds_waiting_when_a_pause_starts_are_held_by_it() {
+    let (_d, mut a) = session();
+    let state = Arc::clone(&a.state);
+    state.storage.defer_async_commits();
+    let (mut pending_a, mut out_a) = (queue(&[&[b"incr", b"counter"]]), BytesMut::new());
+    let InMemory::Writes(mut a_writes) = run_in_memory(&mut a, &mut pending_a, &mut out_a, 1 << 20) else {
+        panic!("A's INCR runs here")
+    };
+    let mut b = Box::new(Session::new(Arc::clone(&state)));
+    let mut b_round = queue(&[&[b"incr", b"counter"]]);
+    let InMemory::Waits(ticket) = run_in_memory(&mut b, &mut b_round, &mut BytesMut::new(), 1 << 20) else {
+        panic!("the key's write is queued, not visible")
+    };
+    let b_done = runtime(&state).block_on(async {
+        let (b_done, _) = tokio::join!(run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20), async {
+            assert_eq!(dispatch(&mut a, &request(&[b"client", b"pause", b"60000", b"write"])), Reply::ok());
+            a_writes.commit.take().expect("a commit").await.err()
+        });
+        b_done
+    });
+    let (_, b_left, b_out, b_end) = b_done.expect("B answered");
+    assert!(matches!(b_end, BatchEnd::Paused(_)), "{b_end:?}");
+    assert_eq!((b_left.len(), &b_out[..]), (1, &b""[..]));
+    assert_eq!(dispatch(&mut a, &request(&[b"client", b"unpause"])), Reply::ok());
+    assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"1")));
+}
