@@ -206,7 +206,7 @@ pub(super) fn run_queued(
     output_bound: usize,
 ) -> Result<PendingWrites, NotRun> {
     let (state, origin) = (Arc::clone(&s.state), s.id);
-    let (mut ran, commit) = run_parts(&mut [Part { s, requests, out_len }], output_bound)?;
+    let (mut ran, commit) = run_parts(&mut [Part { s, requests, out_len }], output_bound, false)?;
     let mut pending = ran.pop().expect("one part");
     if let Some(queued) = commit {
         pending.commit = Some(Box::pin(committed(state, queued, origin)));
@@ -229,10 +229,12 @@ pub(super) struct Part<'a> {
 /// [`PendingWrites`] (replies and events; the commit is the group's, returned beside them).
 /// Where a command turns out to need the disk, it and everything after it (of every part)
 /// is left queued; a panic answers the commands run so far, and the one that panicked, with
-/// an error and queues nothing.
+/// an error and queues nothing. `urgent`: other writes wait for this one (its commit is
+/// started at once, see `Storage::queue_write`).
 pub(super) fn run_parts(
     parts: &mut [Part<'_>],
     output_bound: usize,
+    urgent: bool,
 ) -> Result<(Vec<PendingWrites>, Option<QueuedWrite>), NotRun> {
     let Some(state) = parts.first().map(|p| Arc::clone(&p.s.state)) else { return Err(NotRun::Elsewhere) };
     // The run's keys, borrowed from its requests (no copies: this runs for every round of a
@@ -338,7 +340,7 @@ pub(super) fn run_parts(
     if batch.is_empty() {
         return Ok((ran_parts, None));
     }
-    match state.storage.queue_write(&mut guard, batch, &befores) {
+    match state.storage.queue_write(&mut guard, batch, &befores, urgent) {
         Ok(queued) => Ok((ran_parts, Some(queued))),
         Err(e) => {
             // Refused before anything was queued (nothing happened): a batch writing a key

@@ -123,11 +123,14 @@ impl Storage {
     /// holder waits until it is visible; the counts and WATCH flags change now (taken back by
     /// [`Storage::finish_queued`] if the commit fails). `Err`: nothing was queued (the engine
     /// refused the write, or the batch writes a metadata record `befores` does not know).
+    /// `now`: the engine's commit thread is woken for it at once even where commits are
+    /// deferred ([`Storage::defer_async_commits`]) — for a write others wait on.
     pub fn queue_write(
         &self,
         guard: &mut LockGuard<'_>,
         mut batch: lsm::WriteBatch,
         befores: &Befores,
+        now: bool,
     ) -> lsm::Result<QueuedWrite> {
         let deltas = self.count_changes(&batch, true, true, Some(befores))?;
         self.pick_cache.written(&batch);
@@ -137,7 +140,7 @@ impl Storage {
             self.watches.affected(&batch, |mk| befores.get(Fingerprint::of(mk)).is_none_or(|state| state.is_some()));
         let touched = self.tracking.touched(&batch);
         let opts = lsm::WriteOptions::default();
-        let queued = if self.defer_commits.load(Ordering::Relaxed) {
+        let queued = if !now && self.defer_commits.load(Ordering::Relaxed) {
             self.engine.write_async_deferred(&mut batch, &opts)
         } else {
             self.engine.write_async(&mut batch, &opts)

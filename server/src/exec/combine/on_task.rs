@@ -153,7 +153,7 @@ fn run_group(
         .zip(requests.iter_mut())
         .map(|(e, requests)| Part { out_len: e.output.len(), s: &mut e.session, requests })
         .collect();
-    let ran = queued::run_parts(&mut parts, output_bound);
+    let ran = queued::run_parts(&mut parts, output_bound, true);
     drop(parts);
     for (entry, left) in group.iter_mut().zip(requests) {
         entry.requests = left.into();
