@@ -16,8 +16,9 @@
 //!
 //! What cannot run here goes to the executors' [`Combiner`](super::Combiner) queue, as it
 //! would have without this: a group whose stripes another thread holds, or whose first command
-//! needs the disk. The commands a group leaves (one needed the disk, or a client's replies
-//! reached the output bound) go back to their connections, which run them the usual way.
+//! needs the disk. A round whose command turns out to need the disk goes to that queue from
+//! that command on; the commands a group leaves otherwise (of the rounds after that one, or
+//! of a client whose replies reached the output bound) go back to their connections.
 
 use std::collections::hash_map::Entry as Slot;
 use std::collections::VecDeque;
@@ -161,14 +162,22 @@ fn run_group(
     ran
 }
 
-/// Answers each round of a group once its commit is done (`failed`: its error).
+/// Answers each round of a group once its commit is done (`failed`: its error). A round whose
+/// command needed the disk goes on to the executors' queue from that command, with the replies
+/// of the commands before it: back on its connection, it would only wait here again.
 async fn answer(state: &Arc<ServerState>, group: Vec<Entry>, pending: Vec<PendingWrites>, failed: Option<&Reply>) {
-    for (entry, ran) in group.into_iter().zip(pending) {
-        let Entry { mut session, requests, mut output, done, .. } = entry;
-        if ran.finish(&mut session, failed, &mut output) {
-            serve_blocked(state, &mut session).await;
+    for (mut entry, ran) in group.into_iter().zip(pending) {
+        let voided = ran.voided;
+        if ran.finish(&mut entry.session, failed, &mut entry.output) {
+            serve_blocked(state, &mut entry.session).await;
         }
-        let end = if session.handle.killed.load(Ordering::Acquire) { BatchEnd::Close } else { BatchEnd::Drained };
+        let killed = entry.session.handle.killed.load(Ordering::Acquire);
+        if voided && !killed && failed.is_none() && !entry.requests.is_empty() {
+            to_executor(state, entry);
+            continue;
+        }
+        let Entry { session, requests, output, done, .. } = entry;
+        let end = if killed { BatchEnd::Close } else { BatchEnd::Drained };
         let _ = done.send((session, requests.into(), output, end));
     }
 }
