@@ -84,6 +84,7 @@ pub async fn run(
 
 /// The task that runs the rounds waiting on `key`, a group per commit, until none is left.
 async fn drain(state: Arc<ServerState>, key: (u32, Bytes), mut ticket: lsm::WriteTicket, output_bound: usize) {
+    let _unwinding = Draining { state: Arc::clone(&state), key: key.clone() };
     loop {
         state.storage.engine().committed(ticket).await;
         let mut group = {
@@ -137,6 +138,25 @@ async fn drain(state: Arc<ServerState>, key: (u32, Bytes), mut ticket: lsm::Writ
                 };
                 answer(&state, group, pending, failed.as_ref()).await;
             }
+        }
+    }
+}
+
+/// Hands the rounds still waiting on its key to the executors if its drain task panics: with the
+/// key still listed, later rounds would queue behind a drain task that is gone.
+struct Draining {
+    state: Arc<ServerState>,
+    key: (u32, Bytes),
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let left = self.state.combiner.waiting().remove(&self.key).unwrap_or_default();
+        for entry in left {
+            to_executor(&self.state, entry);
         }
     }
 }

@@ -167,3 +167,24 @@ fn rounds_waiting_when_a_pause_starts_are_held_by_it() {
     assert_eq!(dispatch(&mut a, &request(&[b"client", b"unpause"])), Reply::ok());
     assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"1")));
 }
+
+/// Rounds still waiting when their drain task panics go to the executors, and the key is free
+/// for a new drain task: nobody waits behind a task that is gone.
+#[test]
+fn rounds_left_by_a_drain_task_that_panicked_go_to_the_executors() {
+    let (_d, a) = session();
+    let state = Arc::clone(&a.state);
+    let b = Box::new(Session::new(Arc::clone(&state)));
+    let (entry, rx) = Entry::new(b, queue(&[&[b"incr", b"counter"]]), BytesMut::new());
+    let key = entry.key.clone().expect("a key");
+    state.combiner.waiting().insert(key.clone(), VecDeque::from([entry]));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _draining = Draining { state: Arc::clone(&state), key };
+        panic!("a bug in a drain task");
+    }));
+    assert!(panicked.is_err());
+    assert!(state.combiner.waiting().is_empty());
+    let (_, left, out, end) = runtime(&state).block_on(rx).expect("answered on an executor");
+    assert!(left.is_empty() && matches!(end, BatchEnd::Drained));
+    assert_eq!(&out[..], b":1\r\n");
+}
