@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use super::connection::OUTPUT_BOUND;
-use crate::commands::engine_error;
-use crate::commands::{flag, lookup};
+use crate::commands::{engine_error, flag, lookup};
 use crate::exec::{run_in_memory, serve_blocked, InMemory, Session};
 use crate::state::ServerState;
 

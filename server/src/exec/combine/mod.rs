@@ -59,7 +59,7 @@ struct Entry {
     /// The round's first key: rounds combine with rounds of the same first key.
     key: Option<(u32, Bytes)>,
     session: Box<Session>,
-    requests: Vec<Vec<Bytes>>,
+    requests: VecDeque<Vec<Bytes>>,
     output: BytesMut,
     done: oneshot::Sender<Round>,
 }
@@ -153,7 +153,7 @@ impl Entry {
         let (done, rx) = oneshot::channel();
         let key =
             queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).into_iter().next();
-        (Entry { key, session, requests: requests.into(), output, done }, rx)
+        (Entry { key, session, requests, output, done }, rx)
     }
 }
 
@@ -228,8 +228,7 @@ fn drain(state: &Arc<ServerState>, shard: usize) {
 
 /// Runs one entry the usual way.
 fn alone(entry: Entry) {
-    let Entry { mut session, requests, mut output, done, .. } = entry;
-    let mut requests = VecDeque::from(requests);
+    let Entry { mut session, mut requests, mut output, done, .. } = entry;
     let end = run_batch(&mut session, &mut requests, &mut output, usize::MAX);
     let _ = done.send((session, requests, output, end));
 }
@@ -239,7 +238,11 @@ fn run_group(state: &ServerState, mut group: Vec<Entry>) {
     // Each command's reply (None: not sent), per entry, kept until the group is committed.
     let mut replies: Vec<Vec<Option<Reply>>> = vec![Vec::new(); group.len()];
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> lsm::Result<()> {
-        let keys: Vec<(u32, Bytes)> = group.iter().flat_map(|e| queued_keys(e.session.db, &e.requests)).collect();
+        for entry in group.iter_mut() {
+            entry.requests.make_contiguous();
+        }
+        let keys: Vec<(u32, Bytes)> =
+            group.iter().flat_map(|e| queued_keys(e.session.db, e.requests.as_slices().0)).collect();
         let locker = crate::storage::ExecContext::new();
         let guard = state.storage.lock_pairs(&locker, keys.iter().map(|(db, k)| (*db, &k[..])));
         // A client killed while it waited runs nothing.
@@ -247,7 +250,7 @@ fn run_group(state: &ServerState, mut group: Vec<Entry>) {
             .iter_mut()
             .map(|e| {
                 let killed = e.session.handle.killed.load(Ordering::Acquire);
-                (&mut *e.session, if killed { &[][..] } else { &e.requests[..] })
+                (&mut *e.session, if killed { &[][..] } else { e.requests.as_slices().0 })
             })
             .collect();
         run_buffered(&mut parts, guard, |i, s, reply| {

@@ -167,19 +167,11 @@ fn run_group(
     group: &mut [Entry],
     output_bound: usize,
 ) -> Result<(Vec<PendingWrites>, Option<crate::storage::QueuedWrite>), NotRun> {
-    let mut requests: Vec<VecDeque<Vec<Bytes>>> =
-        group.iter_mut().map(|e| VecDeque::from(std::mem::take(&mut e.requests))).collect();
     let mut parts: Vec<Part<'_>> = group
         .iter_mut()
-        .zip(requests.iter_mut())
-        .map(|(e, requests)| Part { out_len: e.output.len(), s: &mut e.session, requests })
+        .map(|e| Part { out_len: e.output.len(), s: &mut e.session, requests: &mut e.requests })
         .collect();
-    let ran = queued::run_parts(&mut parts, output_bound, true);
-    drop(parts);
-    for (entry, left) in group.iter_mut().zip(requests) {
-        entry.requests = left.into();
-    }
-    ran
+    queued::run_parts(&mut parts, output_bound, true)
 }
 
 /// Answers each round of a group once its commit is done (`failed`: its error). A round whose
@@ -198,7 +190,7 @@ async fn answer(state: &Arc<ServerState>, group: Vec<Entry>, pending: Vec<Pendin
         }
         let Entry { session, requests, output, done, .. } = entry;
         let end = if killed { BatchEnd::Close } else { BatchEnd::Drained };
-        let _ = done.send((session, requests.into(), output, end));
+        let _ = done.send((session, requests, output, end));
     }
 }
 
