@@ -38,7 +38,8 @@ pub(super) fn fetch_or_create(
     })
 }
 
-/// Adds the metadata of `meta` with `header` to `batch`, or its deletion when the collection is
+/// Adds the metadata of `meta` (`key`'s stored metadata, or a new incarnation's) with `header`
+/// to `batch`, or its deletion when the collection is
 /// now empty (an empty collection does not exist). A set, hash or sorted set whose removals
 /// outnumber twice its members is rewritten under a fresh incarnation in the same batch.
 pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, header: Header) {
@@ -49,14 +50,14 @@ pub(super) fn store(view: &View, batch: &mut lsm::WriteBatch, key: &[u8], meta: 
     let updated = Meta { body: header.body_for(meta), ..meta.clone() };
     if header.needs_rebuild() {
         match view.rebuild_into(batch, key, &updated) {
-            Ok(fresh) => return view.put_meta(batch, key, &fresh),
+            Ok(fresh) => return view.rewrite_meta(batch, key, &fresh, meta.expire_at_ms),
             // A memory-only attempt, voided: the command runs again where it may rewrite.
             Err(lsm::Error::WouldBlock) => {}
             // The rewrite only saves later reads work; the batch is right without it.
             Err(e) => tracing::warn!(target: "shale::storage", error = %e, "could not rewrite a collection"),
         }
     }
-    view.put_meta(batch, key, &updated);
+    view.rewrite_meta(batch, key, &updated, meta.expire_at_ms);
 }
 
 /// Commits `batch` and answers `ok`, recording keyspace event `event` (of `class`) for `key`

@@ -162,7 +162,8 @@ fn set(s: &mut Session, args: &[Bytes]) -> Reply {
         (None, true) => old.as_ref().map_or(0, |m| m.expire_at_ms),
         (None, false) => 0,
     };
-    if let Err(e) = storage.set_string(&s.exec, s.db, key, value.clone(), expire_at) {
+    let indexed_at = old.as_ref().map_or(0, |m| m.expire_at_ms);
+    if let Err(e) = storage.rewrite_string(&s.exec, s.db, key, value.clone(), (expire_at, indexed_at)) {
         return engine_error(e);
     }
     s.notify(STRING, "set", key);
@@ -297,7 +298,7 @@ fn add(s: &mut Session, key: &[u8], delta: i64) -> Reply {
     let Some(next) = current.checked_add(delta) else {
         return Reply::error("ERR increment or decrement would overflow");
     };
-    let r = storage.set_string(&s.exec, s.db, key, Bytes::from(next.to_string()), expire_at);
+    let r = storage.rewrite_string(&s.exec, s.db, key, Bytes::from(next.to_string()), (expire_at, expire_at));
     done_event(s, r, Reply::Integer(next), STRING, "incrby", key)
 }
 
@@ -375,7 +376,8 @@ fn getex(s: &mut Session, args: &[Bytes]) -> Reply {
                 storage.delete_into(&mut b, s.db, &args[1]);
                 "del"
             } else {
-                storage.put_into(&mut b, s.db, &args[1], &Meta { expire_at_ms: at, ..meta });
+                let indexed_at = meta.expire_at_ms;
+                storage.rewrite_into(&mut b, s.db, &args[1], &Meta { expire_at_ms: at, ..meta }, indexed_at);
                 if at == 0 {
                     "persist"
                 } else {
@@ -426,7 +428,7 @@ fn incrbyfloat(s: &mut Session, args: &[Bytes]) -> Reply {
     match crate::num::incr_by_float(&current, &args[2]) {
         Ok(text) => {
             let value = Bytes::from(text);
-            let r = storage.set_string(&s.exec, s.db, &args[1], value.clone(), expire_at);
+            let r = storage.rewrite_string(&s.exec, s.db, &args[1], value.clone(), (expire_at, expire_at));
             done_event(s, r, Reply::Bulk(value), STRING, "incrbyfloat", &args[1])
         }
         Err(e) => Reply::error(e.message()),

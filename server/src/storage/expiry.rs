@@ -8,7 +8,8 @@ use crate::services::notifications;
 
 impl Storage {
     /// One step of the active expiry cycle: looks at up to `budget` index entries due by `now`,
-    /// deletes the keys that really expired (under their key locks) and the entries. Returns
+    /// deletes the keys that really expired (under their key locks) and the entries, and indexes
+    /// again, at their TTL, the keys whose TTL moved later than their entry. Returns
     /// how many keys it deleted and whether due entries remain. Each deleted key is an
     /// `expired` keyspace event in `cx`.
     pub fn expire_cycle(&self, cx: &ExecContext, now: u64, budget: usize) -> lsm::Result<(u64, bool)> {
@@ -54,10 +55,17 @@ impl Storage {
             let mut gone = false;
             if let Some(raw) = self.engine.get(&mk)? {
                 let meta = decode(raw)?;
-                if meta.expire_at_ms == at && meta.is_expired(now) {
+                // An entry before the key's TTL: the TTL moved later without a new entry
+                // (`needs_index_entry`), or a later one was written and this one is stale.
+                if meta.expire_at_ms >= at && meta.is_expired(now) {
                     one.delete(&mk);
                     expired += 1;
                     gone = true;
+                } else if meta.expire_at_ms > at {
+                    let later = expiry_key(meta.expire_at_ms, pdb, key);
+                    if self.engine.get(&later)?.is_none() {
+                        one.put(later, b"");
+                    }
                 }
             }
             self.commit(one)?;

@@ -14,8 +14,11 @@
 //!
 //! The `db` in records is a *physical* database. Commands name *logical* databases; a table maps
 //! one onto the other so `SWAPDB` is a swap of two table entries (persisted), not a copy.
-//! Index entries are written beside every TTL and never updated: an entry whose key has since
-//! changed its expiry is stale and is simply dropped when its time comes.
+//! A key with a TTL always has an index entry at or before its expiry: a write that sets a TTL
+//! writes one, unless the key's stored TTL is no later (its entry already covers the new one:
+//! INCR keeping a TTL, EXPIRE pushing it later). Entries are never updated in place: the active
+//! cycle, reaching an entry whose key now expires later, indexes the key again at its TTL, and
+//! drops an entry whose key no longer has one.
 //!
 //! Every read and write a command makes goes through its [`ExecContext`] (transaction buffer,
 //! snapshot, held key stripes); every commit keeps the [`KeyspaceCounts`] exact.
@@ -105,6 +108,16 @@ impl MetaKeys {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts.zip(&self.ends).map(|(start, &end)| &self.bytes[start..end])
     }
+}
+
+/// Whether metadata with TTL `expire_at` (0: none), written over stored metadata whose TTL is
+/// `indexed_at` (0: none), needs an expiry index entry of its own. A key with a TTL always has an
+/// index entry at or before its expiry, so an unchanged or later TTL is already covered: the
+/// active cycle, reaching the earlier entry, indexes the key again at its TTL then
+/// ([`Storage::expire_cycle`]). Keys whose TTL slides forward on every write (sessions, rate
+/// limiters: INCR then EXPIRE) then write their metadata only, not one new index record each.
+fn needs_index_entry(expire_at: u64, indexed_at: u64) -> bool {
+    expire_at != 0 && (indexed_at == 0 || expire_at < indexed_at)
 }
 
 /// The expiry index entry of `key` in `pdb`, expiring at `at`.
@@ -367,9 +380,17 @@ impl Storage {
 
     /// Adds writing `meta` for `key` to `batch` (and its expiry index entry).
     pub fn put_into(&self, batch: &mut lsm::WriteBatch, db: u32, key: &[u8], meta: &Meta) {
+        self.rewrite_into(batch, db, key, meta, 0);
+    }
+
+    /// Adds writing `meta` over `key`'s stored metadata, which the caller read under the key's
+    /// lock and which expires at `indexed_at` (0: no TTL), to `batch`. Its expiry index entry
+    /// is written only if the stored one does not already cover it (see [`needs_index_entry`]):
+    /// an INCR that keeps a TTL, or an EXPIRE that pushes one later, writes metadata only.
+    pub fn rewrite_into(&self, batch: &mut lsm::WriteBatch, db: u32, key: &[u8], meta: &Meta, indexed_at: u64) {
         let pdb = self.phys(db);
         batch.put(meta_key(pdb, key), meta.encode());
-        if meta.expire_at_ms != 0 {
+        if needs_index_entry(meta.expire_at_ms, indexed_at) {
             batch.put(expiry_key(meta.expire_at_ms, pdb, key), b"");
         }
     }
@@ -489,8 +510,21 @@ impl Storage {
         value: Bytes,
         expire_at_ms: u64,
     ) -> lsm::Result<()> {
+        self.rewrite_string(cx, db, key, value, (expire_at_ms, 0))
+    }
+
+    /// Sets a string over `key`'s stored value, read under the key's lock: `expiry` is the new
+    /// TTL and the stored one (0: none; see [`Storage::rewrite_into`]).
+    pub fn rewrite_string(
+        &self,
+        cx: &ExecContext,
+        db: u32,
+        key: &[u8],
+        value: Bytes,
+        (expire_at_ms, indexed_at): (u64, u64),
+    ) -> lsm::Result<()> {
         let mut b = lsm::WriteBatch::new();
-        self.put_into(&mut b, db, key, &Meta::string(value, expire_at_ms));
+        self.rewrite_into(&mut b, db, key, &Meta::string(value, expire_at_ms), indexed_at);
         self.write(cx, b)
     }
 }

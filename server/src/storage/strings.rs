@@ -389,7 +389,8 @@ impl<'v> StringEdit<'v> {
                 Meta { kind: KeyType::String, expire_at_ms, uid: self.uid, body: Bytes::from(body) }
             }
         };
-        self.view.put_meta(batch, key, &meta);
+        // The edit keeps the stored TTL: its index entry stands.
+        self.view.rewrite_meta(batch, key, &meta, expire_at_ms);
         meta
     }
 }

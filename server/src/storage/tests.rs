@@ -133,6 +133,42 @@ mod cycle {
     }
 
     #[test]
+    fn a_ttl_moved_later_without_an_entry_is_indexed_again_and_expires_at_its_new_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = storage(dir.path());
+        let cx = ExecContext::new();
+        let now = now_ms();
+        let index = |s: &Storage| {
+            let entries: Vec<_> = s.engine().range(b"X".to_vec()..b"Y".to_vec()).map(|kv| kv.unwrap().0).collect();
+            entries.iter().map(|k| u64::from_be_bytes(k[1..9].try_into().unwrap())).collect::<Vec<_>>()
+        };
+        s.set_string(&cx, 0, b"k", Bytes::from_static(b"1"), now + 1_000).unwrap();
+        // An INCR keeping the TTL, then an EXPIRE pushing it later: metadata only.
+        s.rewrite_string(&cx, 0, b"k", Bytes::from_static(b"2"), (now + 1_000, now + 1_000)).unwrap();
+        s.rewrite_string(&cx, 0, b"k", Bytes::from_static(b"3"), (now + 5_000, now + 1_000)).unwrap();
+        assert_eq!(index(&s), vec![now + 1_000], "no entry per rewrite");
+        // A TTL moved earlier gets its own entry.
+        s.rewrite_string(&cx, 0, b"k", Bytes::from_static(b"4"), (now + 3_000, now + 5_000)).unwrap();
+        assert_eq!(index(&s), vec![now + 1_000, now + 3_000]);
+        s.rewrite_string(&cx, 0, b"k", Bytes::from_static(b"5"), (now + 9_000, now + 3_000)).unwrap();
+
+        // The first entry comes due: the key lives on, indexed again at its TTL.
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now + 1_500, 100).unwrap(), (0, false));
+        assert_eq!(index(&s), vec![now + 3_000, now + 9_000]);
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now + 3_500, 100).unwrap(), (0, false));
+        assert_eq!(index(&s), vec![now + 9_000], "an entry already there is not written twice");
+        assert!(s.engine().get(meta_key(0, b"k")).unwrap().is_some());
+        // At its TTL it is deleted; an entry that comes due after it had passed deletes it too.
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now + 9_000, 100).unwrap(), (1, false));
+        assert_eq!(s.engine().get(meta_key(0, b"k")).unwrap(), None);
+        assert!(index(&s).is_empty());
+        s.set_string(&cx, 0, b"late", Bytes::from_static(b"1"), now + 1_000).unwrap();
+        s.rewrite_string(&cx, 0, b"late", Bytes::from_static(b"2"), (now + 2_000, now + 1_000)).unwrap();
+        assert_eq!(s.expire_cycle(&ExecContext::new(), now + 2_500, 100).unwrap(), (1, false));
+        assert_eq!(s.engine().get(meta_key(0, b"late")).unwrap(), None);
+    }
+
+    #[test]
     fn swapdb_survives_restart_and_expiry_follows_the_data() {
         let dir = tempfile::tempdir().unwrap();
         {

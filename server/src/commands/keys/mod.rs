@@ -171,8 +171,8 @@ fn set_expiry(s: &mut Session, args: &[Bytes], unit_ms: i64, absolute: bool, cmd
         storage.delete_into(&mut b, s.db, &args[1]);
         "del"
     } else {
-        meta.expire_at_ms = at as u64;
-        storage.put_into(&mut b, s.db, &args[1], &meta);
+        let indexed_at = std::mem::replace(&mut meta.expire_at_ms, at as u64);
+        storage.rewrite_into(&mut b, s.db, &args[1], &meta, indexed_at);
         "expire"
     };
     done_event(s, storage.write(&s.exec, b), Reply::Integer(1), GENERIC, event, &args[1])
