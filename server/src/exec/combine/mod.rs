@@ -157,8 +157,15 @@ impl Entry {
     }
 }
 
-/// Queues `entry` for an executor job that drains its queue.
+/// Queues `entry` for an executor job that drains its queue; a round the queue would not take
+/// (an EVAL script, from [`on_task`]) runs alone on an executor.
 fn to_executor(state: &Arc<ServerState>, entry: Entry) {
+    let combinable =
+        entry.requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(&entry.session, spec, args)));
+    if !combinable {
+        drop(state.executor.run(move || alone(entry)));
+        return;
+    }
     let shard = entry.key.as_ref().map_or(0, |(db, k)| state.combiner.shard_of(*db, k));
     let start = {
         let mut q = state.combiner.queue(shard);

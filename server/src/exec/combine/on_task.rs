@@ -14,9 +14,11 @@
 //! the engine's async commit), awaits that commit and answers each client. Rounds that queue
 //! while it commits make the next group, so a hot key's writes run one group per commit.
 //!
-//! What cannot run here goes to the executors' [`Combiner`](super::Combiner) queue, as it
-//! would have without this: a group whose stripes another thread holds, or whose first command
-//! needs the disk. A round whose command turns out to need the disk goes to that queue from
+//! Besides writes, EVAL scripts wait here (fifty clients running one INCR+EXPIRE script on one
+//! key send them one at a time too); a group runs them on a spare VM as a pipeline's run here
+//! does. What cannot run here goes to the executors' [`Combiner`](super::Combiner) queue, as it
+//! would have without this (a script: alone on an executor): a group whose stripes another
+//! thread holds, or whose first command needs the disk. A round whose command turns out to need the disk goes to that queue from
 //! that command on; the commands a group leaves otherwise (of the rounds after that one, or
 //! of a client whose replies reached the output bound) go back to their connections.
 
@@ -41,11 +43,12 @@ use crate::state::ServerState;
 const MAX_ROUND_HERE: usize = 8;
 
 /// True if `requests` (a connection's round whose front waits for a queued write) may wait
-/// here: a short round of writes the executors' combiner would take (`combine::eligible`),
-/// each of which may run on a connection's task.
+/// here: a short round of commands each of which may run on a connection's task
+/// (`queued::eligible`: writes that may join a write group, and EVAL scripts, which fifty
+/// clients running one INCR+EXPIRE script on one key also send one at a time).
 pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
-    requests.len() <= MAX_ROUND_HERE
-        && super::eligible(s, requests)
+    !requests.is_empty()
+        && requests.len() <= MAX_ROUND_HERE
         && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| queued::eligible(s, spec, args)))
 }
 

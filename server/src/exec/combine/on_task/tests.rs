@@ -188,3 +188,66 @@ fn rounds_left_by_a_drain_task_that_panicked_go_to_the_executors() {
     assert!(left.is_empty() && matches!(end, BatchEnd::Drained));
     assert_eq!(&out[..], b":1\r\n");
 }
+
+/// EVAL scripts of clients that find a hot key's last write queued wait on the task and run as
+/// one group as well; scripts that turn out void there (they read a key they did not declare)
+/// run again alone on the executors, never in a combined group. Each gets its own reply and
+/// every script's writes land once.
+#[test]
+fn scripts_waiting_for_a_hot_keys_queued_write_run_on_the_task_and_void_ones_on_an_executor() {
+    let (_d, mut a) = session();
+    let state = Arc::clone(&a.state);
+    dispatch(&mut a, &request(&[b"set", b"other", b"o"]));
+    state.storage.defer_async_commits();
+    let (mut pending_a, mut out_a) = (queue(&[&[b"incr", b"counter"]]), BytesMut::new());
+    let InMemory::Writes(mut a_writes) = run_in_memory(&mut a, &mut pending_a, &mut out_a, 1 << 20) else {
+        panic!("A's INCR runs here")
+    };
+    let declared: &[u8] = b"redis.call('incr', KEYS[1]) return redis.call('expire', KEYS[1], 100)";
+    let undeclared: &[u8] = b"return {redis.call('incr', KEYS[1]), redis.call('get', 'other')}";
+    let scripts = [declared, undeclared, undeclared, declared];
+    let mut rounds = Vec::new();
+    let mut ticket = None;
+    for script in scripts {
+        let mut s = Box::new(Session::new(Arc::clone(&state)));
+        let mut round = queue(&[&[b"eval", script, b"1", b"counter"]]);
+        assert!(eligible(&s, &round));
+        match run_in_memory(&mut s, &mut round, &mut BytesMut::new(), 1 << 20) {
+            InMemory::Waits(t) => ticket = Some(t),
+            other => panic!("the key's write is queued, not visible: {other:?}"),
+        }
+        rounds.push((s, round));
+    }
+    let ticket = ticket.unwrap();
+    let (done, a_failed) = runtime(&state).block_on(async {
+        let waiting: Vec<_> = rounds
+            .into_iter()
+            .map(|(s, round)| {
+                let state = Arc::clone(&state);
+                tokio::spawn(async move { run(&state, s, round, BytesMut::new(), ticket, 1 << 20).await })
+            })
+            .collect();
+        let a_failed = a_writes.commit.take().expect("a commit").await.err();
+        let mut done = Vec::new();
+        for round in waiting {
+            done.push(round.await.unwrap().expect("answered"));
+        }
+        (done, a_failed)
+    });
+    assert!(a_failed.is_none());
+    assert!(!a_writes.finish(&mut a, None, &mut out_a));
+    for ((_, left, out, end), script) in done.into_iter().zip(scripts) {
+        assert!(left.is_empty() && matches!(end, BatchEnd::Drained));
+        if script == undeclared {
+            let text = String::from_utf8(out.to_vec()).unwrap();
+            let (count, other) = text.strip_prefix("*2\r\n:").unwrap().split_once("\r\n").unwrap();
+            assert!(count.parse::<i64>().unwrap() >= 2, "{text}");
+            assert_eq!(other, "$1\r\no\r\n", "{text}");
+        } else {
+            assert_eq!(&out[..], b":1\r\n");
+        }
+    }
+    assert_eq!(state.combiner.groups.load(Ordering::Relaxed), 1, "the declared scripts ran as one group");
+    assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"5")));
+    assert!(matches!(dispatch(&mut a, &request(&[b"ttl", b"counter"])), Reply::Integer(t) if t > 0));
+}
