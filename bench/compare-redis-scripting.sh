@@ -23,8 +23,9 @@ run() { # port pipeline args...
 }
 median() { sort -n | sed -n 2p; }
 for p in 1 16; do
-  for name in "evalsha-incr-expire" "evalsha-get" "eval-incr-expire"; do
+  for name in "evalsha-incr-expire-1key" "evalsha-incr-expire" "evalsha-get" "eval-incr-expire"; do
     case $name in
+      evalsha-incr-expire-1key) args=(evalsha $SHA1 1 key);;
       evalsha-incr-expire) args=(evalsha $SHA1 1 key:__rand_int__);;
       evalsha-get) args=(evalsha $SHA2 1 key:__rand_int__);;
       eval-incr-expire) args=(eval "$S1" 1 key:__rand_int__);;
@@ -32,7 +33,7 @@ for p in 1 16; do
     r=(); s=()
     for i in 1 2 3; do r+=($(run $RS $p "${args[@]}")); s+=($(run $SH $p "${args[@]}")); done
     rm=$(printf "%s\n" "${r[@]}" | median); sm=$(printf "%s\n" "${s[@]}" | median)
-    printf "%-22s P%-3s redis %10s  shale %10s  ratio %s\n" $name $p $rm $sm $(awk -v a=$sm -v b=$rm 'BEGIN{printf "%.2f", a/b}')
+    printf "%-24s P%-3s redis %10s  shale %10s  ratio %s\n" $name $p $rm $sm $(awk -v a=$sm -v b=$rm 'BEGIN{printf "%.2f", a/b}')
   done
 done
 redis-cli -p $RS shutdown nosave >/dev/null; redis-cli -p $SH shutdown >/dev/null
