@@ -513,7 +513,7 @@ impl Storage {
         self.rewrite_string(cx, db, key, value, (expire_at_ms, 0))
     }
 
-    /// Sets a string over `key`'s stored value, read under the key's lock: `expiry` is the new
+    /// Sets a string over `key`'s stored value, read under the key's lock: the pair is the new
     /// TTL and the stored one (0: none; see [`Storage::rewrite_into`]).
     pub fn rewrite_string(
         &self,

@@ -18,9 +18,10 @@
 //! key send them one at a time too); a group runs them on a spare VM as a pipeline's run here
 //! does. What cannot run here goes to the executors' [`Combiner`](super::Combiner) queue, as it
 //! would have without this (a script: alone on an executor): a group whose stripes another
-//! thread holds, or whose first command needs the disk. A round whose command turns out to need the disk goes to that queue from
-//! that command on; the commands a group leaves otherwise (of the rounds after that one, or
-//! of a client whose replies reached the output bound) go back to their connections.
+//! thread holds, or whose first command needs the disk. A round whose command turns out to
+//! need the disk goes to that queue from that command on; the commands a group leaves
+//! otherwise (of the rounds after that one, or of a client whose replies reached the output
+//! bound) go back to their connections.
 
 use std::collections::hash_map::Entry as Slot;
 use std::collections::VecDeque;
