@@ -228,3 +228,42 @@ fn active_expiry_deletes_keys_nobody_reads() {
     }
     assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 1);
 }
+
+/// TTLs that slide (INCR keeps one, PEXPIRE pushes it later, HSET on a hash with one) write no
+/// new expiry index entry: the active cycle, meeting the key's first entry, must keep the key
+/// and still delete it, unread, once its last TTL passes.
+#[test]
+fn the_active_cycle_deletes_keys_whose_ttl_slid_later_at_their_last_ttl() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    cmd("SET").arg("counter").arg(0).arg("PX").arg(100).query::<()>(&mut c).unwrap();
+    cmd("HSET").arg("hash").arg("f").arg("v").query::<()>(&mut c).unwrap();
+    cmd("PEXPIRE").arg("hash").arg(100).query::<()>(&mut c).unwrap();
+    cmd("SET").arg("stays").arg("v").query::<()>(&mut c).unwrap();
+    // The last TTLs are set after this, so they pass 700 ms after it at the earliest.
+    let set_at = Instant::now();
+    for _ in 0..3 {
+        cmd("INCR").arg("counter").query::<i64>(&mut c).unwrap();
+        cmd("PEXPIRE").arg("counter").arg(700).query::<i64>(&mut c).unwrap();
+        cmd("HSET").arg("hash").arg("g").arg("w").query::<i64>(&mut c).unwrap();
+        cmd("PEXPIRE").arg("hash").arg(700).query::<i64>(&mut c).unwrap();
+    }
+    // Well past the first TTL (the cycle runs ten times a second), before the last one.
+    std::thread::sleep(Duration::from_millis(350));
+    let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+    if set_at.elapsed() < Duration::from_millis(650) {
+        assert!(info.contains("expired_keys:0\r\n"), "a key went before its TTL: {info}");
+        assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 3);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+        if info.contains("expired_keys:2\r\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the active cycle did not expire the keys: {info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(set_at.elapsed() >= Duration::from_millis(700));
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 1);
+}
