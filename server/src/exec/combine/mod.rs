@@ -126,7 +126,12 @@ pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
         && !s.state.pause_in_force()
         // (A write must be able to wait for an announced blocking command: see run_command.)
         && !s.state.blocking.announced.any()
-        && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(s, spec, args)))
+        && all_groupable(s, requests)
+}
+
+/// True if every request of `requests` may join a write group (`write_group::groupable`).
+fn all_groupable(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
+    requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(s, spec, args)))
 }
 
 /// Queues the writes `requests` of `session` and waits until a combined group has run them.
@@ -160,9 +165,7 @@ impl Entry {
 /// Queues `entry` for an executor job that drains its queue; a round the queue would not take
 /// (an EVAL script, from [`on_task`]) runs alone on an executor.
 fn to_executor(state: &Arc<ServerState>, entry: Entry) {
-    let combinable =
-        entry.requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| groupable(&entry.session, spec, args)));
-    if !combinable {
+    if !all_groupable(&entry.session, &entry.requests) {
         drop(state.executor.run(move || alone(entry)));
         return;
     }
