@@ -28,8 +28,10 @@ impl Db {
 
     /// Blocks until no flush or compaction is running or due, as RocksDB's `WaitForCompact`:
     /// after a bulk load, the tree then has the shape reads will see once the load's backlog
-    /// is worked off. Returns at once (after any running job) when automatic compactions are
-    /// off; fails if the database is closed or read-only after a background error.
+    /// is worked off, and the tables compactions replaced are closed (their memory is back;
+    /// their files are gone unless a snapshot's iterator still reads them). Returns at once
+    /// (after any running job) when automatic compactions are off; fails if the database is
+    /// closed or read-only after a background error.
     pub fn wait_for_compactions(&self) -> Result<()> {
         self.inner.wait_for_compactions()
     }
@@ -79,12 +81,7 @@ impl DbInner {
             };
             match picked {
                 Some((choice, version)) => {
-                    let result = self.run_compaction(&choice, &version);
-                    // The job's references were the last to its inputs (readers hold a
-                    // version only for a lookup or an iterator's life): dropping them closes
-                    // the obsolete tables and evicts their cached blocks, before the release
-                    // below hands what they held back to the OS with the job's buffers.
-                    drop((choice, version));
+                    let result = self.run_compaction(choice, version);
                     match result {
                         // A throttled compaction interrupted by close: nothing is lost, its inputs stay.
                         Err(Error::Closed) if lock(&self.bg).shutdown => {}
@@ -112,8 +109,29 @@ impl DbInner {
         }
     }
 
-    /// Runs a chosen compaction (its inputs already marked busy) and installs the result.
-    fn run_compaction(&self, choice: &Choice, version: &Version) -> Result<()> {
+    /// Runs a chosen compaction (its inputs already marked busy), installs the result and
+    /// clears the inputs' busy marks.
+    ///
+    /// The job's references were the last to its inputs (readers hold a version only for a
+    /// lookup or an iterator's life): they are dropped, closing the obsolete tables and
+    /// evicting their cached blocks, before the marks are cleared. So when
+    /// [`DbInner::wait_for_compactions`] sees no table busy, the tables' memory is already
+    /// back, and a memory release after this call hands it to the OS with the job's buffers.
+    fn run_compaction(&self, choice: Choice, version: Arc<Version>) -> Result<()> {
+        let inputs: Vec<u64> = choice.all_inputs().map(|f| f.number).collect();
+        let result = self.run_compaction_job(&choice, &version);
+        drop((choice, version));
+        let mut vs = lock(&self.versions);
+        for n in &inputs {
+            vs.busy.remove(n);
+        }
+        drop(vs);
+        self.signal_work();
+        result
+    }
+
+    /// [`DbInner::run_compaction`]'s job: runs it and installs its result, if it succeeds.
+    fn run_compaction_job(&self, choice: &Choice, version: &Version) -> Result<()> {
         let started = Instant::now();
         let snapshots = self.snapshots.all();
         let cfg = self.picker_config();
@@ -130,19 +148,8 @@ impl DbInner {
             rate_limit: opts.compaction_rate_limit,
             cancelled: &|| lock(&self.bg).shutdown,
         };
-        let result = job::run(choice, &cx);
+        let res = job::run(choice, &cx)?;
         let mut vs = lock(&self.versions);
-        for f in choice.all_inputs() {
-            vs.busy.remove(&f.number);
-        }
-        let res = match result {
-            Ok(r) => r,
-            Err(e) => {
-                drop(vs);
-                self.signal_work();
-                return Err(e);
-            }
-        };
         let outputs = res.edit.added.len();
         vs.log_and_apply(res.edit).map_err(|e| self.poison(e))?;
         if let Some(largest) = choice.inputs.iter().map(|f| &f.largest).max_by(|a, b| crate::key::compare(a, b)) {
@@ -169,7 +176,6 @@ impl DbInner {
             ms = started.elapsed().as_millis() as u64,
             "compaction done"
         );
-        self.signal_work();
         Ok(())
     }
 
@@ -231,7 +237,7 @@ impl DbInner {
                 match picked {
                     Ok(None) => break,
                     Ok(Some((c, v))) => {
-                        self.run_compaction(&c, &v).map_err(|e| self.poison(e))?;
+                        self.run_compaction(c, v).map_err(|e| self.poison(e))?;
                         break;
                     }
                     Err(()) => {
