@@ -37,8 +37,17 @@ pub(super) fn failed_sets(s: &Session, reply: Reply, ids: impl IntoIterator<Item
 /// script is known to count (see [`Session::observations`]).
 #[derive(Debug)]
 pub enum Observation {
-    /// A command ran ([`observe`]).
-    Called { spec: &'static CommandSpec, args: Vec<Bytes>, error: Option<String>, counted: bool, took: Duration },
+    /// A command ran ([`observe`]): its stats id, and its arguments if the slow log or a
+    /// MONITOR client wanted them when it ran (else empty: copying them was ~1 % of a short
+    /// script's CPU).
+    Called {
+        spec: &'static CommandSpec,
+        id: usize,
+        args: Vec<Bytes>,
+        error: Option<String>,
+        counted: bool,
+        took: Duration,
+    },
     /// A command was refused before it ran (`CommandStats::rejected`).
     Rejected { id: Option<usize>, why: String },
     /// A keyspace hit (true) or miss.
@@ -49,8 +58,8 @@ pub enum Observation {
 pub(crate) fn replay(s: &mut Session, observations: Vec<Observation>) {
     for observation in observations {
         match observation {
-            Observation::Called { spec, args, error, counted, took } => {
-                record(s, spec, &args, error.as_deref(), counted, took);
+            Observation::Called { spec, id, args, error, counted, took } => {
+                record(s, (spec, id), &args, error.as_deref(), counted, took);
             }
             Observation::Rejected { id, why } => s.state.command_stats.rejected(id, &why),
             Observation::Hit(found) => keyspace_hit(s, found),
@@ -86,21 +95,26 @@ pub(super) fn observe(s: &mut Session, spec: &'static CommandSpec, args: &[Bytes
     let counted = std::mem::take(&mut s.error_counted);
     if let Some(later) = &mut s.observations {
         let error = error.map(str::to_string);
-        later.push(Observation::Called { spec, args: args.to_vec(), error, counted, took });
+        let id = stats_id(spec, args);
+        let wanted = s.state.slowlog.wants(took.as_micros() as u64) || s.state.pubsub.has_monitors();
+        let args = if wanted { args.to_vec() } else { Vec::new() };
+        later.push(Observation::Called { spec, id, args, error, counted, took });
         return;
     }
-    record(s, spec, args, error, counted, took);
+    record(s, (spec, stats_id(spec, args)), args, error, counted, took);
 }
 
+/// Records a command that ran. `args` is empty for one observed while a script ran on a
+/// connection's task when neither the slow log nor MONITOR wanted them then (see
+/// [`Observation::Called`]); it is then left out of both.
 fn record(
     s: &mut Session,
-    spec: &'static CommandSpec,
+    (spec, id): (&'static CommandSpec, usize),
     args: &[Bytes],
     error: Option<&str>,
     counted: bool,
     took: Duration,
 ) {
-    let id = stats_id(spec, args);
     if counted && error.is_some() {
         s.state.command_stats.called_failed_counted(id, took);
     } else {
@@ -111,7 +125,7 @@ fn record(
     }
     let micros = took.as_micros() as u64;
     // EXEC is not logged: the commands it ran are.
-    if spec.name != "exec" && s.state.slowlog.wants(micros) {
+    if spec.name != "exec" && !args.is_empty() && s.state.slowlog.wants(micros) {
         if s.blocked.is_some() {
             s.blocked_log = Some((args.to_vec(), micros));
         } else {
@@ -121,7 +135,7 @@ fn record(
     let event = if spec.has(flag::FAST) { "fast-command" } else { "command" };
     s.state.latency.sample(event, micros / 1000);
     // `skip_monitor` commands (EVAL, FCALL) feed MONITOR themselves, before what they run.
-    if s.state.pubsub.has_monitors() && !spec.has(flag::SKIP_MONITOR) {
+    if !args.is_empty() && s.state.pubsub.has_monitors() && !spec.has(flag::SKIP_MONITOR) {
         crate::commands::introspection::feed_monitors(s, spec, args);
     }
 }

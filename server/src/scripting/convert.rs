@@ -69,6 +69,17 @@ pub fn reply_to_lua(lua: &Lua, reply: Reply, resp3: bool) -> mlua::Result<Value>
     })
 }
 
+/// A Lua array of `items` as strings (a script's KEYS or ARGV). Text (the usual case) is
+/// pushed straight onto the Lua stack; other bytes go through one reference per string.
+pub(crate) fn string_array(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
+    match items.iter().map(|item| std::str::from_utf8(item)).collect::<Result<Vec<&str>, _>>() {
+        Ok(texts) => lua.create_sequence_from(texts),
+        Err(_) => {
+            lua.create_sequence_from(items.iter().map(|b| lua.create_string(b)).collect::<mlua::Result<Vec<_>>>()?)
+        }
+    }
+}
+
 fn field(lua: &Lua, name: &str, value: Value) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     t.raw_set(name, value)?;

@@ -72,7 +72,12 @@ local run_f, run_keys, run_args
 local function body()
   return run_f(run_keys, run_args)
 end
-function prim.run(f, keys, args)
+function prim.run(f, keys, args, eval)
+  if eval then
+    -- An EVAL script also finds its keys and arguments in the globals KEYS and ARGV.
+    rawset(G, 'KEYS', keys)
+    rawset(G, 'ARGV', args)
+  end
   run_f, run_keys, run_args = f, keys, args
   local ok, r = xpcall(body, handler)
   run_f, run_keys, run_args = nil, nil, nil
@@ -224,10 +229,4 @@ function prim.seal(libraries)
     current = on and load_globals or G
   end
   prim.loading(false)
-end
-
--- Sets KEYS and ARGV of an EVAL script.
-function prim.set_eval_args(keys, args)
-  rawset(G, 'KEYS', keys)
-  rawset(G, 'ARGV', args)
 end

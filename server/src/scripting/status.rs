@@ -122,6 +122,11 @@ impl RunStatus {
         self.killed.load(Ordering::Acquire)
     }
 
+    /// True once [`RunStatus::overran`] found the script past [`TASK_LIMIT`] (no clock read).
+    pub(crate) fn found_overran(&self) -> bool {
+        self.overran.load(Ordering::Relaxed)
+    }
+
     /// True if the script runs on a connection's task and has run past [`TASK_LIMIT`] (it
     /// stays so until it ends).
     pub(crate) fn overran(&self) -> bool {
