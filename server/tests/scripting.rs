@@ -323,6 +323,32 @@ fn a_script_writes_all_or_nothing() {
     assert_eq!(keys, 2);
 }
 
+/// A script that reads a key, waits until well past its TTL (by TIME, the real clock) and
+/// reads it again gets its value both times: lookups in a script judge expiry by the time it
+/// started, as in Redis 7.0. Checked against redis-server too when it is installed.
+#[test]
+fn a_key_that_expires_while_a_script_runs_stays_live_to_the_script() {
+    const SCRIPT: &str = "local before = redis.call('get', KEYS[1]) \
+        local t = redis.call('time') local start = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('time') until t[1] * 1000000 + t[2] - start > 400000 \
+        return {before, redis.call('get', KEYS[1]), redis.call('exists', KEYS[1])}";
+    let server = Server::start(&[]);
+    let mut clients = vec![server.client()];
+    let _reference = start_redis().map(|(redis, c, _)| {
+        clients.push(c);
+        redis
+    });
+    for c in &mut clients {
+        let _: () = redis::cmd("SET").arg("soon").arg("v").arg("PX").arg(200).query(c).unwrap();
+        let r: (Option<String>, Option<String>, i64) =
+            redis::cmd("EVAL").arg(SCRIPT).arg(1).arg("soon").query(c).unwrap();
+        assert_eq!(r, (Some("v".into()), Some("v".into()), 1));
+        // After the script, the key is gone.
+        let left: i64 = redis::cmd("EXISTS").arg("soon").query(c).unwrap();
+        assert_eq!(left, 0);
+    }
+}
+
 #[test]
 fn a_busy_script_answers_others_busy_and_can_be_killed() {
     let server = Server::start(&[]);

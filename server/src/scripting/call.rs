@@ -188,6 +188,8 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         }
         s.in_exec = true;
         s.in_script = true;
+        // Lookups judge expiry by the time the script started, as in Redis 7.0.
+        s.exec.freeze_time(crate::storage::now_ms());
         let vm = held.take().unwrap_or_else(|| scripting.vm());
         vm.resp3.store(false, std::sync::atomic::Ordering::Relaxed);
         let status = Arc::clone(&vm.status);
@@ -245,6 +247,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
         } else {
             drop(vm);
         }
+        s.exec.freeze_time(0);
         s.db = caller_db;
         s.protocol = caller_protocol;
         s.in_exec = caller_in_exec;

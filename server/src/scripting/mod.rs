@@ -27,6 +27,8 @@
 //! not declare (Redis allows it outside cluster mode): their stripes are taken without
 //! waiting; if one is busy, the run is abandoned (nothing it wrote is visible) and run again
 //! with every key seen so far locked up front, in order, so two clients can never deadlock.
+//! Time stands still for lookups too, as in Redis 7.0: a script's commands judge expiry by
+//! the time it started (`ExecContext::now_ms`), so no key expires in the middle of a script.
 //!
 //! **Busy scripts.** A script that runs longer than `busy-reply-threshold` makes every other
 //! client's command (but those Redis allows while busy: `SCRIPT KILL`, `FUNCTION KILL`,

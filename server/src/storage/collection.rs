@@ -138,7 +138,7 @@ impl<'a> View<'a> {
 
     /// The live metadata of `key`.
     pub fn get(&self, key: &[u8]) -> lsm::Result<Option<Meta>> {
-        self.storage.get_physical(self.cx, self.pdb, key, now_ms())
+        self.storage.get_physical(self.cx, self.pdb, key, self.cx.now_ms())
     }
 
     /// Adds writing `meta` for `key` (and its expiry index entry) to `batch`.

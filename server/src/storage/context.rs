@@ -143,6 +143,9 @@ pub struct ExecContext {
     /// The client whose commands run in this context (0: the server's own work), for
     /// `CLIENT TRACKING NOLOOP`. Kept across commands.
     origin: Cell<u64>,
+    /// The time lookups judge expiry by while a script runs (0: the clock's), see
+    /// [`ExecContext::now_ms`].
+    frozen_ms: Cell<u64>,
 }
 
 impl ExecContext {
@@ -175,6 +178,23 @@ impl ExecContext {
         self.expired_seen.borrow_mut().clear();
         self.notify_flags.set(0);
         self.reading.set(false);
+        self.frozen_ms.set(0);
+    }
+
+    /// The time lookups judge expiry by: while a script runs, the time it started (as Redis
+    /// 7.0 does, so that no key expires in the middle of a script: two reads of one key in a
+    /// script agree), else the clock's.
+    pub fn now_ms(&self) -> u64 {
+        match self.frozen_ms.get() {
+            0 => super::now_ms(),
+            frozen => frozen,
+        }
+    }
+
+    /// Freezes [`ExecContext::now_ms`] at `ms` (a script starts), or lets it follow the
+    /// clock again (`0`: the script ended).
+    pub fn freeze_time(&self, ms: u64) {
+        self.frozen_ms.set(ms);
     }
 
     /// True if the context holds nothing.

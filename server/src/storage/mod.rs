@@ -331,7 +331,7 @@ impl Storage {
 
     /// The live (not expired) metadata of `key`.
     pub fn get(&self, cx: &ExecContext, db: u32, key: &[u8]) -> lsm::Result<Option<Meta>> {
-        self.get_physical(cx, self.phys(db), key, now_ms())
+        self.get_physical(cx, self.phys(db), key, cx.now_ms())
     }
 
     /// Starts loading into the CPU's cache what reading the metadata records of `keys` (in
@@ -428,7 +428,7 @@ impl Storage {
             let pdb = u16::from_be_bytes([entry.key[1], entry.key[2]]);
             let (db, key) = (self.logical(pdb), &entry.key[3..]);
             if !created.iter().any(|(d, k)| *d == db && k == key)
-                && self.get_physical(cx, pdb, key, now_ms())?.is_none()
+                && self.get_physical(cx, pdb, key, cx.now_ms())?.is_none()
             {
                 created.push((db, key.to_vec()));
             }
