@@ -31,7 +31,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::elements::{key_tail, walk_in_order, ElementIter};
 use super::picks::members_in_picks;
-use super::{decode, expiry_key, meta_key, needs_index_entry, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
+use super::{decode, meta_key, now_ms, ExecContext, KeyType, Meta, RawRange, Storage};
 
 /// The element record key of `field` in incarnation `uid` of physical database `pdb`.
 pub(super) fn element_key(pdb: u16, uid: u64, field: &[u8]) -> Vec<u8> {
@@ -150,10 +150,7 @@ impl<'a> View<'a> {
     /// at `indexed_at` (0: no TTL), to `batch`: its expiry index entry only if the stored one does
     /// not cover it (see [`Storage::rewrite_into`]).
     pub fn rewrite_meta(&self, batch: &mut lsm::WriteBatch, key: &[u8], meta: &Meta, indexed_at: u64) {
-        batch.put(meta_key(self.pdb, key), meta.encode());
-        if needs_index_entry(meta.expire_at_ms, indexed_at) {
-            batch.put(expiry_key(meta.expire_at_ms, self.pdb, key), b"");
-        }
+        super::put_meta_record(batch, self.pdb, key, meta, indexed_at);
     }
 
     /// Adds deleting `key` to `batch` (a collection's elements become orphans).

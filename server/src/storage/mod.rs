@@ -120,6 +120,15 @@ fn needs_index_entry(expire_at: u64, indexed_at: u64) -> bool {
     expire_at != 0 && (indexed_at == 0 || expire_at < indexed_at)
 }
 
+/// Adds `meta` for `key` in `pdb` to `batch`, written over stored metadata expiring at
+/// `indexed_at` (0: none), with an expiry index entry if [`needs_index_entry`] says so.
+fn put_meta_record(batch: &mut lsm::WriteBatch, pdb: u16, key: &[u8], meta: &Meta, indexed_at: u64) {
+    batch.put(meta_key(pdb, key), meta.encode());
+    if needs_index_entry(meta.expire_at_ms, indexed_at) {
+        batch.put(expiry_key(meta.expire_at_ms, pdb, key), b"");
+    }
+}
+
 /// The expiry index entry of `key` in `pdb`, expiring at `at`.
 fn expiry_key(at: u64, pdb: u16, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(11 + key.len());
@@ -388,11 +397,7 @@ impl Storage {
     /// is written only if the stored one does not already cover it (see [`needs_index_entry`]):
     /// an INCR that keeps a TTL, or an EXPIRE that pushes one later, writes metadata only.
     pub fn rewrite_into(&self, batch: &mut lsm::WriteBatch, db: u32, key: &[u8], meta: &Meta, indexed_at: u64) {
-        let pdb = self.phys(db);
-        batch.put(meta_key(pdb, key), meta.encode());
-        if needs_index_entry(meta.expire_at_ms, indexed_at) {
-            batch.put(expiry_key(meta.expire_at_ms, pdb, key), b"");
-        }
+        put_meta_record(batch, self.phys(db), key, meta, indexed_at);
     }
 
     /// Adds deleting `key` to `batch`.
