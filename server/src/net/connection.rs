@@ -130,6 +130,7 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             round::run_here(&state, &mut session, &mut requests, &mut output, &mut round_cost).await
         };
         if !requests.is_empty() && left != round::Left::OutputFull {
+            round_cost.waited = true;
             let round = if let (round::Left::Waits(ticket), true) = (left, on_task::eligible(&session, &requests)) {
                 on_task::run(&state, session, std::mem::take(&mut requests), output, ticket, OUTPUT_BOUND).await
             } else if crate::exec::combine::eligible(&session, &requests) {
@@ -207,6 +208,10 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
             // before it reads anyone else's next command): a client that redirected its
             // invalidations here and sees the QUIT reply already finds the redirect broken.
             session.state.storage.tracking.disconnect(session.id);
+        }
+        // Costly replies wait for the other ready connections' rounds (round::REPLIES_WAIT_AT).
+        if !output.is_empty() && round_cost.replies_wait() && round::others_wait(&runtime) {
+            tokio::task::yield_now().await;
         }
         if !write_out(&mut socket, &mut output, &handle).await {
             return;

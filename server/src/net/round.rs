@@ -24,6 +24,19 @@ pub const LONG_ROUND: usize = 8;
 /// against 16 µs: GET -P 16 over 1M keys +10 %, PING and GET over 100K keys unchanged.
 const HAND_OFF_AT: Duration = Duration::from_micros(8);
 
+/// A round whose requests ran here at this cost or more each, waiting for nothing, writes its
+/// replies only once the other connections' tasks that are ready have run their rounds (the
+/// task yields first), so the replies of one pass go out back to back, as Redis writes its
+/// replies after a pass over the ready clients. Written one per round, each reply (a `send`
+/// on loopback) finds a client that went to sleep after the last one and wakes it: an
+/// inter-processor wake-up, charged to the sender, that cost more than the script itself
+/// (EVALSHA of a GET, 50 clients, P1: 22 % of the runtime thread's CPU in that wake-up, Redis
+/// 7 %). Measured on 2 cores: that EVALSHA +37 %, LRANGE of 100 elements +8 %; GET (cheaper
+/// than this) unchanged with any bound down to 1.5 µs; rounds that awaited a commit are
+/// woken together by it already, and a hot key's writes wait on each other's replies (its
+/// one-key scripts lost a third when they waited too).
+const REPLIES_WAIT_AT: Duration = Duration::from_micros(3);
+
 /// One in this many rounds that would go to an executor runs here instead, to measure again.
 const REMEASURE_EVERY: u32 = 8;
 
@@ -37,6 +50,8 @@ pub(super) struct RoundCost {
     per_request_ns: u64,
     /// Rounds handed off since the last one measured.
     handed_off: u32,
+    /// The current round waited for something another thread did (a commit, an executor).
+    pub(super) waited: bool,
 }
 
 impl RoundCost {
@@ -70,6 +85,13 @@ impl RoundCost {
         true
     }
 
+    /// True if this round's replies should wait for the other ready connections' rounds
+    /// before they are written (see [`REPLIES_WAIT_AT`]): its requests ran here without
+    /// waiting for another thread, and cost at least that much each.
+    pub(super) fn replies_wait(&self) -> bool {
+        !self.waited && self.per_request_ns >= REPLIES_WAIT_AT.as_nanos() as u64
+    }
+
     /// Notes that `requests` requests ran here, keeping the runtime thread for `took`.
     fn ran_here(&mut self, requests: usize, took: Duration) {
         if requests == 0 {
@@ -85,7 +107,7 @@ impl RoundCost {
 }
 
 /// True if other tasks are ready to run on the runtime (its queues are not empty).
-fn others_wait(runtime: &tokio::runtime::RuntimeMetrics) -> bool {
+pub(super) fn others_wait(runtime: &tokio::runtime::RuntimeMetrics) -> bool {
     let waiting = runtime.global_queue_depth();
     #[cfg(tokio_unstable)]
     let waiting = waiting + (0..runtime.num_workers()).map(|w| runtime.worker_local_queue_depth(w)).sum::<usize>();
@@ -116,6 +138,7 @@ pub(super) async fn run_here(
 ) -> Left {
     let before = requests.len();
     let mut took = Duration::ZERO;
+    cost.waited = false;
     let left = loop {
         let started = Instant::now();
         let ran = run_in_memory(session, requests, output, OUTPUT_BOUND);
@@ -126,7 +149,10 @@ pub(super) async fn run_here(
             InMemory::Waits(ticket) => break Left::Waits(ticket),
             InMemory::Sets(mut sets) => {
                 let committed = match sets.commit.take() {
-                    Some(commit) => commit.await,
+                    Some(commit) => {
+                        cost.waited = true;
+                        commit.await
+                    }
                     None => Ok(()),
                 };
                 sets.finish(session, committed, output);
@@ -137,7 +163,10 @@ pub(super) async fn run_here(
             InMemory::Writes(mut writes) => {
                 let voided = writes.voided;
                 let failed = match writes.commit.take() {
-                    Some(commit) => commit.await.err().map(engine_error),
+                    Some(commit) => {
+                        cost.waited = true;
+                        commit.await.err().map(engine_error)
+                    }
                     None => None,
                 };
                 if writes.finish(session, failed.as_ref(), output) {
@@ -214,5 +243,19 @@ mod tests {
             cost.ran_here(10, Duration::from_micros(50));
         }
         assert!((4900..=5000).contains(&cost.per_request_ns), "{}", cost.per_request_ns);
+    }
+
+    #[test]
+    fn only_costly_rounds_that_waited_for_nothing_hold_their_replies() {
+        let mut cost = RoundCost::default();
+        assert!(!cost.replies_wait(), "unmeasured");
+        cost.ran_here(1, REPLIES_WAIT_AT / 2);
+        assert!(!cost.replies_wait(), "cheap requests write at once");
+        for _ in 0..20 {
+            cost.ran_here(1, REPLIES_WAIT_AT * 2);
+        }
+        assert!(cost.replies_wait(), "costly ones wait for the other ready rounds");
+        cost.waited = true;
+        assert!(!cost.replies_wait(), "a round that awaited a commit or an executor writes at once");
     }
 }
