@@ -131,7 +131,12 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         };
         if !requests.is_empty() && left != round::Left::OutputFull {
             round_cost.waited = true;
-            let round = if let (round::Left::Waits(ticket), true) = (left, on_task::eligible(&session, &requests)) {
+            let waits_for = match left {
+                round::Left::Waits(ticket) => Some(Some(ticket)),
+                round::Left::Hot => Some(None),
+                _ => None,
+            };
+            let round = if let (Some(ticket), true) = (waits_for, on_task::eligible(&session, &requests)) {
                 on_task::run(&state, session, std::mem::take(&mut requests), output, ticket, OUTPUT_BOUND).await
             } else if crate::exec::combine::eligible(&session, &requests) {
                 crate::exec::combine::run(&state, session, std::mem::take(&mut requests), output).await

@@ -124,6 +124,9 @@ pub(super) enum Left {
     /// Its front request is a write that waits for another client's queued write
     /// ([`InMemory::Waits`]).
     Waits(lsm::WriteTicket),
+    /// Its front request is a write of a hot key, which joins the key's next group
+    /// ([`InMemory::Hot`]).
+    Hot,
 }
 
 /// Runs what of the round's front [`run_in_memory`] takes on this task, awaiting the commits
@@ -147,6 +150,7 @@ pub(super) async fn run_here(
             InMemory::Stopped(true) => break Left::OutputFull,
             InMemory::Stopped(false) => break Left::Rest,
             InMemory::Waits(ticket) => break Left::Waits(ticket),
+            InMemory::Hot => break Left::Hot,
             InMemory::Sets(mut sets) => {
                 let committed = match sets.commit.take() {
                     Some(commit) => {

@@ -29,7 +29,7 @@
 //! `write_group::groupable`), and anything while `CLIENT PAUSE` is in force (the usual path honours it).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -64,6 +64,17 @@ struct Entry {
     done: oneshot::Sender<Round>,
 }
 
+/// A key's rounds waiting on connections' tasks (see [`on_task`]).
+#[derive(Default)]
+struct Waiting {
+    rounds: VecDeque<Entry>,
+    /// A task drains `rounds`. False: nothing waits, the key is only marked hot (its last group
+    /// combined several clients' rounds), and the next round of it starts a drain task.
+    draining: bool,
+    /// When the key was left marked hot (None while a task drains it).
+    idle_since: Option<std::time::Instant>,
+}
+
 /// Writes waiting to be combined, and whether an executor job is draining them.
 #[derive(Default)]
 struct Queue {
@@ -77,8 +88,11 @@ struct Queue {
 pub struct Combiner {
     shards: Vec<Mutex<Queue>>,
     /// Rounds waiting on connections' tasks for a hot key's queued write, by their first key
-    /// (see [`on_task`]); a key is here while a task drains its rounds.
-    waiting: Mutex<HashMap<(u32, Bytes), VecDeque<Entry>>>,
+    /// (see [`on_task`]); a key is here while a task drains its rounds, and stays (marked hot)
+    /// after a group that combined several clients' rounds.
+    waiting: Mutex<HashMap<(u32, Bytes), Waiting>>,
+    /// How many keys `waiting` holds (read without its lock).
+    hot_keys: AtomicUsize,
     /// Groups of two or more writes run (INFO `combined_write_groups`).
     pub groups: AtomicU64,
     /// Writes those groups ran (INFO `combined_writes`).
@@ -91,6 +105,7 @@ impl Combiner {
         Combiner {
             shards: (0..n.max(1)).map(|_| Mutex::default()).collect(),
             waiting: Mutex::default(),
+            hot_keys: AtomicUsize::new(0),
             groups: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         }
@@ -106,7 +121,7 @@ impl Combiner {
         self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Bytes), VecDeque<Entry>>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Bytes), Waiting>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

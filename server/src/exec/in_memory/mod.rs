@@ -131,6 +131,9 @@ pub enum InMemory {
     /// client's write of a hot key): its round may wait for that write here, combined with
     /// other clients' writes of the key (`combine::on_task`), or go to an executor.
     Waits(lsm::WriteTicket),
+    /// The request at the front is such a write of a hot key (`combine::on_task::joins_hot_key`):
+    /// its round joins the key's next group there rather than running alone.
+    Hot,
 }
 
 /// Keys (of the requests at the front of a batch) whose metadata [`prefetch_keys`] prefetches.
@@ -196,6 +199,9 @@ pub fn run_in_memory(
             return InMemory::Stopped(false);
         }
         if write {
+            if super::combine::on_task::joins_hot_key(s, requests) {
+                return InMemory::Hot;
+            }
             return match queued::run_queued(s, requests, out.len(), output_bound) {
                 Ok(writes) => InMemory::Writes(writes),
                 Err(queued::NotRun::Waits(ticket)) => InMemory::Waits(ticket),

@@ -214,6 +214,8 @@ pub(super) fn run_here(s: &mut Session, queue: &mut VecDeque<Vec<Bytes>>, out: &
             }
             // (As `combine::on_task` does, without the company.)
             InMemory::Waits(ticket) => s.state.storage.engine().wait_committed(ticket),
+            // (No key is hot without `combine::on_task`'s groups.)
+            InMemory::Hot => return,
             InMemory::Writes(mut writes) => {
                 let committed = writes.commit.take().map_or(Ok(()), futures_block_on);
                 let voided = writes.voided;

@@ -48,8 +48,8 @@ fn writes_waiting_for_a_hot_keys_queued_write_run_as_one_group_on_the_task() {
     let rt = runtime(&state);
     let (b_done, c_done, a_failed) = rt.block_on(async {
         tokio::join!(
-            run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20),
-            run(&state, c, c_round, BytesMut::new(), ticket, 1 << 20),
+            run(&state, b, b_round, BytesMut::new(), Some(ticket), 1 << 20),
+            run(&state, c, c_round, BytesMut::new(), Some(ticket), 1 << 20),
             async { a_writes.commit.take().expect("a commit").await.err() },
         )
     });
@@ -65,8 +65,29 @@ fn writes_waiting_for_a_hot_keys_queued_write_run_as_one_group_on_the_task() {
     assert_eq!(&c_out[..], &b":3\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:2\r\n"[..]);
     assert_eq!(state.combiner.groups.load(Ordering::Relaxed), 1);
     assert_eq!(state.combiner.writes.load(Ordering::Relaxed), 5);
-    assert!(state.combiner.waiting().is_empty(), "the drainer is gone once nothing waits");
-    assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"3")));
+    let key = (0, Bytes::from_static(b"counter"));
+    assert!(
+        state.combiner.waiting().get(&key).is_some_and(|w| w.rounds.is_empty() && !w.draining),
+        "the drain task is gone once nothing waits; the key stays marked hot"
+    );
+    // The key's next round joins a group here rather than running alone; a group of one
+    // round unmarks it.
+    let mut d = Box::new(Session::new(Arc::clone(&state)));
+    let mut d_round = queue(&[&[b"incr", b"counter"]]);
+    assert!(matches!(run_in_memory(&mut d, &mut d_round, &mut BytesMut::new(), 1 << 20), InMemory::Hot));
+    assert_eq!(d_round.len(), 1, "nothing of it ran");
+    let (_, d_left, d_out, _) =
+        rt.block_on(run(&state, d, d_round, BytesMut::new(), None, 1 << 20)).expect("D answered");
+    assert!(d_left.is_empty());
+    assert_eq!(&d_out[..], b":4\r\n");
+    assert!(state.combiner.waiting().is_empty(), "a lone round's group unmarks the key");
+    let mut e = Box::new(Session::new(Arc::clone(&state)));
+    let mut e_round = queue(&[&[b"incr", b"counter"]]);
+    let InMemory::Writes(mut e_writes) = run_in_memory(&mut e, &mut e_round, &mut BytesMut::new(), 1 << 20) else {
+        panic!("a key no longer hot: its round runs alone")
+    };
+    assert!(rt.block_on(e_writes.commit.take().expect("a commit")).is_ok());
+    assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"5")));
     assert_eq!(
         dispatch(&mut a, &request(&[b"lrange", b"list", b"0", b"-1"])),
         Reply::Array(vec![Reply::Bulk(Bytes::from_static(b"b")), Reply::Bulk(Bytes::from_static(b"c"))])
@@ -120,8 +141,8 @@ fn a_command_that_needs_the_disk_sends_the_rest_of_its_round_to_an_executor() {
     let voided = state.in_memory.writes_voided.load(Ordering::Relaxed);
     let (b_done, d_done, _) = runtime(&state).block_on(async {
         tokio::join!(
-            run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20),
-            run(&state, d, d_round, BytesMut::new(), ticket, 1 << 20),
+            run(&state, b, b_round, BytesMut::new(), Some(ticket), 1 << 20),
+            run(&state, d, d_round, BytesMut::new(), Some(ticket), 1 << 20),
             async { a_writes.commit.take().expect("a commit").await.err() },
         )
     });
@@ -155,7 +176,7 @@ fn rounds_waiting_when_a_pause_starts_are_held_by_it() {
         panic!("the key's write is queued, not visible")
     };
     let b_done = runtime(&state).block_on(async {
-        let (b_done, _) = tokio::join!(run(&state, b, b_round, BytesMut::new(), ticket, 1 << 20), async {
+        let (b_done, _) = tokio::join!(run(&state, b, b_round, BytesMut::new(), Some(ticket), 1 << 20), async {
             assert_eq!(dispatch(&mut a, &request(&[b"client", b"pause", b"60000", b"write"])), Reply::ok());
             a_writes.commit.take().expect("a commit").await.err()
         });
@@ -177,7 +198,10 @@ fn rounds_left_by_a_drain_task_that_panicked_go_to_the_executors() {
     let b = Box::new(Session::new(Arc::clone(&state)));
     let (entry, rx) = Entry::new(b, queue(&[&[b"incr", b"counter"]]), BytesMut::new());
     let key = entry.key.clone().expect("a key");
-    state.combiner.waiting().insert(key.clone(), VecDeque::from([entry]));
+    state
+        .combiner
+        .waiting()
+        .insert(key.clone(), Waiting { rounds: VecDeque::from([entry]), draining: true, idle_since: None });
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _draining = Draining { state: Arc::clone(&state), key };
         panic!("a bug in a drain task");
@@ -224,7 +248,7 @@ fn scripts_waiting_for_a_hot_keys_queued_write_run_on_the_task_and_void_ones_on_
             .into_iter()
             .map(|(s, round)| {
                 let state = Arc::clone(&state);
-                tokio::spawn(async move { run(&state, s, round, BytesMut::new(), ticket, 1 << 20).await })
+                tokio::spawn(async move { run(&state, s, round, BytesMut::new(), Some(ticket), 1 << 20).await })
             })
             .collect();
         let a_failed = a_writes.commit.take().expect("a commit").await.err();
@@ -250,4 +274,23 @@ fn scripts_waiting_for_a_hot_keys_queued_write_run_on_the_task_and_void_ones_on_
     assert_eq!(state.combiner.groups.load(Ordering::Relaxed), 1, "the declared scripts ran as one group");
     assert_eq!(dispatch(&mut a, &request(&[b"get", b"counter"])), Reply::Bulk(Bytes::from_static(b"5")));
     assert!(matches!(dispatch(&mut a, &request(&[b"ttl", b"counter"])), Reply::Integer(t) if t > 0));
+}
+
+/// A key left marked hot longer than `HOT_FOR` ago is cold again: its next round runs alone,
+/// and the mark is forgotten (no round pays for looking it up any more).
+#[test]
+fn a_key_marked_hot_long_ago_is_forgotten() {
+    let (_d, mut a) = session();
+    let state = Arc::clone(&a.state);
+    let long_ago = std::time::Instant::now().checked_sub(HOT_FOR * 2).expect("an instant that long ago");
+    let marked = Waiting { rounds: VecDeque::new(), draining: false, idle_since: Some(long_ago) };
+    state.combiner.waiting().insert((0, Bytes::from_static(b"counter")), marked);
+    state.combiner.hot_keys.store(1, Ordering::Relaxed);
+    let mut round = queue(&[&[b"incr", b"counter"]]);
+    let InMemory::Writes(mut writes) = run_in_memory(&mut a, &mut round, &mut BytesMut::new(), 1 << 20) else {
+        panic!("a cold key's round runs alone")
+    };
+    assert!(runtime(&state).block_on(writes.commit.take().expect("a commit")).is_ok());
+    assert!(state.combiner.waiting().is_empty());
+    assert_eq!(state.combiner.hot_keys.load(Ordering::Relaxed), 0);
 }
