@@ -1,7 +1,8 @@
 //! Where a connection's round of requests starts: on its own task, which runs the leading
 //! requests memory can answer ([`run_here`]), or — for a long, costly round while other
 //! connections' tasks wait for a runtime thread — whole on an executor
-//! ([`RoundCost::hand_off_whole`]).
+//! ([`RoundCost::hand_off_whole`]); and when its replies go out: at once, or — costly requests
+//! that waited for nothing — after the other ready connections' rounds ([`REPLIES_WAIT_AT`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
