@@ -41,7 +41,7 @@ use crate::state::ServerState;
 use crate::storage::{Befores, CountChanges, QueuedWrite, Unsettled};
 
 /// Most commands one group runs here (a pipeline's longer runs go on in the next round).
-const MAX_RUN: usize = 64;
+pub(crate) const MAX_RUN: usize = 64;
 
 /// Groupable writes that go straight to an executor: those that walk or delete a range of
 /// records (a random pick's bucket, a stream's entries, a list's elements, a sorted set's range
@@ -81,7 +81,10 @@ fn may_run_spec(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
 /// EVAL scripts join a group here: they run on a spare VM, may touch only their declared keys
 /// and call only what [`script_may_call`] allows, or are void (see `scripting::call`).
 /// Functions (FCALL) need the one VM, which another thread may hold: they go to executors.
-fn is_task_script(spec: &CommandSpec) -> bool {
+/// On an executor, a pipeline's scripts run one by one, each with a commit of its own (only
+/// here do they share a write group), so a round of them stays on its task however long
+/// (`net::round`, `combine::on_task::eligible`).
+pub(crate) fn is_task_script(spec: &CommandSpec) -> bool {
     matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
 }
 

@@ -58,11 +58,12 @@ pub(super) struct RoundCost {
 impl RoundCost {
     /// True if the whole round goes to an executor: it is longer than [`LONG_ROUND`], its
     /// requests would keep the runtime thread for [`HAND_OFF_AT`] or more by this connection's
-    /// estimate, other connections' tasks are ready to run on the runtime meanwhile, and it has
+    /// estimate, other connections' tasks are ready to run on the runtime meanwhile, it has
     /// no pub/sub command (a SUBSCRIBE or UNSUBSCRIBE takes effect when its connection reads
-    /// it, see `exec::in_memory`). Run here, a pipeline's commands keep a runtime thread from
-    /// every other connection for as long as they take; handed off, they run on the
-    /// executors, in parallel with the runtime's network I/O. With the single runtime thread
+    /// it, see `exec::in_memory`), and it is not EVAL scripts of one key (which share a write
+    /// group only on the task, see `combine::on_task::one_key_scripts`). Run here, a pipeline's commands
+    /// keep a runtime thread from every other connection for as long as they take; handed
+    /// off, they run on the executors, in parallel with the runtime's network I/O. With the single runtime thread
     /// a 2-core machine gets by default (`worker-threads`), GET -P 16 over 1M keys ran about
     /// 1.5x as fast as with every round run here (the runtime thread was the bottleneck). A
     /// round of one request (P1) is never handed off.
@@ -76,6 +77,10 @@ impl RoundCost {
             return false;
         }
         if requests.iter().any(|args| lookup(&args[0]).is_some_and(|c| c.has(flag::PUBSUB))) {
+            return false;
+        }
+        // EVAL scripts of one key share a write group only here.
+        if crate::exec::combine::on_task::one_key_scripts(requests) {
             return false;
         }
         self.handed_off += 1;
@@ -222,6 +227,11 @@ mod tests {
         assert!(!cost.hand_off_whole(&metrics, &round(&["get"], 1)), "P1 stays");
         let with_pubsub = round(&["get", "get", "unsubscribe"], LONG_ROUND * 2);
         assert!(!cost.hand_off_whole(&metrics, &with_pubsub), "pub/sub takes effect when read");
+        let script = |key: &str| ["evalsha", "sha", "1", key].map(|a| Bytes::copy_from_slice(a.as_bytes())).to_vec();
+        let one_key: VecDeque<_> = (0..LONG_ROUND * 2).map(|_| script("k")).collect();
+        assert!(!cost.hand_off_whole(&metrics, &one_key), "scripts of one key share a write group only here");
+        let keys: VecDeque<_> = (0..LONG_ROUND * 2).map(|i| script(&format!("k{i}"))).collect();
+        assert!(cost.hand_off_whole(&metrics, &keys), "scripts of different keys run in parallel there");
         // Every REMEASURE_EVERY-th round that would go runs here, to measure again.
         let handed: Vec<bool> = (0..2 * REMEASURE_EVERY).map(|_| cost.hand_off_whole(&metrics, &long)).collect();
         assert_eq!(handed.iter().filter(|&&h| !h).count(), 2, "{handed:?}");
