@@ -82,8 +82,9 @@ fn may_run_spec(s: &Session, spec: &CommandSpec, args: &[Bytes]) -> bool {
 /// and call only what [`script_may_call`] allows, or are void (see `scripting::call`).
 /// Functions (FCALL) need the one VM, which another thread may hold: they go to executors.
 /// On an executor, a pipeline's scripts run one by one, each with a commit of its own (only
-/// here do they share a write group), so a round of them stays on its task however long
-/// (`net::round`, `combine::on_task::eligible`).
+/// here do they share a write group): a long round of scripts of one key stays on its task
+/// (`combine::on_task::one_key_scripts`), and one of any length up to [`MAX_RUN`] may wait
+/// there for a hot key (`combine::on_task::eligible`).
 pub(crate) fn is_task_script(spec: &CommandSpec) -> bool {
     matches!(spec.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
 }

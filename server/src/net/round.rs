@@ -61,9 +61,10 @@ impl RoundCost {
     /// estimate, other connections' tasks are ready to run on the runtime meanwhile, it has
     /// no pub/sub command (a SUBSCRIBE or UNSUBSCRIBE takes effect when its connection reads
     /// it, see `exec::in_memory`), and it is not EVAL scripts of one key (which share a write
-    /// group only on the task, see `combine::on_task::one_key_scripts`). Run here, a pipeline's commands
-    /// keep a runtime thread from every other connection for as long as they take; handed
-    /// off, they run on the executors, in parallel with the runtime's network I/O. With the single runtime thread
+    /// group only on the task, see `combine::on_task::one_key_scripts`). Run here, a
+    /// pipeline's commands keep a runtime thread from every other connection for as long as
+    /// they take; handed off, they run on the executors, in parallel with the runtime's
+    /// network I/O. With the single runtime thread
     /// a 2-core machine gets by default (`worker-threads`), GET -P 16 over 1M keys ran about
     /// 1.5x as fast as with every round run here (the runtime thread was the bottleneck). A
     /// round of one request (P1) is never handed off.

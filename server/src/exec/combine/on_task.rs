@@ -49,16 +49,16 @@ const MAX_ROUND_HERE: usize = 8;
 /// True if `requests` (a connection's round whose front waits for a queued write) may wait
 /// here: a short round of commands each of which may run on a connection's task
 /// (`queued::eligible`: writes that may join a write group, and EVAL scripts, which fifty
-/// clients running one INCR+EXPIRE script on one key also send one at a time).
+/// clients running one INCR+EXPIRE script on one key also send one at a time), or a round of
+/// up to `queued::MAX_RUN` EVAL scripts (on an executor they would run one by one, a commit
+/// each).
 pub fn eligible(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
     !requests.is_empty()
         && (requests.len() <= MAX_ROUND_HERE || (requests.len() <= queued::MAX_RUN && all_scripts(requests)))
         && requests.iter().all(|args| lookup(&args[0]).is_some_and(|spec| queued::eligible(s, spec, args)))
 }
 
-/// True if every request of `requests` is an EVAL script: a pipeline of them waits here
-/// whatever its length (on an executor they would run one by one, a commit each, see
-/// `queued::is_task_script`).
+/// True if every request of `requests` is an EVAL script.
 fn all_scripts(requests: &VecDeque<Vec<Bytes>>) -> bool {
     requests.iter().all(|args| lookup(&args[0]).is_some_and(queued::is_task_script))
 }
