@@ -8,7 +8,9 @@
 //! Either only when at least 4 KiB would be freed. A fresh or emptied buffer starts at 16 KiB.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::services::command_stats::Stamp;
 
 use bytes::BytesMut;
 
@@ -30,13 +32,14 @@ const CHECK_EVERY: Duration = Duration::from_millis(100);
 pub struct QueryBuffer {
     /// The largest amount of unparsed input seen since the last check.
     peak: usize,
-    last_check: Instant,
-    last_read: Instant,
+    /// Read from the time-stamp counter ([`Stamp`]): both are read once a round or more.
+    last_check: Stamp,
+    last_read: Stamp,
 }
 
 impl Default for QueryBuffer {
     fn default() -> Self {
-        let now = Instant::now();
+        let now = Stamp::now();
         QueryBuffer { peak: 0, last_check: now, last_read: now }
     }
 }
@@ -45,7 +48,7 @@ impl QueryBuffer {
     /// Input arrived: `input` holds everything not yet parsed.
     pub fn read(&mut self, input: &BytesMut) {
         self.peak = self.peak.max(input.len());
-        self.last_read = Instant::now();
+        self.last_read = Stamp::now();
     }
 
     /// Publishes the buffer's size for CLIENT LIST: the unparsed bytes (those of the requests
@@ -77,7 +80,7 @@ impl QueryBuffer {
 
     /// Redis's resize rules (see the module docs), then a new peak period.
     pub fn check(&mut self, input: &mut BytesMut) {
-        self.last_check = Instant::now();
+        self.last_check = Stamp::now();
         let free = input.capacity() - input.len();
         if free > WORTH_FREEING {
             if self.last_read.elapsed() > IDLE {
@@ -117,7 +120,7 @@ mod tests {
         assert!(input.capacity() < RESIZE_THRESHOLD && input.capacity() >= 100, "{}", input.capacity());
         assert_eq!(&input[..], &[b'y'; 100][..], "the unparsed bytes are kept");
 
-        let mut idle = QueryBuffer { last_read: Instant::now() - IDLE * 2, ..QueryBuffer::default() };
+        let mut idle = QueryBuffer { last_read: Stamp::now().earlier_by(IDLE * 2), ..QueryBuffer::default() };
         let mut empty = BytesMut::with_capacity(INITIAL);
         assert!(idle.idle_check_in(&empty).is_some());
         idle.check(&mut empty);

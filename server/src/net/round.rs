@@ -6,13 +6,14 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
 use super::connection::OUTPUT_BOUND;
 use crate::commands::{engine_error, flag, lookup};
 use crate::exec::{run_in_memory, serve_blocked, InMemory, Session};
+use crate::services::command_stats::Stamp;
 use crate::state::ServerState;
 
 /// A round of more requests than this may go to an executor whole (see [`RoundCost`]).
@@ -150,7 +151,7 @@ pub(super) async fn run_here(
     let mut took = Duration::ZERO;
     cost.waited = false;
     let left = loop {
-        let started = Instant::now();
+        let started = Stamp::now();
         let ran = run_in_memory(session, requests, output, OUTPUT_BOUND);
         took += started.elapsed();
         match ran {

@@ -370,6 +370,12 @@ impl Stamp {
         Duration::from_nanos((now.saturating_sub(self.0) as f64 * clock.ns_per_tick) as u64)
     }
 
+    /// The stamp `d` before this one (the clock's start at the earliest).
+    pub fn earlier_by(self, d: Duration) -> Stamp {
+        let ticks = (d.as_nanos() as f64 / CLOCK.ns_per_tick) as u64;
+        Stamp(self.0.saturating_sub(ticks))
+    }
+
     /// Calibrates the clock now (at startup) rather than on the first command.
     pub fn calibrate() {
         std::sync::LazyLock::force(&CLOCK);

@@ -99,8 +99,8 @@ pub fn joins_hot_key(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
     let Some(key) = crate::commands::queued_keys(s.db, front).into_iter().next() else { return false };
     let hot = {
         let mut waiting = combiner.waiting();
-        let now = std::time::Instant::now();
-        let cold = |w: &Waiting| w.idle_since.is_some_and(|t| now.saturating_duration_since(t) >= HOT_FOR);
+        // The clock is read only for a key marked and idle (a hot key is mostly being drained).
+        let cold = |w: &Waiting| w.idle_since.is_some_and(|t| t.elapsed() >= HOT_FOR);
         let hot = waiting.get(&key).is_some_and(|w| !cold(w));
         if !hot {
             // Keys left marked longer ago are forgotten.
