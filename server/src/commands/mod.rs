@@ -47,7 +47,7 @@ pub(crate) use pubsub::{allowed_when_subscribed, subscriber};
 pub use replication::remove_stale_snapshots;
 pub(crate) use streams::{read_may_block, stream_value, write_stream_value};
 pub(crate) use transactions::is_control as is_transaction_control;
-pub(crate) use transactions::{clear_watches, command_keys, queued_keys, run_buffered, Part};
+pub(crate) use transactions::{clear_watches, command_keys, first_queued_key, queued_keys, run_buffered, Part};
 
 /// A command implementation: the session and the full argument vector (name first).
 pub type Handler = fn(&mut Session, &[Bytes]) -> Reply;

@@ -55,8 +55,9 @@ const TASK_COMPILE_LIMIT: usize = 16 * 1024;
 
 fn eval(s: &mut Session, args: &[Bytes]) -> Reply {
     feed_monitors(s, args);
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let by_sha = name.starts_with("evalsha");
+    let name = &args[0][..];
+    let by_sha = name.len() >= 7 && name[..7].eq_ignore_ascii_case(b"evalsha");
+    let ro = name.len() >= 3 && name[name.len() - 3..].eq_ignore_ascii_case(b"_ro");
     let (keys, rest) = match split_keys(args, "ERR value is not an integer or out of range") {
         Ok(split) => split,
         Err(reply) => return reply,
@@ -91,7 +92,7 @@ fn eval(s: &mut Session, args: &[Bytes]) -> Reply {
         Err(NotCompiled::Unknown) => return Reply::error("NOSCRIPT No matching script. Please use EVAL."),
         Err(NotCompiled::TooLong) => return void(s),
     };
-    let job = Job { func, name: sha, flags, eval: true, ro: name.ends_with("_ro"), keys, args: rest, command: args };
+    let job = Job { func, name: sha, flags, eval: true, ro, keys, args: rest, command: args };
     run(s, scripting, job, vm)
 }
 

@@ -93,6 +93,17 @@ pub(crate) fn queued_keys(db: u32, queue: &[Vec<Bytes>]) -> Vec<(u32, Bytes)> {
     out
 }
 
+/// The first (db, key) of [`queued_keys`], found without collecting the others.
+pub(crate) fn first_queued_key(db: u32, queue: &[Vec<Bytes>]) -> Option<(u32, Bytes)> {
+    let mut first = None;
+    each_queued_key(db, queue, |db, key| {
+        if first.is_none() {
+            first = Some((db, key.clone()));
+        }
+    });
+    first
+}
+
 /// Calls `f` with every (db, key) of [`queued_keys`], in order, without copying them.
 fn each_queued_key<'a>(db: u32, queue: &'a [Vec<Bytes>], mut f: impl FnMut(u32, &'a Bytes)) {
     let mut db = db;

@@ -82,6 +82,9 @@ pub fn parse_int(digits: &[u8]) -> Option<i64> {
     i64::try_from(v).ok()
 }
 
+/// Requests of at most this many arguments are parsed without a vector of their spans.
+const SHORT_REQUEST: usize = 8;
+
 fn parse_multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
     let Some(nl) = line_end(buf, 0) else {
         if buf.len() > limits.max_inline_len {
@@ -102,8 +105,14 @@ fn parse_multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Byt
         return Ok(Some(Vec::new()));
     }
     // Find every argument before consuming anything: a request is taken whole or not at all.
-    let mut spans = Vec::with_capacity((count as usize).min(1024));
-    for _ in 0..count {
+    // The spans of a short request stay on the stack (one allocation a request, the
+    // arguments' vector, instead of two).
+    let mut short = [(0usize, 0usize); SHORT_REQUEST];
+    let mut long = Vec::new();
+    if count as usize > SHORT_REQUEST {
+        long.reserve((count as usize).min(1024));
+    }
+    for found in 0..count as usize {
         let Some(&first) = buf.get(pos) else { return Ok(None) };
         if first != b'$' {
             return err(format!("expected '$', got '{}'", first as char));
@@ -129,11 +138,16 @@ fn parse_multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Byt
         if &buf[end..end + 2] != b"\r\n" {
             return err("invalid bulk terminator");
         }
-        spans.push((start, end));
+        if let Some(slot) = short.get_mut(found).filter(|_| count as usize <= SHORT_REQUEST) {
+            *slot = (start, end);
+        } else {
+            long.push((start, end));
+        }
         pos = end + 2;
     }
+    let spans = if count as usize <= SHORT_REQUEST { &short[..count as usize] } else { &long[..] };
     let frame = buf.split_to(pos).freeze();
-    Ok(Some(spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect()))
+    Ok(Some(spans.iter().map(|&(s, e)| frame.slice(s..e)).collect()))
 }
 
 fn parse_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
@@ -366,8 +380,9 @@ mod tests {
             }
         }
 
+        /// Short requests (spans kept on the stack) and long ones alike.
         #[test]
-        fn encoded_requests_round_trip(argv in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20), 1..6)) {
+        fn encoded_requests_round_trip(argv in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20), 1..3 * SHORT_REQUEST)) {
             let mut wire = format!("*{}\r\n", argv.len()).into_bytes();
             for a in &argv {
                 wire.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());

@@ -165,7 +165,10 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
     // Inside EXEC (or a write group) the script joins the running transaction.
     let nested = s.exec.in_transaction();
     let oom_at_start = !job.flags.allow_oom && state.out_of_memory();
-    let mut wanted: Vec<(u32, Bytes)> = job.keys.iter().map(|k| (s.db, k.clone())).collect();
+    // The keys to lock: none inside a transaction, which holds its own (and never runs the
+    // script again, see `conflict`).
+    let mut wanted: Vec<(u32, Bytes)> =
+        if nested { Vec::new() } else { job.keys.iter().map(|k| (s.db, k.clone())).collect() };
     let mut everything = false;
     let mut attempt = 0;
     loop {
@@ -217,7 +220,7 @@ pub(crate) fn run(s: &mut Session, scripting: &super::Scripting, job: Job<'_>, v
                 (false, true) => OnBusy::Wait,
                 (false, false) => OnBusy::Retry,
             },
-            declared: if task { wanted.clone() } else { Vec::new() },
+            declared: if task { job.keys.iter().map(|k| (caller_db, k.clone())).collect() } else { Vec::new() },
             conflict: false,
             needs_everything: false,
             calls: 0,

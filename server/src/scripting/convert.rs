@@ -271,6 +271,16 @@ fn number_arg(n: f64) -> Bytes {
     if n.is_nan() {
         return Bytes::from_static(if n.is_sign_negative() { b"-nan" } else { b"nan" });
     }
+    // A whole number below 2^53 prints as its digits under `%.17g` (`-0` aside): written
+    // straight into the argument, not through a formatted string first.
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 && !(n == 0.0 && n.is_sign_negative()) {
+        let mut digits = [0u8; 24];
+        let mut cursor = std::io::Cursor::new(&mut digits[..]);
+        if std::io::Write::write_fmt(&mut cursor, format_args!("{}", n as i64)).is_ok() {
+            let len = cursor.position() as usize;
+            return Bytes::copy_from_slice(&digits[..len]);
+        }
+    }
     Bytes::from(crate::resp::format_double(n))
 }
 
@@ -289,6 +299,12 @@ mod tests {
             (2f64.powi(63), "9.2233720368547758e+18"),
             (123_456_789_012_345_678.0, "1.2345678901234568e+17"),
             (-f64::NAN, "-nan"),
+            (100.0, "100"),
+            (-42.0, "-42"),
+            (0.0, "0"),
+            (9_007_199_254_740_991.0, "9007199254740991"),
+            (9_007_199_254_740_992.0, "9007199254740992"),
+            (-9_007_199_254_740_993.0, "-9007199254740992"),
         ];
         for (n, text) in cases {
             assert_eq!(number_arg(n), text, "{n}");

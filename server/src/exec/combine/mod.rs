@@ -38,7 +38,7 @@ use tokio::sync::oneshot;
 use super::gate::panic_message;
 use super::write_group::groupable;
 use super::{run_batch, BatchEnd, Session};
-use crate::commands::{engine_error, lookup, queued_keys, run_buffered, Part};
+use crate::commands::{engine_error, first_queued_key, lookup, queued_keys, run_buffered, Part};
 use crate::resp::Reply;
 use crate::state::ServerState;
 
@@ -208,8 +208,7 @@ impl Entry {
         output: BytesMut,
     ) -> (Entry, oneshot::Receiver<Round>) {
         let (done, rx) = oneshot::channel();
-        let key =
-            queued_keys(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default()).into_iter().next();
+        let key = first_queued_key(session.db, requests.front().map(std::slice::from_ref).unwrap_or_default());
         (Entry { key, session, requests, output, done }, rx)
     }
 }

@@ -96,7 +96,7 @@ pub fn joins_hot_key(s: &Session, requests: &VecDeque<Vec<Bytes>>) -> bool {
         return false;
     }
     let front = requests.front().map(std::slice::from_ref).unwrap_or_default();
-    let Some(key) = crate::commands::queued_keys(s.db, front).into_iter().next() else { return false };
+    let Some(key) = crate::commands::first_queued_key(s.db, front) else { return false };
     let hot = {
         let mut waiting = combiner.waiting();
         // The clock is read only for a key marked and idle (a hot key is mostly being drained).
