@@ -16,7 +16,9 @@
 //! A key whose last group combined several clients' rounds stays marked hot for a while
 //! ([`joins_hot_key`]): the next round of it finds its write visible, but joins a new group
 //! rather than running alone, so each pass over the clients makes one group and one commit,
-//! not a lone round's commit and then a group waiting for it.
+//! not a lone round's commit and then a group waiting for it. After a combined group is
+//! answered, the drain task yields once before it takes the next group, so the requests its
+//! clients send meanwhile (read when the runtime next polls the sockets) join that group.
 //!
 //! Besides writes, EVAL scripts wait here (fifty clients running one INCR+EXPIRE script on one
 //! key send them one at a time too); a group runs them on a spare VM as a pipeline's run here
