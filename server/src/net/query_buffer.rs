@@ -10,11 +10,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::services::command_stats::Stamp;
-
 use bytes::BytesMut;
 
 use crate::services::clients::ClientHandle;
+use crate::services::command_stats::Stamp;
 
 /// The buffer a connection reads into (Redis's `PROTO_IOBUF_LEN`).
 pub const INITIAL: usize = 16 * 1024;

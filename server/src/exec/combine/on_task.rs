@@ -161,7 +161,7 @@ async fn drain(state: Arc<ServerState>, key: (u32, Bytes), mut ticket: Option<ls
             // yield lets the runtime read what arrived (tokio runs a yielded task after its
             // next poll of the sockets), so those rounds join this group, not the next one.
             // Fewer, larger groups: a commit (and a wake-up of the commit thread) for more
-            // writes. 50 clients, one key, P1: EVALSHA of INCR+EXPIRE +4 %, RPUSH +10 %,
+            // writes. 50 clients, one key, P1: EVALSHA of INCR+EXPIRE +5 %, RPUSH +10 %,
             // INCR +10 %; a second yield gained nothing more, a third lost 2 %.
             tokio::task::yield_now().await;
         }
