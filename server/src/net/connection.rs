@@ -136,7 +136,9 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
                 round::Left::Hot => Some(None),
                 _ => None,
             };
-            let round = if let (Some(ticket), true) = (waits_for, on_task::eligible(&session, &requests)) {
+            // A hot key's round was found eligible by `joins_hot_key`, which left it unrun.
+            let here = left == round::Left::Hot || on_task::eligible(&session, &requests);
+            let round = if let (Some(ticket), true) = (waits_for, here) {
                 on_task::run(&state, session, std::mem::take(&mut requests), output, ticket, OUTPUT_BOUND).await
             } else if crate::exec::combine::eligible(&session, &requests) {
                 crate::exec::combine::run(&state, session, std::mem::take(&mut requests), output).await
