@@ -1,6 +1,7 @@
 //! Lua scripting against real processes: scripts and functions answered as redis-server
 //! answers them (side by side, error texts and script names included), the redis crate's
-//! EVALSHA-then-EVAL locks, atomic read-modify-write scripts under 20 concurrent clients
+//! EVALSHA-then-EVAL locks, redis-py's `Lock` and a pipeline of its scripts, atomic
+//! read-modify-write scripts under 20 concurrent clients
 //! (declared keys and keys the script did not declare), busy scripts and SCRIPT KILL, and
 //! function libraries that survive a restart and move with FUNCTION DUMP/RESTORE.
 
@@ -8,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{start_redis, Server};
+use common::{python_with_redis, start_redis, Server};
 use redis::Value;
 
 /// A reply reduced to something comparable.
@@ -220,6 +221,59 @@ fn evalsha_then_eval_locks_as_client_libraries_use_them() {
     }
     let replies: Vec<i64> = pipe.query(&mut c).unwrap();
     assert_eq!(replies, vec![0; 50]);
+}
+
+/// redis-py's `Lock` (Debian's python3-redis), whose every step but the first is a Lua script
+/// sent by EVALSHA (loaded on NOSCRIPT): acquire, a second owner refused, extend, reacquire,
+/// a release by the wrong owner refused, release, acquire again; then 100 EVALSHAs in one
+/// pipeline after SCRIPT FLUSH (redis-py sends SCRIPT EXISTS and SCRIPT LOAD first).
+#[test]
+fn redis_py_locks_and_a_pipeline_of_its_scripts_work() {
+    let Some(python) = python_with_redis() else { return };
+    let server = Server::start(&[]);
+    let program = r#"
+import sys, redis
+from redis.exceptions import LockNotOwnedError
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]), socket_timeout=20)
+lock = r.lock("resource", timeout=10)
+assert lock.acquire(blocking=False)
+other = r.lock("resource", timeout=10)
+assert not other.acquire(blocking=False), "a held lock is acquired twice"
+assert lock.extend(5)
+ttl = r.pttl("resource")
+assert 14000 < ttl <= 15000, ttl
+assert lock.reacquire()
+ttl = r.pttl("resource")
+assert 9000 < ttl <= 10000, ttl
+assert lock.owned() and not other.owned()
+try:
+    other.do_release(b"not-the-token")
+    raise AssertionError("a lock was released by a token that does not own it")
+except LockNotOwnedError:
+    pass
+lock.release()
+assert r.get("resource") is None
+assert other.acquire(blocking=False)
+other.release()
+incr = r.register_script("return redis.call('incr', KEYS[1])")
+r.script_flush()
+with r.pipeline() as p:
+    for _ in range(100):
+        incr(keys=["n"], client=p)
+    replies = p.execute()
+assert replies == list(range(1, 101)), replies
+print("ok")
+"#;
+    let out = std::process::Command::new(python)
+        .args(["-c", program, &server.port.to_string()])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim() == "ok",
+        "redis-py: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// 20 clients run read-modify-write scripts (GET then SET, which only isolation makes exact)

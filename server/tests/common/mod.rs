@@ -231,6 +231,22 @@ pub fn have_tool(name: &str) -> bool {
     false
 }
 
+/// A python3 that imports redis-py: the one on `PATH`, else the system's (where Debian's
+/// `python3-redis` installs it, when `PATH` leads to another, e.g. pyenv's). As [`have_tool`],
+/// `None` skips the test, and under `SHALE_REQUIRE_REDIS_TOOLS=1` is a failure.
+pub fn python_with_redis() -> Option<&'static str> {
+    let imports =
+        |python: &str| Command::new(python).args(["-c", "import redis"]).output().is_ok_and(|o| o.status.success());
+    if let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| imports(p)) {
+        return Some(python);
+    }
+    if std::env::var("SHALE_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1") {
+        panic!("python3 with redis-py is required (apt-get install -y python3-redis)");
+    }
+    eprintln!("skipping: python3 with redis-py is not installed (apt-get install -y python3-redis)");
+    None
+}
+
 /// Runs shale-server with `args`, which must make it refuse to start (exit status 1); returns
 /// what it logged.
 pub fn refused_start(args: &[&str]) -> String {
