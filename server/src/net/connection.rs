@@ -131,14 +131,14 @@ pub(super) async fn handle<S: Socket>(mut socket: S, state: Arc<ServerState>, mu
         };
         if !requests.is_empty() && left != round::Left::OutputFull {
             round_cost.waited = true;
-            let waits_for = match left {
-                round::Left::Waits(ticket) => Some(Some(ticket)),
+            // Waits on the task for a queued write (`Some(ticket)`), or for nothing: a hot key's
+            // round, found eligible by `joins_hot_key`, which left it unrun.
+            let waits_here = match left {
+                round::Left::Waits(ticket) if on_task::eligible(&session, &requests) => Some(Some(ticket)),
                 round::Left::Hot => Some(None),
                 _ => None,
             };
-            // A hot key's round was found eligible by `joins_hot_key`, which left it unrun.
-            let here = left == round::Left::Hot || on_task::eligible(&session, &requests);
-            let round = if let (Some(ticket), true) = (waits_for, here) {
+            let round = if let Some(ticket) = waits_here {
                 on_task::run(&state, session, std::mem::take(&mut requests), output, ticket, OUTPUT_BOUND).await
             } else if crate::exec::combine::eligible(&session, &requests) {
                 crate::exec::combine::run(&state, session, std::mem::take(&mut requests), output).await

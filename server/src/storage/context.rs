@@ -35,6 +35,8 @@ mod memory_only;
 mod merged;
 mod writes;
 
+pub(crate) use writes::KeyHasher;
+
 pub(super) use merged::Overlay;
 use merged::RangeSource;
 pub use merged::{MergedRange, RawRange};

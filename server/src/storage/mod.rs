@@ -58,6 +58,7 @@ pub use blind_writes::{BlindWrite, CountChanges};
 pub(crate) use collection::prefix_end;
 pub use collection::{Header, View, LIST_START};
 pub use compaction_filter::ShaleFilter;
+pub(crate) use context::KeyHasher;
 pub use context::{ExecContext, RawRange, Savepoint, Suspended, MEMORY_ONLY_STEPS};
 pub use counts::{KeyspaceCounts, Snapshot as CountsSnapshot};
 pub use elements::ElementIter;

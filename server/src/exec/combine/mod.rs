@@ -41,6 +41,7 @@ use super::{run_batch, BatchEnd, Session};
 use crate::commands::{engine_error, first_queued_key, lookup, queued_keys, run_buffered, Part};
 use crate::resp::Reply;
 use crate::state::ServerState;
+use crate::storage::KeyHasher;
 
 pub mod on_task;
 
@@ -85,37 +86,17 @@ struct Queue {
 /// [`Combiner::waiting`]'s map: looked up for every round of a hot key.
 type WaitingMap = HashMap<(u32, Bytes), Waiting, SeededHash>;
 
-/// Hashes keys with xxh3 under a seed drawn at start: a third of the std hasher's (SipHash's)
-/// cost on short keys, and as the seed is secret, clients still cannot choose keys that collide.
+/// Hashes keys with xxh3 ([`KeyHasher`]) under a seed drawn at start: a third of the std
+/// hasher's (SipHash's) cost on short keys, and as the seed is secret, clients still cannot
+/// choose keys that collide.
 #[derive(Debug, Clone, Copy)]
 struct SeededHash(u64);
 
 impl std::hash::BuildHasher for SeededHash {
-    type Hasher = SeededHasher;
+    type Hasher = KeyHasher;
 
-    fn build_hasher(&self) -> SeededHasher {
-        SeededHasher(self.0)
-    }
-}
-
-/// See [`SeededHash`].
-struct SeededHasher(u64);
-
-impl std::hash::Hasher for SeededHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0);
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (self.0 ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher::seeded(self.0)
     }
 }
 

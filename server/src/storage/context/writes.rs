@@ -29,9 +29,17 @@ pub(super) type State = Option<Bytes>;
 /// Ranges covered one by one before every key is ordered: each new one scans the hashed keys.
 const MAX_COVERED: usize = 8;
 
-/// Hashes a key with xxh3 (the std hasher costs three times as much on 30-byte keys).
+/// Hashes a key with xxh3 (the std hasher costs three times as much on 30-byte keys); its
+/// state starts at 0, or at a seed ([`KeyHasher::seeded`]) where clients choose the keys.
 #[derive(Default)]
-pub(super) struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
+
+impl KeyHasher {
+    /// A hasher whose state starts at `seed`.
+    pub(crate) fn seeded(seed: u64) -> KeyHasher {
+        KeyHasher(seed)
+    }
+}
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
